@@ -1,0 +1,213 @@
+//! The resolved topology: defaults applied, every rule checked.
+
+use std::collections::BTreeMap;
+
+/// Queue type of a pipeline's queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    /// Replicated, at-least-once dead-lettering, delivery limit. The default.
+    Quorum,
+    /// Classic queues: at-most-once dead-lettering, no delivery limit.
+    Classic,
+}
+
+impl QueueType {
+    /// The value of `x-queue-type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        }
+    }
+}
+
+/// AMQP exchange type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    /// Routes on an exact key.
+    Direct,
+    /// Routes on key patterns.
+    Topic,
+    /// Routes to every bound queue.
+    Fanout,
+    /// Routes on header values.
+    Headers,
+}
+
+impl ExchangeType {
+    /// The AMQP name of the type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Headers => "headers",
+        }
+    }
+
+    /// Parses the AMQP name of a type.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "direct" => ExchangeType::Direct,
+            "topic" => ExchangeType::Topic,
+            "fanout" => ExchangeType::Fanout,
+            "headers" => ExchangeType::Headers,
+            _ => return None,
+        })
+    }
+}
+
+/// A value of an AMQP argument table, restricted to the types dlqctl sends.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum ArgValue {
+    /// Sent as a signed 64-bit integer.
+    Int(i64),
+    /// Sent as a long string.
+    Str(String),
+    /// Sent as a boolean.
+    Bool(bool),
+}
+
+impl std::fmt::Display for ArgValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArgValue::Int(i) => write!(f, "{i}"),
+            ArgValue::Str(s) => write!(f, "{s:?}"),
+            ArgValue::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+/// An ordered argument table (`x-...` keys to values).
+pub type Arguments = BTreeMap<String, ArgValue>;
+
+/// How a pipeline retries: the ordered delay list and the attempt budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RetryPolicy {
+    /// Delay before retry k (k = 1, 2, ...) is `delays[min(k, len) - 1]`, in
+    /// milliseconds. Never empty. May repeat values.
+    pub delays: Vec<u64>,
+    /// The handler runs at most this often, the first run included (≥ 1).
+    pub max_attempts: u32,
+    /// Per-message spread inside a tier, 0..=0.5.
+    pub jitter: f64,
+}
+
+impl RetryPolicy {
+    /// The distinct delays, ascending: one retry queue each.
+    pub fn tiers(&self) -> Vec<u64> {
+        let mut t = self.delays.clone();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+}
+
+/// The producers' exchange of a pipeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProducerExchange {
+    /// Exchange name.
+    pub name: String,
+    /// Exchange type.
+    #[serde(rename = "type")]
+    pub kind: ExchangeType,
+    /// Bindings from this exchange to the main queue.
+    pub bindings: Vec<Binding>,
+}
+
+/// One binding of the producers' exchange to the main queue.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Binding {
+    /// Routing key (empty for fanout and headers).
+    pub key: String,
+    /// Binding arguments (headers exchanges).
+    pub arguments: Arguments,
+}
+
+/// Where failed messages go and how long they stay.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeadLetter {
+    /// DLQ name.
+    pub queue: String,
+    /// Retention (`x-message-ttl`) in ms; `None` keeps messages forever.
+    pub ttl: Option<u64>,
+    /// Bound on the DLQ's length; when full it refuses, never drops.
+    pub max_length: Option<i64>,
+}
+
+/// Circuit breaker settings of a worker.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CircuitBreaker {
+    /// Transient failures / calls over the window at which it opens (0..=1].
+    pub failure_rate: f64,
+    /// Window length in ms.
+    pub window: u64,
+    /// Calls in the window before the rate is considered.
+    pub min_calls: u32,
+    /// How long it stays open, in ms.
+    pub open_for: u64,
+}
+
+/// One pipeline: a main queue with its retry tiers and its DLQ.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Pipeline {
+    /// The main queue's name.
+    pub name: String,
+    /// Queue type of every queue of the pipeline.
+    pub queue_type: QueueType,
+    /// Where producers publish, if dlqctl declares it.
+    pub exchange: Option<ProducerExchange>,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Dead-letter queue settings.
+    pub dead_letter: DeadLetter,
+    /// Quorum only: redeliveries before the broker dead-letters.
+    pub delivery_limit: Option<i64>,
+    /// Optional circuit breaker for workers.
+    pub circuit_breaker: Option<CircuitBreaker>,
+    /// Extra arguments of the main queue (allow-listed).
+    pub arguments: Arguments,
+}
+
+impl Pipeline {
+    /// Name of the retry exchange (`NAME.retry`, direct).
+    pub fn retry_exchange(&self) -> String {
+        format!("{}.retry", self.name)
+    }
+
+    /// Name of the dead-letter exchange (`NAME.dlx`, fanout).
+    pub fn dead_letter_exchange(&self) -> String {
+        format!("{}.dlx", self.name)
+    }
+
+    /// Name of the retry queue for a delay (`NAME.retry.10s`).
+    pub fn retry_queue(&self, delay_ms: u64) -> String {
+        format!("{}.retry.{}", self.name, crate::duration::tier_name(delay_ms))
+    }
+
+    /// Names of every retry queue, in tier order.
+    pub fn retry_queues(&self) -> Vec<String> {
+        self.retry
+            .tiers()
+            .into_iter()
+            .map(|d| self.retry_queue(d))
+            .collect()
+    }
+}
+
+/// A whole, valid topology file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Topology {
+    /// Pipelines in file order.
+    pub pipelines: Vec<Pipeline>,
+}
+
+impl Topology {
+    /// The pipeline whose main queue is `name`.
+    pub fn pipeline(&self, name: &str) -> Option<&Pipeline> {
+        self.pipelines.iter().find(|p| p.name == name)
+    }
+}
