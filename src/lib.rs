@@ -5,4 +5,5 @@
 //! around it talks to the broker.
 
 pub mod duration;
+pub mod outcome;
 pub mod topology;
