@@ -2,5 +2,15 @@
 //! plan of broker objects it generates.
 
 mod model;
+mod parse;
+pub mod plan;
+pub mod yaml;
 
 pub use model::*;
+pub use parse::{
+    parse_topology, Invalid, Problem, DEFAULT_DELAYS, DEFAULT_DELIVERY_LIMIT, DEFAULT_JITTER,
+    DEFAULT_MAX_ATTEMPTS,
+};
+pub use plan::{plan, Plan};
+#[cfg(test)]
+mod tests;
