@@ -1,0 +1,67 @@
+//! The library's error type.
+
+/// What can go wrong in dlqctl's shell (broker, files, handlers).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The topology file is invalid (every problem, `FILE:LINE:COL: ...`).
+    #[error("{0}")]
+    Invalid(#[from] crate::topology::Invalid),
+    /// The topology file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The broker URL is malformed.
+    #[error("invalid broker URL {url}: {reason}")]
+    Url {
+        /// The URL with its password hidden.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The broker could not be reached or refused the connection.
+    #[error("cannot connect to RabbitMQ at {endpoint}: {reason}\n{hint}")]
+    Connect {
+        /// `host:port`.
+        endpoint: String,
+        /// What happened.
+        reason: String,
+        /// What to do about it.
+        hint: String,
+    },
+    /// A broker operation failed.
+    #[error("{context}: {message}")]
+    Broker {
+        /// What dlqctl was doing.
+        context: String,
+        /// The broker's or client's words.
+        message: String,
+    },
+    /// The management API answered with an error or could not be reached.
+    #[error("management API {url}: {message}")]
+    Management {
+        /// The URL asked (no credentials).
+        url: String,
+        /// What happened.
+        message: String,
+    },
+    /// Bad usage detected after argument parsing (exit 2).
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps a lapin error with what dlqctl was doing.
+    pub fn broker(context: impl Into<String>, e: &lapin::Error) -> Self {
+        Error::Broker {
+            context: context.into(),
+            message: crate::broker::describe_lapin_error(e),
+        }
+    }
+}

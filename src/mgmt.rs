@@ -1,0 +1,147 @@
+//! A small client of RabbitMQ's management HTTP API, for what AMQP cannot
+//! tell: bindings, and the messages a quorum queue holds for its DLX.
+
+use crate::error::{Error, Result};
+use reqwest::Url;
+use std::time::Duration;
+
+/// A management API endpoint with credentials.
+#[derive(Clone)]
+pub struct Management {
+    base: Url,
+    user: String,
+    password: String,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for Management {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Management")
+            .field("base", &self.base.as_str())
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One binding as the management API lists it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct ApiBinding {
+    /// Routing key.
+    pub routing_key: String,
+    /// Binding arguments.
+    #[serde(default)]
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Management {
+    /// A client for `base` (e.g. `http://127.0.0.1:15672`). Credentials in
+    /// the URL win over `user`/`password`.
+    pub fn new(base: &str, user: &str, password: &str) -> Result<Self> {
+        let mut url = Url::parse(base).map_err(|e| {
+            Error::Usage(format!(
+                "invalid --management-url {}: {e}",
+                crate::broker::redact(base)
+            ))
+        })?;
+        let (user, password) = if url.username().is_empty() {
+            (user.to_string(), password.to_string())
+        } else {
+            (
+                url.username().to_string(),
+                url.password().unwrap_or_default().to_string(),
+            )
+        };
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(3))
+            .build()
+            .map_err(|e| Error::Management {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Management {
+            base: url,
+            user,
+            password,
+            client,
+        })
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut u = self.base.clone();
+        if let Ok(mut p) = u.path_segments_mut() {
+            p.pop_if_empty();
+            p.push("api");
+            for s in segments {
+                p.push(s);
+            }
+        }
+        u
+    }
+
+    /// GET a JSON document; `Ok(None)` on 404.
+    pub async fn get(&self, segments: &[&str]) -> Result<Option<serde_json::Value>> {
+        let url = self.url(segments);
+        let err = |message: String| Error::Management {
+            url: url.to_string(),
+            message,
+        };
+        let resp = self
+            .client
+            .get(url.clone())
+            .basic_auth(&self.user, Some(&self.password))
+            .send()
+            .await
+            .map_err(|e| err(without_url(&e)))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(err(format!("HTTP {status}")));
+        }
+        resp.json()
+            .await
+            .map(Some)
+            .map_err(|e| err(without_url(&e)))
+    }
+
+    /// Whether the API answers (an authenticated `GET /api/overview`).
+    pub async fn available(&self) -> bool {
+        matches!(self.get(&["overview"]).await, Ok(Some(_)))
+    }
+
+    /// Bindings from an exchange to a queue.
+    pub async fn bindings(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        queue: &str,
+    ) -> Result<Vec<ApiBinding>> {
+        match self
+            .get(&["bindings", vhost, "e", exchange, "q", queue])
+            .await?
+        {
+            None => Ok(vec![]),
+            Some(v) => serde_json::from_value(v).map_err(|e| Error::Management {
+                url: self.url(&["bindings"]).to_string(),
+                message: format!("unexpected answer: {e}"),
+            }),
+        }
+    }
+
+    /// A queue's description (`arguments`, `messages`, `messages_dlx`, ...).
+    pub async fn queue(&self, vhost: &str, name: &str) -> Result<Option<serde_json::Value>> {
+        self.get(&["queues", vhost, name]).await
+    }
+}
+
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(&format!(" for url ({u})"), "");
+    }
+    s
+}
