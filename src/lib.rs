@@ -5,5 +5,6 @@
 //! around it talks to the broker.
 
 pub mod duration;
+pub mod handler;
 pub mod outcome;
 pub mod topology;
