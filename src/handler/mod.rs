@@ -8,6 +8,7 @@
 //!
 //! - [`exec::ExecHandler`] runs a program per message (`dlqctl work ... --
 //!   COMMAND ARGS...`);
+//! - [`http::HttpHandler`] POSTs the body to a URL (`--http URL`);
 //! - [`handler_fn`] turns an async closure into a handler, for library users.
 //!
 //! The trait is async and makes no assumption about processes, so a
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use crate::outcome::Outcome;
 
 pub mod exec;
+pub mod http;
 
 /// One delivery as a handler sees it.
 #[derive(Debug, Clone, Default, PartialEq)]
