@@ -689,12 +689,18 @@ mod tests {
                 "sleep 100 & echo $! > '{}'; echo waiting >&2; wait",
                 file.display()
             ),
-            Duration::from_millis(700),
+            Duration::from_millis(1500),
         );
         let started = StdInstant::now();
         let out = h.handle(&msg(b"")).await;
-        assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(out, Outcome::transient("timed out after 700ms: waiting"));
+        assert!(started.elapsed() < Duration::from_secs(6));
+        // The shell normally wrote its line long before the timeout; on a
+        // very loaded machine it may not have.
+        assert!(
+            out == Outcome::transient("timed out after 1500ms: waiting")
+                || out == Outcome::transient("timed out after 1500ms"),
+            "{out:?}"
+        );
         let pid = read_pid(&file).await;
         std::fs::remove_file(&file).unwrap();
         assert!(
@@ -711,7 +717,7 @@ mod tests {
             Duration::from_secs(60),
         );
         let m = msg(b"");
-        let cancelled = tokio::time::timeout(Duration::from_millis(500), h.handle(&m)).await;
+        let cancelled = tokio::time::timeout(Duration::from_millis(1500), h.handle(&m)).await;
         assert!(cancelled.is_err());
         let pid = read_pid(&file).await;
         std::fs::remove_file(&file).unwrap();
