@@ -1,13 +1,15 @@
 //! dlqctl: delayed retries through TTL queues and a dead-letter queue for
 //! RabbitMQ consumers.
 //!
-//! The pure core ([`duration`], [`topology`]) does no I/O; the shell
-//! around it talks to the broker.
+//! The pure core ([`duration`], [`topology`], [`drift`]) does no I/O; the
+//! shell around it ([`broker`], [`provision`], [`handler`]) talks to the
+//! broker and to handlers.
 
 pub mod broker;
 pub mod drift;
 pub mod duration;
 pub mod error;
+pub mod handler;
 pub mod mgmt;
 pub mod outcome;
 pub mod provision;

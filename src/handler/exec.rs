@@ -1,0 +1,760 @@
+//! `-- COMMAND ARGS...`: run a program per message.
+//!
+//! The program is started directly (no shell), in a process group of its
+//! own. The body is written to its stdin, which is then closed; a program
+//! that does not read stdin is fine. Its environment is ours plus
+//! `DLQCTL_QUEUE`, `DLQCTL_MESSAGE_ID` (empty when the message has none),
+//! `DLQCTL_ATTEMPT`, `DLQCTL_MAX_ATTEMPTS`, `DLQCTL_EXCHANGE`,
+//! `DLQCTL_ROUTING_KEY` (the original exchange and routing key) and
+//! `DLQCTL_HEADERS` (the AMQP headers as a JSON object).
+//!
+//! - exit 0: [`Outcome::Success`];
+//! - exit 65 (`EX_DATAERR`): [`Outcome::Permanent`];
+//! - any other exit, death by a signal, the timeout, or a failure to start
+//!   the program: [`Outcome::Transient`].
+//!
+//! The error text is the last 4 KiB of stderr, trimmed and decoded as lossy
+//! UTF-8 (prefixed with `…` when cut). When stderr is empty it is a
+//! description: `exited with status 3`. A signal or the timeout is always
+//! described, with the stderr tail after it (`timed out after 30s: <tail>`),
+//! since the program did not get to say why it stopped.
+//!
+//! Stdout is connected to `/dev/null`: it would interleave with the
+//! worker's own logs, and it is reserved for the planned JSON-lines handler
+//! protocol. Write diagnostics to stderr.
+//!
+//! On timeout the whole process group gets `SIGKILL` (the program and any
+//! children that stayed in its group) and the program is reaped. If the
+//! future is dropped before the program ended (worker shutdown), the group
+//! is killed the same way. A program that exits normally is not chased: a
+//! background child it left behind keeps running, and the worker stops
+//! reading stderr shortly after the program exits even if that child still
+//! holds it open.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::{Handler, HandlerMessage};
+use crate::duration::tier_name;
+use crate::outcome::Outcome;
+
+/// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
+pub const EXIT_PERMANENT: i32 = 65;
+
+/// How much of the end of stderr is kept as the error text.
+pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// How long stderr is still read after the program ended, for output that a
+/// left-behind child keeps open.
+const STDERR_GRACE: Duration = Duration::from_millis(500);
+
+/// Runs a program per message; see the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct ExecHandler {
+    program: OsString,
+    args: Vec<OsString>,
+    timeout: Duration,
+}
+
+impl ExecHandler {
+    /// A handler that runs `program` with `args` and kills it after `timeout`.
+    ///
+    /// `program` is resolved like `execvp` does: through `PATH` when it has
+    /// no slash. Nothing is checked here; see [`check_program`].
+    pub fn new(program: impl Into<OsString>, args: Vec<OsString>, timeout: Duration) -> Self {
+        ExecHandler {
+            program: program.into(),
+            args,
+            timeout,
+        }
+    }
+
+    /// The program, as given.
+    pub fn program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments, as given.
+    pub fn args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The time a run may take before it is killed.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn command(&self, msg: &HandlerMessage) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .env("DLQCTL_QUEUE", &msg.queue)
+            .env(
+                "DLQCTL_MESSAGE_ID",
+                msg.message_id.as_deref().unwrap_or_default(),
+            )
+            .env("DLQCTL_ATTEMPT", msg.attempt.to_string())
+            .env("DLQCTL_MAX_ATTEMPTS", msg.max_attempts.to_string())
+            .env("DLQCTL_EXCHANGE", &msg.exchange)
+            .env("DLQCTL_ROUTING_KEY", &msg.routing_key)
+            .env("DLQCTL_HEADERS", msg.headers.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn run(&self, msg: &HandlerMessage) -> Outcome {
+        let child = match self.command(msg).spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                return Outcome::transient(format!(
+                    "cannot start handler `{}`: {}",
+                    self.program.to_string_lossy(),
+                    io_error_text(&e)
+                ))
+            }
+        };
+        let mut child = match GroupChild::new(child) {
+            Some(child) => child,
+            // Unreachable in practice: the pid is known until we reap.
+            None => return Outcome::transient("handler process vanished after start"),
+        };
+        let mut stdin = child.child.stdin.take();
+        let mut stderr = child.child.stderr.take();
+        let mut tail = TailBuffer::new(STDERR_TAIL_BYTES);
+        let deadline = Instant::now() + self.timeout;
+
+        // Feed stdin, drain stderr and wait for the exit, until the deadline.
+        let status = {
+            let wait = child.child.wait();
+            tokio::pin!(wait);
+            let write = async {
+                if let Some(mut pipe) = stdin.take() {
+                    // EPIPE (the program exited or closed stdin without
+                    // reading it all) is not an error; others are logged.
+                    match pipe.write_all(&msg.body).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                        Err(e) => tracing::debug!(error = %e, "writing the handler's stdin"),
+                    }
+                    // Dropping the pipe closes it: the program sees EOF.
+                }
+            };
+            tokio::pin!(write);
+            let mut writing = true;
+            let mut buf = vec![0u8; 8192];
+            loop {
+                tokio::select! {
+                    status = &mut wait => break Some(status),
+                    () = &mut write, if writing => writing = false,
+                    n = read_some(&mut stderr, &mut buf) => match n {
+                        Some(n) => tail.push(&buf[..n]),
+                        None => stderr = None,
+                    },
+                    () = tokio::time::sleep_until(deadline) => break None,
+                }
+            }
+        };
+        drop(stdin);
+
+        let (status, timed_out) = match status {
+            Some(status) => (status, false),
+            None => {
+                child.kill_group();
+                (child.child.wait().await, true)
+            }
+        };
+        child.reaped = true;
+
+        // Whatever is left in the stderr pipe, unless a left-behind child
+        // holds it open past the grace period.
+        let grace = Instant::now() + STDERR_GRACE;
+        let mut buf = vec![0u8; 8192];
+        while stderr.is_some() {
+            tokio::select! {
+                n = read_some(&mut stderr, &mut buf) => match n {
+                    Some(n) => tail.push(&buf[..n]),
+                    None => stderr = None,
+                },
+                () = tokio::time::sleep_until(grace) => break,
+            }
+        }
+
+        let tail = tail.text();
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                return Outcome::transient(with_tail(
+                    format!("cannot wait for handler: {}", io_error_text(&e)),
+                    &tail,
+                ))
+            }
+        };
+        if timed_out {
+            return Outcome::transient(with_tail(
+                format!("timed out after {}", format_timeout(self.timeout)),
+                &tail,
+            ));
+        }
+        outcome_of(status, tail)
+    }
+}
+
+impl Handler for ExecHandler {
+    fn handle(&self, msg: &HandlerMessage) -> impl std::future::Future<Output = Outcome> + Send {
+        self.run(msg)
+    }
+}
+
+/// Reads once from the pipe; `None` at EOF or on an error, and pends for ever
+/// when there is no pipe (so a `select!` branch on it goes quiet).
+async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
+    match pipe {
+        Some(pipe) => match pipe.read(buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The outcome of a program that ended by itself.
+fn outcome_of(status: ExitStatus, tail: String) -> Outcome {
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Outcome::Success,
+        (Some(EXIT_PERMANENT), _) => Outcome::permanent(or_describe(
+            tail,
+            format!("exited with status {EXIT_PERMANENT}"),
+        )),
+        (Some(code), _) => {
+            Outcome::transient(or_describe(tail, format!("exited with status {code}")))
+        }
+        (None, Some(signal)) => Outcome::transient(with_tail(
+            format!("killed by signal {signal}{}", signal_name(signal)),
+            &tail,
+        )),
+        (None, None) => Outcome::transient(or_describe(tail, format!("ended with {status}"))),
+    }
+}
+
+fn or_describe(tail: String, description: String) -> String {
+    if tail.is_empty() {
+        description
+    } else {
+        tail
+    }
+}
+
+fn with_tail(description: String, tail: &str) -> String {
+    if tail.is_empty() {
+        description
+    } else {
+        format!("{description}: {tail}")
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGHUP => " (SIGHUP)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGQUIT => " (SIGQUIT)",
+        libc::SIGILL => " (SIGILL)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGBUS => " (SIGBUS)",
+        libc::SIGFPE => " (SIGFPE)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGPIPE => " (SIGPIPE)",
+        libc::SIGALRM => " (SIGALRM)",
+        libc::SIGTERM => " (SIGTERM)",
+        _ => "",
+    }
+}
+
+fn format_timeout(timeout: Duration) -> String {
+    tier_name(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// An `io::Error`'s text without the `(os error N)` suffix.
+fn io_error_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_string(),
+        _ => text,
+    }
+}
+
+/// A spawned child whose process group is killed if it is dropped before
+/// it was reaped (the handler's future was cancelled).
+///
+/// The group id is the child's pid, which stays reserved until the child is
+/// reaped, so killing the group before that cannot hit another process.
+struct GroupChild {
+    pgid: libc::pid_t,
+    reaped: bool,
+    child: Child,
+}
+
+impl GroupChild {
+    fn new(child: Child) -> Option<Self> {
+        let pgid = libc::pid_t::try_from(child.id()?).ok()?;
+        Some(GroupChild {
+            pgid,
+            reaped: false,
+            child,
+        })
+    }
+
+    fn kill_group(&self) {
+        if !self.reaped && self.pgid > 0 {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        // Runs before `child` is dropped (fields drop after this), so the
+        // child is not yet reaped; its own drop then kills and reaps it.
+        self.kill_group();
+    }
+}
+
+/// The last `cap` bytes written to it, in memory bounded by twice `cap`.
+#[derive(Debug)]
+struct TailBuffer {
+    cap: usize,
+    buf: Vec<u8>,
+    cut: bool,
+}
+
+impl TailBuffer {
+    fn new(cap: usize) -> Self {
+        TailBuffer {
+            cap,
+            buf: Vec::with_capacity(2 * cap),
+            cut: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        if data.len() >= self.cap {
+            self.cut |= !self.buf.is_empty() || data.len() > self.cap;
+            self.buf.clear();
+            self.buf.extend_from_slice(&data[data.len() - self.cap..]);
+            return;
+        }
+        if self.buf.len() + data.len() > 2 * self.cap {
+            let drop = self.buf.len() + data.len() - self.cap;
+            self.buf.drain(..drop);
+            self.cut = true;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let start = self.buf.len().saturating_sub(self.cap);
+        &self.buf[start..]
+    }
+
+    /// The tail as trimmed lossy UTF-8, prefixed with `…` when cut.
+    fn text(&self) -> String {
+        let mut bytes = self.bytes();
+        let cut = self.cut || bytes.len() < self.buf.len();
+        if cut {
+            // Do not start in the middle of a UTF-8 sequence.
+            let skip = bytes
+                .iter()
+                .take(3)
+                .take_while(|b| (**b & 0xC0) == 0x80)
+                .count();
+            bytes = &bytes[skip..];
+        }
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim();
+        if cut && !text.is_empty() {
+            format!("…{text}")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+/// Checks that `program` can be started, resolving it like `execvp` does:
+/// a name with a slash is a path; otherwise it is looked up in `PATH`
+/// (`/bin:/usr/bin` when unset; an empty entry is the current directory).
+/// The file must exist, be a regular file (after symlinks) and be
+/// executable by us.
+///
+/// The worker calls this at start-up; at run time a program that cannot be
+/// started is a transient failure.
+pub fn check_program(program: impl AsRef<OsStr>) -> Result<(), String> {
+    resolve_program(program.as_ref()).map(|_| ())
+}
+
+/// Where `execvp` would find `program`, or why it would not.
+pub fn resolve_program(program: &OsStr) -> Result<PathBuf, String> {
+    let name = program.to_string_lossy();
+    if program.is_empty() {
+        return Err("the handler program is empty".to_string());
+    }
+    if program.as_bytes().contains(&b'/') {
+        let path = Path::new(program);
+        return check_executable(path)
+            .map(|()| path.to_path_buf())
+            .map_err(|why| format!("cannot start handler `{name}`: {why}"));
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/bin:/usr/bin"));
+    let mut first_problem = None;
+    for dir in std::env::split_paths(&path_var) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        match check_executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            // Keep looking, as execvp does, but remember why a file that
+            // exists was unusable.
+            Err(why) if candidate.exists() && first_problem.is_none() => {
+                first_problem = Some(format!("{}: {why}", candidate.display()));
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match first_problem {
+        Some(problem) => format!("cannot start handler `{name}`: {problem}"),
+        None => format!("cannot start handler `{name}`: not found in PATH"),
+    })
+}
+
+fn check_executable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error_text(&e))?;
+    if meta.is_dir() {
+        return Err("is a directory".to_string());
+    }
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| "contains a NUL byte".to_string())?;
+    // SAFETY: c_path is a valid NUL-terminated string for the call's duration.
+    if unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } != 0 {
+        return Err("not executable (permission denied)".to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant as StdInstant;
+
+    fn sh(script: &str, timeout: Duration) -> ExecHandler {
+        ExecHandler::new("/bin/sh", vec!["-c".into(), script.into()], timeout)
+    }
+
+    fn msg(body: &[u8]) -> HandlerMessage {
+        HandlerMessage {
+            body: body.to_vec(),
+            queue: "orders".into(),
+            message_id: Some("m-1".into()),
+            content_type: Some("application/json".into()),
+            attempt: 2,
+            max_attempts: 5,
+            exchange: "shop".into(),
+            routing_key: "order.created".into(),
+            headers: serde_json::json!({"tenant": "acme", "n": 3}),
+        }
+    }
+
+    fn temp_path(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("dlqctl-exec-{tag}-{}", uuid::Uuid::new_v4()))
+    }
+
+    /// Whether `pid` is still a live process (a zombie waiting for a
+    /// reaper that may not exist in a container counts as gone).
+    fn alive(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+                !matches!(state, Some('Z') | Some('X'))
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn wait_gone(pid: i32) -> bool {
+        for _ in 0..100 {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    async fn read_pid(path: &Path) -> i32 {
+        for _ in 0..100 {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                if let Ok(pid) = text.trim().parse() {
+                    return pid;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no pid in {}", path.display());
+    }
+
+    const T: Duration = Duration::from_secs(20);
+
+    #[tokio::test]
+    async fn exit_zero_is_success() {
+        assert_eq!(sh("exit 0", T).handle(&msg(b"x")).await, Outcome::Success);
+    }
+
+    #[tokio::test]
+    async fn exit_65_is_permanent_with_stderr() {
+        let out = sh("echo 'bad order: no sku' >&2; exit 65", T)
+            .handle(&msg(b"x"))
+            .await;
+        assert_eq!(out, Outcome::permanent("bad order: no sku"));
+        let out = sh("exit 65", T).handle(&msg(b"x")).await;
+        assert_eq!(out, Outcome::permanent("exited with status 65"));
+    }
+
+    #[tokio::test]
+    async fn other_exit_is_transient_with_stderr_tail() {
+        let out = sh("echo first >&2; printf '  db down\\n\\n' >&2; exit 3", T)
+            .handle(&msg(b"x"))
+            .await;
+        assert_eq!(out, Outcome::transient("first\n  db down"));
+        let out = sh("exit 3", T).handle(&msg(b"x")).await;
+        assert_eq!(out, Outcome::transient("exited with status 3"));
+    }
+
+    #[tokio::test]
+    async fn environment_carries_the_message() {
+        let file = temp_path("env");
+        let script = format!(
+            "for v in QUEUE MESSAGE_ID ATTEMPT MAX_ATTEMPTS EXCHANGE ROUTING_KEY HEADERS; do \
+               eval \"printf '%s=%s\\n' $v \\\"\\${{DLQCTL_$v-UNSET}}\\\"\"; \
+             done > '{}'",
+            file.display()
+        );
+        let h = sh(&script, T);
+        assert_eq!(h.handle(&msg(b"x")).await, Outcome::Success);
+        let got = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            got,
+            "QUEUE=orders\nMESSAGE_ID=m-1\nATTEMPT=2\nMAX_ATTEMPTS=5\nEXCHANGE=shop\n\
+             ROUTING_KEY=order.created\nHEADERS={\"n\":3,\"tenant\":\"acme\"}\n"
+        );
+
+        let mut m = msg(b"x");
+        m.message_id = None;
+        m.headers = serde_json::json!({});
+        assert_eq!(h.handle(&m).await, Outcome::Success);
+        let got = std::fs::read_to_string(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert!(got.contains("\nMESSAGE_ID=\n"), "{got}");
+        assert!(got.ends_with("\nHEADERS={}\n"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn body_arrives_on_stdin_byte_exact() {
+        let file = temp_path("body");
+        let mut body: Vec<u8> = (0..=255u8).collect();
+        body.extend_from_slice(b"\0\0\r\n\xff tail");
+        body.extend(std::iter::repeat_n(0xA5u8, 300_000));
+        let h = sh(&format!("cat > '{}'", file.display()), T);
+        assert_eq!(h.handle(&msg(&body)).await, Outcome::Success);
+        let got = std::fs::read(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert!(
+            got == body,
+            "body differs: {} vs {} bytes",
+            got.len(),
+            body.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn child_that_ignores_stdin_is_fine() {
+        let body = vec![b'z'; 1 << 20];
+        // Exits at once without reading.
+        assert_eq!(sh("exit 0", T).handle(&msg(&body)).await, Outcome::Success);
+        // Lives a while without reading, so our write is blocked, then exits.
+        assert_eq!(
+            sh("sleep 0.3; exit 0", T).handle(&msg(&body)).await,
+            Outcome::Success
+        );
+        // Closes stdin at once, then works on.
+        assert_eq!(
+            sh("exec 0<&-; sleep 0.2; echo done >&2; exit 3", T)
+                .handle(&msg(&body))
+                .await,
+            Outcome::transient("done")
+        );
+    }
+
+    #[tokio::test]
+    async fn huge_stderr_keeps_only_the_tail() {
+        let h = sh(
+            "head -c 20000000 /dev/zero | tr '\\0' a >&2; printf 'LAST \\303\\251' >&2; exit 3",
+            T,
+        );
+        let Outcome::Transient { error, .. } = h.handle(&msg(b"")).await else {
+            panic!("not transient");
+        };
+        assert!(
+            error.len() <= STDERR_TAIL_BYTES + 3,
+            "{} bytes",
+            error.len()
+        );
+        assert!(error.starts_with("…aaa"), "{}", &error[..20]);
+        assert!(
+            error.ends_with("aaaLAST é"),
+            "{}",
+            &error[error.len() - 20..]
+        );
+    }
+
+    #[test]
+    fn tail_buffer_is_bounded() {
+        let mut t = TailBuffer::new(16);
+        assert_eq!(t.text(), "");
+        t.push(b"  hello ");
+        assert_eq!(t.text(), "hello");
+        for i in 0..100_000u32 {
+            t.push(format!("{i},").as_bytes());
+            assert!(t.buf.capacity() <= 32, "capacity {}", t.buf.capacity());
+        }
+        assert_eq!(t.bytes(), b"997,99998,99999,");
+        assert_eq!(t.text(), "…997,99998,99999,");
+        let mut t = TailBuffer::new(4);
+        t.push("xé".as_bytes());
+        t.push("éé".as_bytes());
+        // The last 4 bytes are "é" "é"; a cut in the middle of a character
+        // is skipped rather than shown as a replacement character.
+        assert_eq!(t.text(), "…éé");
+        t.push(b"a");
+        assert_eq!(t.text(), "…éa");
+        let mut t = TailBuffer::new(4);
+        t.push(b"exact");
+        assert_eq!(t.text(), "…xact");
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_transient_and_named() {
+        let h = ExecHandler::new("dlqctl-no-such-program", vec![], T);
+        assert_eq!(
+            h.handle(&msg(b"x")).await,
+            Outcome::transient(
+                "cannot start handler `dlqctl-no-such-program`: No such file or directory"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn signal_is_transient() {
+        let out = sh("echo dying >&2; kill -9 $$", T).handle(&msg(b"")).await;
+        assert_eq!(
+            out,
+            Outcome::transient("killed by signal 9 (SIGKILL): dying")
+        );
+        let out = sh("kill -TERM $$", T).handle(&msg(b"")).await;
+        assert_eq!(out, Outcome::transient("killed by signal 15 (SIGTERM)"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let file = temp_path("pid");
+        let h = sh(
+            &format!(
+                "sleep 100 & echo $! > '{}'; echo waiting >&2; wait",
+                file.display()
+            ),
+            Duration::from_millis(1500),
+        );
+        let started = StdInstant::now();
+        let out = h.handle(&msg(b"")).await;
+        assert!(started.elapsed() < Duration::from_secs(6));
+        // The shell normally wrote its line long before the timeout; on a
+        // very loaded machine it may not have.
+        assert!(
+            out == Outcome::transient("timed out after 1500ms: waiting")
+                || out == Outcome::transient("timed out after 1500ms"),
+            "{out:?}"
+        );
+        let pid = read_pid(&file).await;
+        std::fs::remove_file(&file).unwrap();
+        assert!(
+            wait_gone(pid).await,
+            "grandchild {pid} survived the timeout"
+        );
+    }
+
+    #[tokio::test]
+    async fn dropping_the_future_kills_the_group() {
+        let file = temp_path("drop");
+        let h = sh(
+            &format!("sleep 100 & echo $! > '{}'; wait", file.display()),
+            Duration::from_secs(60),
+        );
+        let m = msg(b"");
+        let cancelled = tokio::time::timeout(Duration::from_millis(1500), h.handle(&m)).await;
+        assert!(cancelled.is_err());
+        let pid = read_pid(&file).await;
+        std::fs::remove_file(&file).unwrap();
+        assert!(wait_gone(pid).await, "grandchild {pid} survived the drop");
+    }
+
+    #[tokio::test]
+    async fn left_behind_child_holding_stderr_does_not_block() {
+        let h = sh("sleep 5 >&2 & echo ok >&2; exit 0", T);
+        let started = StdInstant::now();
+        assert_eq!(h.handle(&msg(b"")).await, Outcome::Success);
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn check_program_resolves_like_execvp() {
+        assert_eq!(check_program("sh"), Ok(()));
+        assert_eq!(check_program("/bin/sh"), Ok(()));
+        assert!(resolve_program(OsStr::new("sh")).unwrap().is_absolute());
+        let e = check_program("dlqctl-no-such-program").unwrap_err();
+        assert_eq!(
+            e,
+            "cannot start handler `dlqctl-no-such-program`: not found in PATH"
+        );
+        let e = check_program("/nonexistent/x").unwrap_err();
+        assert_eq!(
+            e,
+            "cannot start handler `/nonexistent/x`: No such file or directory"
+        );
+        let e = check_program("/tmp").unwrap_err();
+        assert!(e.ends_with("is a directory"), "{e}");
+        assert!(check_program("").is_err());
+
+        let file = temp_path("noexec");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        let e = check_program(&file).unwrap_err();
+        assert!(e.ends_with("not executable (permission denied)"), "{e}");
+        std::fs::remove_file(&file).unwrap();
+    }
+}
