@@ -1,0 +1,116 @@
+//! The command line, in one place.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Delayed retries and a dead-letter queue for RabbitMQ consumers.
+#[derive(Debug, Parser)]
+#[command(name = "dlqctl", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Broker connection options.
+#[derive(Debug, Args, Clone)]
+pub struct Connection {
+    /// Broker URL (amqp:// or amqps://).
+    #[arg(long, env = "AMQP_URL", default_value = dlqctl::broker::DEFAULT_URL, hide_env_values = true)]
+    pub url: String,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a topology file offline; exit 2 listing every problem.
+    Validate {
+        /// The topology file.
+        file: PathBuf,
+    },
+    /// Declare everything a topology file describes (idempotent).
+    Provision(ProvisionArgs),
+    /// Consume a pipeline's main queue and run a handler per message.
+    Work(Box<WorkArgs>),
+}
+
+/// `dlqctl provision`.
+#[derive(Debug, Args)]
+pub struct ProvisionArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// Print the plan (every object, name, type, arguments); contact no broker.
+    #[arg(long, conflicts_with = "check")]
+    pub dry_run: bool,
+    /// Change nothing; exit 3 listing every missing object and difference.
+    #[arg(long)]
+    pub check: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    /// Management API for checking bindings [default: the AMQP host, port 15672].
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL")]
+    pub management_url: Option<String>,
+    /// Declarations in flight at once, each on its own channel.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallelism: u16,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// How a dead-letter is done.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DeadLetterMode {
+    /// Publish a copy with the final diagnosis to the DLX, then ack.
+    Republish,
+    /// `basic.nack(requeue=false)`: the broker's DLX moves it (no final error).
+    Nack,
+}
+
+/// `dlqctl work`.
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// Unacked messages the broker may push ahead of the handlers.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..))]
+    pub prefetch: u16,
+    /// Handler runs at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub concurrency: u16,
+    /// A handler run longer than this is killed and counts as transient.
+    #[arg(long, default_value = "30s", value_parser = dlqctl::duration::parse_cli_duration)]
+    pub handler_timeout: std::time::Duration,
+    /// How to dead-letter.
+    #[arg(long, value_enum, default_value_t = DeadLetterMode::Republish)]
+    pub dead_letter: DeadLetterMode,
+    /// At shutdown, how long in-flight handlers may take before their
+    /// messages are left to return to the queue.
+    #[arg(long, default_value = "30s", value_parser = dlqctl::duration::parse_cli_duration)]
+    pub grace: std::time::Duration,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090).
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// POST each message to this URL instead of running a command.
+    #[arg(long, conflicts_with = "command")]
+    pub http: Option<String>,
+    #[command(flatten)]
+    pub connection: Connection,
+    /// The handler program and its arguments (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}

@@ -1,0 +1,91 @@
+//! What a person (or a machine, with --json) sees. Logic never prints.
+
+use dlqctl::provision::{Finding, Report};
+use dlqctl::topology::plan::{Plan, Role};
+use dlqctl::topology::Arguments;
+
+fn role(r: Role) -> &'static str {
+    match r {
+        Role::ProducerExchange => "producers' exchange",
+        Role::RetryExchange => "retry exchange",
+        Role::DeadLetterExchange => "dead-letter exchange",
+        Role::MainQueue => "main queue",
+        Role::RetryQueue => "retry queue",
+        Role::DeadLetterQueue => "dead-letter queue",
+    }
+}
+
+fn args(a: &Arguments) -> String {
+    a.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The plan as text: one object per line.
+pub fn plan_text(plan: &Plan) -> String {
+    let mut out = String::new();
+    for e in &plan.exchanges {
+        out += &format!(
+            "exchange {:<width$} type={} durable  # {} of {}\n",
+            e.name,
+            e.kind.as_str(),
+            role(e.role),
+            e.pipelines.join(", "),
+            width = 0
+        );
+    }
+    for q in &plan.queues {
+        out += &format!(
+            "queue    {} durable {}  # {} of {}\n",
+            q.name,
+            args(&q.arguments),
+            role(q.role),
+            q.pipeline
+        );
+    }
+    for b in &plan.bindings {
+        let a = if b.arguments.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", args(&b.arguments))
+        };
+        out += &format!(
+            "binding  {} -> {} key={:?}{a}\n",
+            b.exchange, b.queue, b.routing_key
+        );
+    }
+    out += &format!(
+        "{} exchanges, {} queues, {} bindings\n",
+        plan.exchanges.len(),
+        plan.queues.len(),
+        plan.bindings.len()
+    );
+    out
+}
+
+/// The plan as JSON.
+pub fn plan_json(plan: &Plan) -> String {
+    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// A provision or check report as JSON.
+pub fn report_json(report: &Report, status: &str) -> String {
+    let v = serde_json::json!({
+        "status": status,
+        "ok": report.ok,
+        "elapsed_ms": report.elapsed.as_millis() as u64,
+        "findings": report.findings,
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}
+
+/// Findings as text lines.
+pub fn findings_text(findings: &[Finding]) -> String {
+    findings.iter().map(|f| format!("  {f}\n")).collect()
+}
+
+/// The hint printed after drift.
+pub const DRIFT_HINT: &str = "hint: RabbitMQ cannot change a queue's arguments or an exchange's type in place. \
+Migrate: create the new object under another name (or delete and recreate it), after moving its messages \
+(e.g. with a shovel); deleting a queue loses the messages it holds. dlqctl never deletes or purges anything.";
