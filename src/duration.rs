@@ -62,7 +62,7 @@ pub fn tier_name(millis: u64) -> String {
         return "0ms".to_string();
     }
     for (unit, factor) in UNITS {
-        if millis % factor == 0 {
+        if millis.is_multiple_of(factor) {
             return format!("{}{}", millis / factor, unit);
         }
     }
@@ -116,7 +116,10 @@ mod tests {
             let e = parse_millis(bad).unwrap_err();
             assert_eq!(e.input, bad);
         }
-        assert_eq!(parse_millis("10").unwrap_err().reason, "the unit is missing");
+        assert_eq!(
+            parse_millis("10").unwrap_err().reason,
+            "the unit is missing"
+        );
         assert_eq!(parse_millis("10x").unwrap_err().reason, "unknown unit");
     }
 
@@ -143,7 +146,9 @@ mod tests {
 
     #[test]
     fn tier_names_parse_back_to_the_same_duration() {
-        for ms in [1, 999, 1000, 1001, 59_999, 60_000, 3_600_000, 86_400_000, MAX_MILLIS] {
+        for ms in [
+            1, 999, 1000, 1001, 59_999, 60_000, 3_600_000, 86_400_000, MAX_MILLIS,
+        ] {
             assert_eq!(parse_millis(&tier_name(ms)), Ok(ms));
         }
     }
