@@ -6,4 +6,5 @@
 
 pub mod duration;
 pub mod outcome;
+pub mod retry;
 pub mod topology;

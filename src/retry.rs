@@ -1,0 +1,816 @@
+//! The retry core: deaths and headers → attempt → decision, jitter, and the
+//! properties of the copies the worker publishes.
+//!
+//! Pure: no I/O, no clock, no randomness. The current time and the uniform
+//! random number are parameters, so every rule here is tested without a
+//! broker.
+//!
+//! Choices the design leaves open, written down here once:
+//!
+//! - Times written into headers (`dlqctl-first-failed-at`,
+//!   `dlqctl-dead-lettered-at`, the `time` of each `dlqctl-errors` entry)
+//!   are RFC 3339 UTC strings with milliseconds, `2023-11-14T22:13:20.123Z`,
+//!   made from [`CopyContext::now_unix_ms`]. Readable in the management UI,
+//!   sortable as text, and more precise than an AMQP timestamp (seconds).
+//! - Strings are written as long strings, integers as signed 64-bit
+//!   integers (what RabbitMQ itself uses for `x-death` counts).
+//! - Cut texts (`dlqctl-last-error`, history errors) keep their beginning
+//!   and are cut on a UTF-8 character boundary, never inside a character.
+//! - A header dlqctl reads back from an earlier copy is used only when it
+//!   has the type and size dlqctl writes; otherwise it is treated as absent
+//!   and rewritten. This is what keeps the added headers under
+//!   [`MAX_ADDED_HEADERS_BYTES`] whatever a message arrives with.
+
+use std::time::Duration;
+
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+
+use crate::outcome::Outcome;
+use crate::topology::RetryPolicy;
+
+/// dlqctl's own attempt counter: handler runs already made.
+pub const ATTEMPT_HEADER: &str = "dlqctl-attempt";
+/// When the first handler run of this message failed.
+pub const FIRST_FAILED_AT_HEADER: &str = "dlqctl-first-failed-at";
+/// The error of the last failed run, at most [`MAX_LAST_ERROR_BYTES`].
+pub const LAST_ERROR_HEADER: &str = "dlqctl-last-error";
+/// The last [`MAX_HISTORY_ENTRIES`] failures, oldest first.
+pub const ERRORS_HEADER: &str = "dlqctl-errors";
+/// The exchange the message was first delivered from.
+pub const ORIGINAL_EXCHANGE_HEADER: &str = "dlqctl-original-exchange";
+/// The routing key the message was first delivered with.
+pub const ORIGINAL_ROUTING_KEY_HEADER: &str = "dlqctl-original-routing-key";
+/// Why a message was dead-lettered: `permanent` or `exhausted`.
+pub const REASON_HEADER: &str = "dlqctl-reason";
+/// When the message was dead-lettered.
+pub const DEAD_LETTERED_AT_HEADER: &str = "dlqctl-dead-lettered-at";
+/// The queue the message was dead-lettered from.
+pub const SOURCE_QUEUE_HEADER: &str = "dlqctl-source-queue";
+
+/// The headers every copy (re)writes.
+const COPY_HEADERS: [&str; 6] = [
+    ATTEMPT_HEADER,
+    FIRST_FAILED_AT_HEADER,
+    LAST_ERROR_HEADER,
+    ERRORS_HEADER,
+    ORIGINAL_EXCHANGE_HEADER,
+    ORIGINAL_ROUTING_KEY_HEADER,
+];
+
+/// Every header a copy (re)writes: a retry copy the first six, a
+/// dead-letter copy all. The bound [`MAX_ADDED_HEADERS_BYTES`] covers these.
+pub const WRITTEN_HEADERS: [&str; 9] = [
+    ATTEMPT_HEADER,
+    FIRST_FAILED_AT_HEADER,
+    LAST_ERROR_HEADER,
+    ERRORS_HEADER,
+    ORIGINAL_EXCHANGE_HEADER,
+    ORIGINAL_ROUTING_KEY_HEADER,
+    REASON_HEADER,
+    DEAD_LETTERED_AT_HEADER,
+    SOURCE_QUEUE_HEADER,
+];
+
+/// Longest `dlqctl-last-error`, in bytes.
+pub const MAX_LAST_ERROR_BYTES: usize = 1024;
+/// Longest error of one `dlqctl-errors` entry, in bytes.
+pub const MAX_HISTORY_ERROR_BYTES: usize = 256;
+/// Entries kept in `dlqctl-errors`.
+pub const MAX_HISTORY_ENTRIES: usize = 5;
+/// Bound on the encoded size of the headers in [`WRITTEN_HEADERS`].
+pub const MAX_ADDED_HEADERS_BYTES: usize = 8 * 1024;
+
+/// Exchange, routing key and queue names are short strings on the wire.
+const MAX_NAME_BYTES: usize = 255;
+/// A time string read back from a header is kept only up to this length.
+const MAX_TIME_BYTES: usize = 64;
+/// Warnings returned by [`count_attempt`] for one delivery, at most.
+const MAX_WARNINGS: usize = 10;
+/// [`headers_to_json`] writes `null` for values nested deeper than this.
+const MAX_JSON_DEPTH: usize = 64;
+
+const X_DEATH: &str = "x-death";
+
+// ---------------------------------------------------------------------------
+// Attempts
+
+/// What the headers of one delivery say about its attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptCount {
+    /// H: `dlqctl-attempt`, the handler runs already made, when readable.
+    pub own: Option<u32>,
+    /// D: the sum of `count` over the `x-death` entries with reason
+    /// `expired` from one of the pipeline's retry queues.
+    pub deaths: u64,
+    /// This run's number: max(H, D) + 1, at least 1, at most `u32::MAX`.
+    pub attempt: u32,
+    /// Headers of an unexpected type or shape, ignored; for the caller to
+    /// log once. Never echoes header values, only types and positions.
+    pub warnings: Vec<String>,
+}
+
+/// Computes the attempt number of a delivery from its headers.
+///
+/// Tolerant: a header of an unexpected type or shape is reported in
+/// [`AttemptCount::warnings`] and treated as absent; no input panics or
+/// overflows (counts add up saturating).
+pub fn count_attempt(headers: Option<&FieldTable>, retry_queues: &[String]) -> AttemptCount {
+    let mut warnings = Warnings::default();
+    let get = |key: &str| headers.and_then(|h| h.inner().get(key));
+    let own = get(ATTEMPT_HEADER).and_then(|v| read_own_attempt(v, &mut warnings));
+    let deaths = get(X_DEATH).map_or(0, |v| sum_deaths(v, retry_queues, &mut warnings));
+    let runs = u64::from(own.unwrap_or(0)).max(deaths);
+    let attempt = u32::try_from(runs.saturating_add(1)).unwrap_or(u32::MAX);
+    AttemptCount {
+        own,
+        deaths,
+        attempt,
+        warnings: warnings.finish(),
+    }
+}
+
+fn read_own_attempt(value: &AMQPValue, warnings: &mut Warnings) -> Option<u32> {
+    match as_integer(value) {
+        None => {
+            warnings.push(format!(
+                "header {ATTEMPT_HEADER} is a {}, not an integer; ignored",
+                value.get_type()
+            ));
+            None
+        }
+        Some(n) if n < 0 => {
+            warnings.push(format!(
+                "header {ATTEMPT_HEADER} is negative ({n}); ignored"
+            ));
+            None
+        }
+        Some(n) => Some(u32::try_from(n).unwrap_or_else(|_| {
+            warnings.push(format!(
+                "header {ATTEMPT_HEADER} is {n}, more than {}; counted as {}",
+                u32::MAX,
+                u32::MAX
+            ));
+            u32::MAX
+        })),
+    }
+}
+
+fn sum_deaths(value: &AMQPValue, retry_queues: &[String], warnings: &mut Warnings) -> u64 {
+    let AMQPValue::FieldArray(entries) = value else {
+        warnings.push(format!(
+            "header {X_DEATH} is a {}, not an array; ignored",
+            value.get_type()
+        ));
+        return 0;
+    };
+    let mut total: u64 = 0;
+    for (i, entry) in entries.as_slice().iter().enumerate() {
+        let AMQPValue::FieldTable(entry) = entry else {
+            warnings.push(format!(
+                "{X_DEATH} entry {i} is a {}, not a table; skipped",
+                entry.get_type()
+            ));
+            continue;
+        };
+        let field = |name: &str| entry.inner().get(name).and_then(as_text);
+        let (Some(reason), Some(queue)) = (field("reason"), field("queue")) else {
+            warnings.push(format!(
+                "{X_DEATH} entry {i} has no string reason or queue; skipped"
+            ));
+            continue;
+        };
+        if reason != b"expired" || !retry_queues.iter().any(|q| q.as_bytes() == queue) {
+            continue;
+        }
+        match entry.inner().get("count").map(|c| (c, as_integer(c))) {
+            Some((_, Some(n))) if n >= 0 => total = total.saturating_add(n.unsigned_abs()),
+            Some((_, Some(n))) => warnings.push(format!(
+                "{X_DEATH} entry {i} has a negative count ({n}); skipped"
+            )),
+            Some((c, None)) => warnings.push(format!(
+                "{X_DEATH} entry {i} has a count of type {}, not an integer; skipped",
+                c.get_type()
+            )),
+            None => warnings.push(format!("{X_DEATH} entry {i} has no count; skipped")),
+        }
+    }
+    total
+}
+
+/// Collects at most [`MAX_WARNINGS`] warnings and counts the rest.
+#[derive(Default)]
+struct Warnings {
+    list: Vec<String>,
+    dropped: usize,
+}
+
+impl Warnings {
+    fn push(&mut self, warning: String) {
+        if self.list.len() < MAX_WARNINGS {
+            self.list.push(warning);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if self.dropped > 0 {
+            self.list
+                .push(format!("{} more header warnings not shown", self.dropped));
+        }
+        self.list
+    }
+}
+
+/// Any AMQP integer type, widened; `None` for every other type (booleans,
+/// floats, decimals, timestamps and strings included).
+fn as_integer(value: &AMQPValue) -> Option<i64> {
+    Some(match *value {
+        AMQPValue::ShortShortInt(n) => n.into(),
+        AMQPValue::ShortShortUInt(n) => n.into(),
+        AMQPValue::ShortInt(n) => n.into(),
+        AMQPValue::ShortUInt(n) => n.into(),
+        AMQPValue::LongInt(n) => n.into(),
+        AMQPValue::LongUInt(n) => n.into(),
+        AMQPValue::LongLongInt(n) => n,
+        _ => return None,
+    })
+}
+
+/// The bytes of a long or short string.
+fn as_text(value: &AMQPValue) -> Option<&[u8]> {
+    match value {
+        AMQPValue::LongString(s) => Some(s.as_bytes()),
+        AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
+        _ => None,
+    }
+}
+
+/// A long or short string that is valid UTF-8.
+fn as_str(value: &AMQPValue) -> Option<&str> {
+    as_text(value).and_then(|b| std::str::from_utf8(b).ok())
+}
+
+// ---------------------------------------------------------------------------
+// Decisions
+
+/// What the worker does with a delivery after a handler run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Acknowledge: done.
+    Ack,
+    /// Publish a copy to the retry tier of this delay, then ack.
+    Retry {
+        /// The tier (one of the policy's delays), in ms.
+        delay_ms: u64,
+    },
+    /// Publish a copy to the dead-letter exchange, then ack.
+    DeadLetter {
+        /// Why.
+        reason: DeadLetterReason,
+    },
+}
+
+/// Why a message was dead-lettered (the `dlqctl-reason` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    /// The handler said the message can never succeed.
+    Permanent,
+    /// Transient failures used up `max_attempts`.
+    Exhausted,
+}
+
+impl DeadLetterReason {
+    /// `permanent` or `exhausted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::Permanent => "permanent",
+            DeadLetterReason::Exhausted => "exhausted",
+        }
+    }
+}
+
+impl std::fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Decides what happens after run number `attempt` (1 for the first run)
+/// ended with `outcome`, following DESIGN.md's table:
+///
+/// - success: ack;
+/// - permanent failure: dead-letter (`permanent`), whatever the attempt;
+/// - transient failure with `attempt ≥ max_attempts`: dead-letter
+///   (`exhausted`);
+/// - transient failure otherwise: retry through tier
+///   `delays[min(attempt, len) − 1]`; with a retry-after T (rounded up to
+///   whole ms), through the smallest distinct tier d whose shortest jittered
+///   wait `d × (1 − jitter)` is at least max(T, that tier), else through the
+///   largest tier.
+///
+/// Note the rule's consequence: with jitter > 0, any retry-after moves the
+/// message at least one tier up, since no tier's jittered wait reaches its
+/// own delay.
+///
+/// Defensive on input the topology validation already refuses: attempt 0
+/// counts as 1; an empty delay list dead-letters (`exhausted`); a jitter
+/// outside 0..=1 or NaN is clamped (NaN as 0).
+pub fn decide(policy: &RetryPolicy, attempt: u32, outcome: &Outcome) -> Decision {
+    let retry_after = match outcome {
+        Outcome::Success => return Decision::Ack,
+        Outcome::Permanent { .. } => {
+            return Decision::DeadLetter {
+                reason: DeadLetterReason::Permanent,
+            }
+        }
+        Outcome::Transient { retry_after, .. } => retry_after,
+    };
+    let exhausted = Decision::DeadLetter {
+        reason: DeadLetterReason::Exhausted,
+    };
+    if attempt >= policy.max_attempts {
+        return exhausted;
+    }
+    let row = usize::try_from(attempt.max(1))
+        .unwrap_or(usize::MAX)
+        .min(policy.delays.len());
+    let Some(&base) = row.checked_sub(1).and_then(|i| policy.delays.get(i)) else {
+        return exhausted;
+    };
+    let delay_ms = match retry_after {
+        None => base,
+        Some(t) => {
+            let wanted = duration_ms_ceil(*t).max(base);
+            let jitter = clamp_jitter(policy.jitter);
+            let tiers = policy.tiers();
+            tiers
+                .iter()
+                .copied()
+                .find(|&d| shortest_wait(d, jitter) >= wanted)
+                .or_else(|| tiers.last().copied())
+                .unwrap_or(base)
+        }
+    };
+    Decision::Retry { delay_ms }
+}
+
+/// A duration in whole milliseconds, rounded up, saturating.
+fn duration_ms_ceil(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// NaN → 0, else clamped into 0..=1.
+fn clamp_jitter(jitter: f64) -> f64 {
+    if jitter.is_nan() {
+        0.0
+    } else {
+        jitter.clamp(0.0, 1.0)
+    }
+}
+
+/// The shortest whole-ms wait the jitter can give tier `d`: floor(d × (1 −
+/// jitter)). For a whole T, `d × (1 − jitter) ≥ T` exactly when this is ≥ T.
+fn shortest_wait(d: u64, jitter: f64) -> u64 {
+    floor_ms(d as f64 * (1.0 - jitter))
+}
+
+/// floor(x) for x ≥ 0, where x is the float image of a decimal product:
+/// a value within a relative 1e-9 of a whole number is that number, so
+/// `10000 × (1 − 0.33)` (6699.999999999999 in floats) is 6700, not 6699.
+/// NaN and negatives give 0; huge values saturate.
+fn floor_ms(x: f64) -> u64 {
+    if x.is_nan() || x <= 0.0 {
+        return 0;
+    }
+    let nearest = x.round();
+    if (x - nearest).abs() <= 1e-9 * nearest.max(1.0) {
+        nearest as u64
+    } else {
+        x.floor() as u64
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Jitter
+
+/// The per-message `expiration` of a copy to tier `tier_ms`:
+/// floor(d × (1 − jitter × u)) as a decimal integer string.
+///
+/// `u` is the caller's uniform random number, clamped into [0, 1) (NaN as
+/// 0); `jitter` is clamped into 0..=1. The result is never fractional, never
+/// "0" and never above the tier. `None` when jitter is 0 (or NaN, or
+/// negative): the queue's TTL alone applies. `None` too for a tier of 0 ms,
+/// which no valid topology has.
+pub fn jitter_expiration(tier_ms: u64, jitter: f64, u: f64) -> Option<String> {
+    let jitter = clamp_jitter(jitter);
+    if jitter == 0.0 || tier_ms == 0 {
+        return None;
+    }
+    let below_one = f64::from_bits(1.0_f64.to_bits() - 1);
+    let u = if u.is_nan() {
+        0.0
+    } else {
+        u.clamp(0.0, below_one)
+    };
+    let ms = floor_ms(tier_ms as f64 * (1.0 - jitter * u)).clamp(1, tier_ms);
+    Some(ms.to_string())
+}
+
+// ---------------------------------------------------------------------------
+// Copies
+
+/// What a copy records about the run that failed and the delivery it
+/// came from.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyContext<'a> {
+    /// Handler runs made, the failed one included (→ `dlqctl-attempt`).
+    pub attempt: u32,
+    /// The error of the failed run.
+    pub error: &'a str,
+    /// Now, in ms since the Unix epoch. Written as an RFC 3339 UTC string
+    /// with milliseconds (see [`rfc3339_millis`]).
+    pub now_unix_ms: u64,
+    /// The exchange of this delivery (`""` when back from a retry queue).
+    pub delivery_exchange: &'a str,
+    /// The routing key of this delivery.
+    pub delivery_routing_key: &'a str,
+    /// The user the publishing connection authenticated as.
+    pub connection_user: &'a str,
+}
+
+/// The properties of a copy to a retry tier.
+///
+/// Everything of the original is kept except: a `user_id` other than the
+/// connection's user is dropped (the broker would refuse it);
+/// `expiration` becomes `expiration` (the jitter value, or absent);
+/// `delivery_mode` is 2 (persistent); the headers lose `x-death`,
+/// `x-first-death-*`, `x-last-death-*` and `x-delivery-count`, and gain or
+/// update `dlqctl-attempt`, `dlqctl-first-failed-at`, `dlqctl-last-error`,
+/// `dlqctl-errors`, `dlqctl-original-exchange` and
+/// `dlqctl-original-routing-key`. Other headers, other `dlqctl-*` ones
+/// included, are kept as they are.
+pub fn retry_copy(
+    original: &BasicProperties,
+    ctx: &CopyContext,
+    expiration: Option<String>,
+) -> BasicProperties {
+    let headers = copy_headers(original.headers().as_ref(), ctx, true);
+    let props = kept_properties(original, ctx.connection_user).with_headers(headers);
+    match expiration.and_then(|e| ShortString::try_new(e).ok()) {
+        Some(e) => props.with_expiration(e),
+        None => props,
+    }
+}
+
+/// The properties of a copy to the dead-letter exchange.
+///
+/// As [`retry_copy`], with `expiration` removed (a copied one would expire
+/// the message in the DLQ) and these headers too: `dlqctl-reason`,
+/// `dlqctl-dead-lettered-at` (now) and `dlqctl-source-queue`.
+///
+/// `handler_failed`: true when `ctx.error` is the error of a handler run
+/// (the usual case: a permanent failure, or the last transient one), which
+/// is then appended to `dlqctl-errors`. False when the worker dead-letters
+/// without a run of its own (for example a delivery whose attempts were
+/// already spent when it arrived): `ctx.error` is then only written as
+/// `dlqctl-last-error` and the history is kept as it was.
+pub fn dead_letter_copy(
+    original: &BasicProperties,
+    ctx: &CopyContext,
+    reason: DeadLetterReason,
+    source_queue: &str,
+    handler_failed: bool,
+) -> BasicProperties {
+    let mut headers = copy_headers(original.headers().as_ref(), ctx, handler_failed);
+    insert_str(&mut headers, REASON_HEADER, reason.as_str());
+    insert_str(
+        &mut headers,
+        DEAD_LETTERED_AT_HEADER,
+        &rfc3339_millis(ctx.now_unix_ms),
+    );
+    insert_str(
+        &mut headers,
+        SOURCE_QUEUE_HEADER,
+        truncate_utf8(source_queue, MAX_NAME_BYTES),
+    );
+    kept_properties(original, ctx.connection_user).with_headers(headers)
+}
+
+/// The exchange and routing key a message was first delivered with: the
+/// `dlqctl-original-*` headers where present as strings of at most 255
+/// bytes, else (each on its own) the delivery's.
+pub fn original_exchange_and_key(
+    headers: Option<&FieldTable>,
+    delivery_exchange: &str,
+    delivery_routing_key: &str,
+) -> (String, String) {
+    let read = |key: &str, fallback: &str| {
+        headers
+            .and_then(|h| h.inner().get(key))
+            .and_then(as_str)
+            .filter(|s| s.len() <= MAX_NAME_BYTES)
+            .unwrap_or_else(|| truncate_utf8(fallback, MAX_NAME_BYTES))
+            .to_string()
+    };
+    (
+        read(ORIGINAL_EXCHANGE_HEADER, delivery_exchange),
+        read(ORIGINAL_ROUTING_KEY_HEADER, delivery_routing_key),
+    )
+}
+
+/// The encoded size in bytes of the headers in [`WRITTEN_HEADERS`] present
+/// in `headers`, as AMQP 0-9-1 field-table entries: for each, the key (1
+/// length byte + bytes) and the value (1 type byte + payload, nested tables
+/// and arrays with their 4-byte length). Exact for the encoding lapin uses.
+pub fn written_headers_size(headers: &FieldTable) -> usize {
+    headers
+        .inner()
+        .iter()
+        .filter(|(k, _)| WRITTEN_HEADERS.contains(&k.as_str()))
+        .map(|(k, v)| entry_size(k.as_str(), v))
+        .fold(0, usize::saturating_add)
+}
+
+fn entry_size(key: &str, value: &AMQPValue) -> usize {
+    (1 + key.len()).saturating_add(value_size(value))
+}
+
+/// Type byte + payload of one value.
+fn value_size(value: &AMQPValue) -> usize {
+    let payload = match value {
+        AMQPValue::Boolean(_) | AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => 1,
+        AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => 2,
+        AMQPValue::LongInt(_) | AMQPValue::LongUInt(_) | AMQPValue::Float(_) => 4,
+        AMQPValue::LongLongInt(_) | AMQPValue::Double(_) | AMQPValue::Timestamp(_) => 8,
+        AMQPValue::DecimalValue(_) => 5,
+        AMQPValue::ShortString(s) => 1 + s.as_str().len(),
+        AMQPValue::LongString(s) => 4usize.saturating_add(s.len()),
+        AMQPValue::ByteArray(a) => 4usize.saturating_add(a.len()),
+        AMQPValue::FieldArray(a) => a
+            .as_slice()
+            .iter()
+            .map(value_size)
+            .fold(4, usize::saturating_add),
+        AMQPValue::FieldTable(t) => t
+            .inner()
+            .iter()
+            .map(|(k, v)| entry_size(k.as_str(), v))
+            .fold(4, usize::saturating_add),
+        AMQPValue::Void => 0,
+    };
+    1 + payload
+}
+
+/// The original's properties a copy keeps: all but `expiration`, `headers`
+/// and a foreign `user_id`; `delivery_mode` forced to 2.
+fn kept_properties(original: &BasicProperties, connection_user: &str) -> BasicProperties {
+    let mut p = BasicProperties::default().with_delivery_mode(2);
+    if let Some(v) = original.content_type() {
+        p = p.with_content_type(v.clone());
+    }
+    if let Some(v) = original.content_encoding() {
+        p = p.with_content_encoding(v.clone());
+    }
+    if let Some(v) = original.priority() {
+        p = p.with_priority(*v);
+    }
+    if let Some(v) = original.correlation_id() {
+        p = p.with_correlation_id(v.clone());
+    }
+    if let Some(v) = original.reply_to() {
+        p = p.with_reply_to(v.clone());
+    }
+    if let Some(v) = original.message_id() {
+        p = p.with_message_id(v.clone());
+    }
+    if let Some(v) = original.timestamp() {
+        p = p.with_timestamp(*v);
+    }
+    if let Some(v) = original.kind() {
+        p = p.with_type(v.clone());
+    }
+    if let Some(v) = original.user_id() {
+        if v.as_str() == connection_user {
+            p = p.with_user_id(v.clone());
+        }
+    }
+    if let Some(v) = original.app_id() {
+        p = p.with_app_id(v.clone());
+    }
+    if let Some(v) = original.cluster_id() {
+        p = p.with_cluster_id(v.clone());
+    }
+    p
+}
+
+/// Headers the broker writes about deaths and deliveries; a copy that kept
+/// them would hand an old history back (see rabbitmq-facts.md).
+fn is_broker_history(key: &str) -> bool {
+    key == X_DEATH
+        || key == "x-delivery-count"
+        || key.starts_with("x-first-death-")
+        || key.starts_with("x-last-death-")
+}
+
+fn copy_headers(
+    original: Option<&FieldTable>,
+    ctx: &CopyContext,
+    record_failure: bool,
+) -> FieldTable {
+    let old = |key: &str| original.and_then(|h| h.inner().get(key));
+    let now = rfc3339_millis(ctx.now_unix_ms);
+
+    let mut out = FieldTable::default();
+    for (k, v) in original.into_iter().flatten() {
+        let key = k.as_str();
+        if !is_broker_history(key) && !COPY_HEADERS.contains(&key) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+
+    out.insert(
+        ATTEMPT_HEADER.into(),
+        AMQPValue::LongLongInt(ctx.attempt.into()),
+    );
+    let first_failed_at = old(FIRST_FAILED_AT_HEADER)
+        .and_then(as_str)
+        .filter(|s| s.len() <= MAX_TIME_BYTES)
+        .unwrap_or(&now);
+    insert_str(&mut out, FIRST_FAILED_AT_HEADER, first_failed_at);
+    insert_str(
+        &mut out,
+        LAST_ERROR_HEADER,
+        truncate_utf8(ctx.error, MAX_LAST_ERROR_BYTES),
+    );
+
+    let mut history = read_history(old(ERRORS_HEADER));
+    if record_failure {
+        history.push(history_entry(
+            i64::from(ctx.attempt),
+            &now,
+            truncate_utf8(ctx.error, MAX_HISTORY_ERROR_BYTES),
+        ));
+    }
+    let excess = history.len().saturating_sub(MAX_HISTORY_ENTRIES);
+    history.drain(..excess);
+    out.insert(
+        ERRORS_HEADER.into(),
+        AMQPValue::FieldArray(FieldArray::from(history)),
+    );
+
+    let (exchange, routing_key) =
+        original_exchange_and_key(original, ctx.delivery_exchange, ctx.delivery_routing_key);
+    insert_str(&mut out, ORIGINAL_EXCHANGE_HEADER, &exchange);
+    insert_str(&mut out, ORIGINAL_ROUTING_KEY_HEADER, &routing_key);
+    out
+}
+
+/// The well-formed entries of an existing `dlqctl-errors`, rebuilt within
+/// the bounds dlqctl writes. Anything else is dropped: a header that is not
+/// an array starts a fresh history, an entry that is not a table with an
+/// integer `attempt`, a string `time` (≤ 64 bytes) and a string `error` is
+/// left out, the others kept in order.
+fn read_history(value: Option<&AMQPValue>) -> Vec<AMQPValue> {
+    let Some(AMQPValue::FieldArray(entries)) = value else {
+        return Vec::new();
+    };
+    entries
+        .as_slice()
+        .iter()
+        .filter_map(|entry| {
+            let AMQPValue::FieldTable(t) = entry else {
+                return None;
+            };
+            let attempt = t.inner().get("attempt").and_then(as_integer)?;
+            let time = t
+                .inner()
+                .get("time")
+                .and_then(as_str)
+                .filter(|s| s.len() <= MAX_TIME_BYTES)?;
+            let error = String::from_utf8_lossy(t.inner().get("error").and_then(as_text)?);
+            Some(history_entry(
+                attempt,
+                time,
+                truncate_utf8(&error, MAX_HISTORY_ERROR_BYTES),
+            ))
+        })
+        .collect()
+}
+
+fn history_entry(attempt: i64, time: &str, error: &str) -> AMQPValue {
+    let mut t = FieldTable::default();
+    t.insert("attempt".into(), AMQPValue::LongLongInt(attempt));
+    insert_str(&mut t, "time", time);
+    insert_str(&mut t, "error", error);
+    AMQPValue::FieldTable(t)
+}
+
+/// Inserts a long-string value. `key` must be at most 255 bytes (all
+/// callers pass constants).
+fn insert_str(table: &mut FieldTable, key: &'static str, value: &str) {
+    table.insert(
+        ShortString::from(key),
+        AMQPValue::LongString(LongString::from(value)),
+    );
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a
+/// character boundary.
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Formats ms since the Unix epoch as RFC 3339 UTC with milliseconds:
+/// `2023-11-14T22:13:20.123Z`. Years past 9999 get more digits (no panic).
+pub fn rfc3339_millis(unix_ms: u64) -> String {
+    let ms = unix_ms % 1000;
+    let secs = unix_ms / 1000;
+    let (days, day_secs) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        day_secs / 3600,
+        day_secs % 3600 / 60,
+        day_secs % 60
+    )
+}
+
+/// Year, month, day of a day count since 1970-01-01 (H. Hinnant's
+/// algorithm, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+// ---------------------------------------------------------------------------
+// Headers as JSON
+
+/// The headers as a JSON object, for a handler's `DLQCTL_HEADERS`.
+///
+/// Integers and timestamps (seconds) become numbers; floats become numbers,
+/// NaN and infinities `null`; a decimal (scale s, value v) the number
+/// v / 10^s; strings become strings (a long string that is not UTF-8 with
+/// U+FFFD in place of the bad bytes); a byte array an array of numbers
+/// 0..=255; tables objects and arrays arrays, recursively; void `null`.
+/// Values nested more than 64 levels deep become `null`. No headers: `{}`.
+pub fn headers_to_json(headers: Option<&FieldTable>) -> serde_json::Value {
+    match headers {
+        Some(t) => table_to_json(t, 0),
+        None => serde_json::Value::Object(serde_json::Map::new()),
+    }
+}
+
+fn table_to_json(table: &FieldTable, depth: usize) -> serde_json::Value {
+    let map = table
+        .inner()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), value_to_json(v, depth + 1)))
+        .collect::<serde_json::Map<_, _>>();
+    serde_json::Value::Object(map)
+}
+
+fn value_to_json(value: &AMQPValue, depth: usize) -> serde_json::Value {
+    use serde_json::Value;
+    if depth > MAX_JSON_DEPTH {
+        return Value::Null;
+    }
+    let float = |f: f64| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number);
+    match value {
+        AMQPValue::Boolean(b) => Value::Bool(*b),
+        AMQPValue::Float(f) => float(f64::from(*f)),
+        AMQPValue::Double(f) => float(*f),
+        AMQPValue::DecimalValue(d) => float(f64::from(d.value) / 10f64.powi(i32::from(d.scale))),
+        AMQPValue::ShortString(s) => Value::String(s.as_str().to_string()),
+        AMQPValue::LongString(s) => {
+            Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
+        }
+        AMQPValue::FieldArray(a) => Value::Array(
+            a.as_slice()
+                .iter()
+                .map(|v| value_to_json(v, depth + 1))
+                .collect(),
+        ),
+        AMQPValue::Timestamp(t) => Value::from(*t),
+        AMQPValue::FieldTable(t) => table_to_json(t, depth),
+        AMQPValue::ByteArray(a) => Value::Array(a.as_slice().iter().map(|&b| b.into()).collect()),
+        AMQPValue::Void => Value::Null,
+        other => as_integer(other).map_or(Value::Null, Value::from),
+    }
+}
