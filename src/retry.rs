@@ -814,3 +814,623 @@ fn value_to_json(value: &AMQPValue, depth: usize) -> serde_json::Value {
         other => as_integer(other).map_or(Value::Null, Value::from),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::{ByteArray, DecimalValue};
+
+    // ---- helpers ----------------------------------------------------------
+
+    fn ls(s: &str) -> AMQPValue {
+        AMQPValue::LongString(LongString::from(s))
+    }
+
+    fn ss(s: &str) -> AMQPValue {
+        AMQPValue::ShortString(ShortString::from(s))
+    }
+
+    fn table(entries: Vec<(&str, AMQPValue)>) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, v) in entries {
+            t.insert(ShortString::from(k), v);
+        }
+        t
+    }
+
+    fn array(values: Vec<AMQPValue>) -> AMQPValue {
+        AMQPValue::FieldArray(FieldArray::from(values))
+    }
+
+    fn death(queue: &str, reason: &str, count: AMQPValue) -> AMQPValue {
+        AMQPValue::FieldTable(table(vec![
+            ("queue", ls(queue)),
+            ("reason", ls(reason)),
+            ("count", count),
+            ("exchange", ls("orders.retry")),
+            ("time", AMQPValue::Timestamp(1_700_000_000)),
+        ]))
+    }
+
+    fn xdeath(entries: Vec<AMQPValue>) -> FieldTable {
+        table(vec![(X_DEATH, array(entries))])
+    }
+
+    fn queues() -> Vec<String> {
+        vec![
+            "orders.retry.1s".to_string(),
+            "orders.retry.10s".to_string(),
+            "orders.retry.1m".to_string(),
+        ]
+    }
+
+    fn count(headers: &FieldTable) -> AttemptCount {
+        count_attempt(Some(headers), &queues())
+    }
+
+    /// Every AMQP integer type holding 3.
+    fn threes() -> Vec<AMQPValue> {
+        vec![
+            AMQPValue::ShortShortInt(3),
+            AMQPValue::ShortShortUInt(3),
+            AMQPValue::ShortInt(3),
+            AMQPValue::ShortUInt(3),
+            AMQPValue::LongInt(3),
+            AMQPValue::LongUInt(3),
+            AMQPValue::LongLongInt(3),
+        ]
+    }
+
+    /// Values of every type that is not an integer.
+    fn non_integers() -> Vec<AMQPValue> {
+        vec![
+            AMQPValue::Boolean(true),
+            AMQPValue::Float(3.0),
+            AMQPValue::Double(3.0),
+            AMQPValue::DecimalValue(DecimalValue { scale: 0, value: 3 }),
+            ss("3"),
+            ls("3"),
+            array(vec![AMQPValue::LongLongInt(3)]),
+            AMQPValue::Timestamp(3),
+            AMQPValue::FieldTable(table(vec![("count", AMQPValue::LongLongInt(3))])),
+            AMQPValue::ByteArray(ByteArray::from(vec![3u8])),
+            AMQPValue::Void,
+        ]
+    }
+
+    // ---- count_attempt ----------------------------------------------------
+
+    #[test]
+    fn no_headers_is_the_first_attempt() {
+        let c = count_attempt(None, &queues());
+        assert_eq!(
+            c,
+            AttemptCount {
+                own: None,
+                deaths: 0,
+                attempt: 1,
+                warnings: vec![]
+            }
+        );
+        let c = count(&table(vec![("x-other", ls("y"))]));
+        assert_eq!((c.own, c.deaths, c.attempt), (None, 0, 1));
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn own_header_of_every_integer_type_is_read() {
+        for v in threes() {
+            let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+            assert_eq!((c.own, c.attempt), (Some(3), 4), "{v:?}");
+            assert!(c.warnings.is_empty(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn own_header_of_another_type_is_ignored_with_a_warning() {
+        for v in non_integers() {
+            let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+            assert_eq!((c.own, c.attempt), (None, 1), "{v:?}");
+            assert_eq!(c.warnings.len(), 1, "{v:?}");
+            assert!(c.warnings[0].contains(ATTEMPT_HEADER), "{:?}", c.warnings);
+        }
+    }
+
+    #[test]
+    fn negative_own_header_is_ignored_with_a_warning() {
+        for v in [
+            AMQPValue::ShortShortInt(-1),
+            AMQPValue::ShortInt(-2),
+            AMQPValue::LongInt(-3),
+            AMQPValue::LongLongInt(i64::MIN),
+        ] {
+            let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+            assert_eq!((c.own, c.attempt), (None, 1), "{v:?}");
+            assert_eq!(c.warnings.len(), 1, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn huge_own_header_saturates() {
+        let c = count(&table(vec![(
+            ATTEMPT_HEADER,
+            AMQPValue::LongLongInt(i64::MAX),
+        )]));
+        assert_eq!((c.own, c.attempt), (Some(u32::MAX), u32::MAX));
+        assert_eq!(c.warnings.len(), 1);
+        let c = count(&table(vec![(
+            ATTEMPT_HEADER,
+            AMQPValue::LongUInt(u32::MAX),
+        )]));
+        assert_eq!((c.own, c.attempt), (Some(u32::MAX), u32::MAX));
+        assert!(c.warnings.is_empty());
+        let c = count(&table(vec![(
+            ATTEMPT_HEADER,
+            AMQPValue::LongUInt(u32::MAX - 1),
+        )]));
+        assert_eq!(c.attempt, u32::MAX);
+        let c = count(&table(vec![(ATTEMPT_HEADER, AMQPValue::LongLongInt(0))]));
+        assert_eq!((c.own, c.attempt), (Some(0), 1));
+    }
+
+    #[test]
+    fn deaths_sum_the_counts_of_every_tier_queue() {
+        let c = count(&xdeath(vec![
+            death("orders.retry.10s", "expired", AMQPValue::LongLongInt(2)),
+            death("orders.retry.1s", "expired", AMQPValue::LongLongInt(3)),
+        ]));
+        assert_eq!((c.own, c.deaths, c.attempt), (None, 5, 6));
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn deaths_ignore_other_queues_and_other_reasons() {
+        let c = count(&xdeath(vec![
+            death("orders.retry.1s", "rejected", AMQPValue::LongLongInt(10)),
+            death("orders.retry.1s", "maxlen", AMQPValue::LongLongInt(10)),
+            death("orders", "expired", AMQPValue::LongLongInt(10)),
+            death("orders", "delivery_limit", AMQPValue::LongLongInt(10)),
+            death("payments.retry.1s", "expired", AMQPValue::LongLongInt(10)),
+            death("orders.retry.1s.x", "expired", AMQPValue::LongLongInt(10)),
+            death("orders.retry.1m", "Expired", AMQPValue::LongLongInt(10)),
+            death("orders.retry.1m", "expired", AMQPValue::LongLongInt(1)),
+        ]));
+        assert_eq!((c.deaths, c.attempt), (1, 2));
+        assert!(c.warnings.is_empty());
+        // No retry queues at all: nothing counts.
+        let c = count_attempt(
+            Some(&xdeath(vec![death(
+                "orders.retry.1s",
+                "expired",
+                AMQPValue::LongLongInt(4),
+            )])),
+            &[],
+        );
+        assert_eq!((c.deaths, c.attempt), (0, 1));
+    }
+
+    #[test]
+    fn death_count_of_every_integer_type_is_read() {
+        for v in threes() {
+            let c = count(&xdeath(vec![death(
+                "orders.retry.1s",
+                "expired",
+                v.clone(),
+            )]));
+            assert_eq!((c.deaths, c.attempt), (3, 4), "{v:?}");
+            assert!(c.warnings.is_empty(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn death_reason_and_queue_may_be_short_strings() {
+        let entry = AMQPValue::FieldTable(table(vec![
+            ("queue", ss("orders.retry.10s")),
+            ("reason", ss("expired")),
+            ("count", AMQPValue::LongLongInt(2)),
+        ]));
+        let c = count(&xdeath(vec![entry]));
+        assert_eq!(c.deaths, 2);
+    }
+
+    #[test]
+    fn attempt_is_the_larger_of_own_and_deaths_plus_one() {
+        let mut h = xdeath(vec![death(
+            "orders.retry.1s",
+            "expired",
+            AMQPValue::LongLongInt(5),
+        )]);
+        h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(2));
+        assert_eq!(count(&h).attempt, 6);
+        h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(7));
+        let c = count(&h);
+        assert_eq!((c.own, c.deaths, c.attempt), (Some(7), 5, 8));
+    }
+
+    #[test]
+    fn x_death_that_is_not_an_array_is_ignored_with_a_warning() {
+        for v in [
+            ls("garbage"),
+            AMQPValue::FieldTable(table(vec![("count", AMQPValue::LongLongInt(3))])),
+            AMQPValue::LongLongInt(3),
+            AMQPValue::Void,
+        ] {
+            let mut h = table(vec![(X_DEATH, v.clone())]);
+            h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(1));
+            let c = count(&h);
+            assert_eq!((c.own, c.deaths, c.attempt), (Some(1), 0, 2), "{v:?}");
+            assert_eq!(c.warnings.len(), 1, "{v:?}");
+            assert!(c.warnings[0].contains(X_DEATH));
+        }
+    }
+
+    #[test]
+    fn malformed_death_entries_are_skipped_each_with_a_warning() {
+        let q = "orders.retry.1s";
+        let bad = vec![
+            ls("SECRET"),
+            array(vec![death(q, "expired", AMQPValue::LongLongInt(100))]),
+            AMQPValue::FieldTable(table(vec![
+                ("queue", ls(q)),
+                ("count", AMQPValue::LongLongInt(100)),
+            ])),
+            AMQPValue::FieldTable(table(vec![
+                ("reason", ls("expired")),
+                ("count", AMQPValue::LongLongInt(100)),
+            ])),
+            AMQPValue::FieldTable(table(vec![
+                ("queue", AMQPValue::LongLongInt(1)),
+                ("reason", ls("expired")),
+                ("count", AMQPValue::LongLongInt(100)),
+            ])),
+            AMQPValue::FieldTable(table(vec![
+                ("queue", ls(q)),
+                ("reason", AMQPValue::Boolean(true)),
+                ("count", AMQPValue::LongLongInt(100)),
+            ])),
+            AMQPValue::FieldTable(table(vec![("queue", ls(q)), ("reason", ls("expired"))])),
+            death(q, "expired", ls("100")),
+            death(q, "expired", AMQPValue::Double(100.0)),
+            death(q, "expired", AMQPValue::Timestamp(100)),
+            death(q, "expired", AMQPValue::LongLongInt(-100)),
+        ];
+        let n_bad = bad.len();
+        let mut entries = bad;
+        entries.push(death(q, "expired", AMQPValue::LongLongInt(2)));
+        entries.push(death(
+            "orders.retry.10s",
+            "expired",
+            AMQPValue::ShortShortUInt(1),
+        ));
+        let c = count(&xdeath(entries));
+        assert_eq!((c.deaths, c.attempt), (3, 4));
+        // n_bad warnings, capped at MAX_WARNINGS plus one summary line.
+        assert_eq!(n_bad, MAX_WARNINGS + 1);
+        assert_eq!(c.warnings.len(), MAX_WARNINGS + 1);
+        assert_eq!(c.warnings[MAX_WARNINGS], "1 more header warnings not shown");
+        assert!(c.warnings[..MAX_WARNINGS]
+            .iter()
+            .all(|w| w.contains("x-death entry")));
+        // Warnings name types and positions, never the header values.
+        assert!(c.warnings.iter().all(|w| !w.contains("SECRET")));
+        assert!(c.warnings[0].contains("entry 0"));
+    }
+
+    #[test]
+    fn garbage_count_of_an_irrelevant_entry_is_not_a_warning() {
+        let c = count(&xdeath(vec![
+            death("orders.retry.1s", "rejected", ls("x")),
+            death("elsewhere", "expired", AMQPValue::Void),
+        ]));
+        assert_eq!(c.deaths, 0);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn hostile_counts_saturate_instead_of_overflowing() {
+        let q = "orders.retry.1s";
+        let entries = vec![death(q, "expired", AMQPValue::LongLongInt(i64::MAX)); 3];
+        let c = count(&xdeath(entries));
+        assert_eq!((c.deaths, c.attempt), (u64::MAX, u32::MAX));
+        let c = count(&xdeath(vec![death(
+            q,
+            "expired",
+            AMQPValue::LongLongInt(i64::from(u32::MAX)),
+        )]));
+        assert_eq!(c.attempt, u32::MAX);
+    }
+
+    #[test]
+    fn many_bad_entries_give_a_bounded_number_of_warnings() {
+        let c = count(&xdeath(vec![AMQPValue::Void; 10_000]));
+        assert_eq!(c.warnings.len(), MAX_WARNINGS + 1);
+        assert_eq!(
+            c.warnings.last().map(String::as_str),
+            Some("9990 more header warnings not shown")
+        );
+    }
+
+    // ---- decide -----------------------------------------------------------
+
+    fn policy(delays: &[u64], max_attempts: u32, jitter: f64) -> RetryPolicy {
+        RetryPolicy {
+            delays: delays.to_vec(),
+            max_attempts,
+            jitter,
+        }
+    }
+
+    fn retry(delay_ms: u64) -> Decision {
+        Decision::Retry { delay_ms }
+    }
+
+    const EXHAUSTED: Decision = Decision::DeadLetter {
+        reason: DeadLetterReason::Exhausted,
+    };
+    const PERMANENT: Decision = Decision::DeadLetter {
+        reason: DeadLetterReason::Permanent,
+    };
+
+    fn after(ms: u64) -> Outcome {
+        Outcome::Transient {
+            error: "busy".into(),
+            retry_after: Some(Duration::from_millis(ms)),
+        }
+    }
+
+    #[test]
+    fn success_is_always_acked() {
+        let p = policy(&[1000], 3, 0.1);
+        for attempt in [0, 1, 2, 3, 4, u32::MAX] {
+            assert_eq!(decide(&p, attempt, &Outcome::Success), Decision::Ack);
+        }
+    }
+
+    #[test]
+    fn permanent_is_always_dead_lettered_as_permanent() {
+        let p = policy(&[1000], 3, 0.1);
+        for attempt in [0, 1, 2, 3, 4, u32::MAX] {
+            assert_eq!(decide(&p, attempt, &Outcome::permanent("bad")), PERMANENT);
+        }
+    }
+
+    #[test]
+    fn transient_walks_the_delays_then_stays_on_the_last() {
+        let p = policy(&[1000, 10_000, 60_000], 6, 0.1);
+        let t = Outcome::transient("down");
+        assert_eq!(decide(&p, 1, &t), retry(1000));
+        assert_eq!(decide(&p, 2, &t), retry(10_000));
+        assert_eq!(decide(&p, 3, &t), retry(60_000));
+        assert_eq!(decide(&p, 4, &t), retry(60_000));
+        assert_eq!(decide(&p, 5, &t), retry(60_000));
+        assert_eq!(decide(&p, 6, &t), EXHAUSTED);
+        assert_eq!(decide(&p, 7, &t), EXHAUSTED);
+        assert_eq!(decide(&p, u32::MAX, &t), EXHAUSTED);
+    }
+
+    #[test]
+    fn a_single_attempt_budget_never_retries() {
+        let p = policy(&[1000], 1, 0.0);
+        assert_eq!(decide(&p, 1, &Outcome::transient("x")), EXHAUSTED);
+        assert_eq!(decide(&p, 1, &after(5)), EXHAUSTED);
+        assert_eq!(decide(&p, 1, &Outcome::Success), Decision::Ack);
+    }
+
+    #[test]
+    fn exhausted_wins_over_retry_after() {
+        let p = policy(&[1000, 10_000], 3, 0.0);
+        assert_eq!(decide(&p, 3, &after(1)), EXHAUSTED);
+        assert_eq!(decide(&p, 2, &after(1)), retry(10_000));
+    }
+
+    #[test]
+    fn repeated_delays_follow_the_list_order() {
+        let p = policy(&[1000, 1000, 10_000, 1000], 10, 0.0);
+        let t = Outcome::transient("x");
+        let picked: Vec<_> = (1..=6).map(|a| decide(&p, a, &t)).collect();
+        assert_eq!(
+            picked,
+            [1000, 1000, 10_000, 1000, 1000, 1000].map(retry).to_vec()
+        );
+        // Retry-after picks among distinct tiers.
+        assert_eq!(decide(&p, 1, &after(1001)), retry(10_000));
+        assert_eq!(decide(&p, 4, &after(10_001)), retry(10_000));
+    }
+
+    #[test]
+    fn defensive_inputs_do_not_panic() {
+        let t = Outcome::transient("x");
+        // Attempt 0 counts as the first.
+        assert_eq!(decide(&policy(&[1000, 2000], 3, 0.0), 0, &t), retry(1000));
+        // No delays: nowhere to retry.
+        assert_eq!(decide(&policy(&[], 3, 0.0), 1, &t), EXHAUSTED);
+        assert_eq!(decide(&policy(&[], 3, 0.0), 1, &after(5)), EXHAUSTED);
+        // Jitter out of range or NaN.
+        assert_eq!(
+            decide(&policy(&[1000, 2000], 3, f64::NAN), 1, &after(1000)),
+            retry(1000)
+        );
+        assert_eq!(
+            decide(&policy(&[1000, 2000], 3, -1.0), 1, &after(1000)),
+            retry(1000)
+        );
+        assert_eq!(
+            decide(&policy(&[1000, 2000], 3, 7.0), 1, &after(1)),
+            retry(2000)
+        );
+        // max_attempts 0.
+        assert_eq!(decide(&policy(&[1000], 0, 0.0), 1, &t), EXHAUSTED);
+    }
+
+    #[test]
+    fn retry_after_without_jitter() {
+        let p = policy(&[1000, 10_000, 60_000], 6, 0.0);
+        // Shorter than the row's delay: the row's tier.
+        assert_eq!(decide(&p, 1, &after(0)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(1)), retry(1000));
+        assert_eq!(decide(&p, 2, &after(1000)), retry(10_000));
+        // Exactly a tier: that tier.
+        assert_eq!(decide(&p, 1, &after(1000)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(10_000)), retry(10_000));
+        // Just over a tier: the next one.
+        assert_eq!(decide(&p, 1, &after(1001)), retry(10_000));
+        assert_eq!(decide(&p, 1, &after(10_001)), retry(60_000));
+        // Longer than every tier: the largest.
+        assert_eq!(decide(&p, 1, &after(60_001)), retry(60_000));
+        assert_eq!(decide(&p, 1, &after(u64::MAX)), retry(60_000));
+        let huge = Outcome::Transient {
+            error: "x".into(),
+            retry_after: Some(Duration::MAX),
+        };
+        assert_eq!(decide(&p, 1, &huge), retry(60_000));
+    }
+
+    #[test]
+    fn retry_after_rounds_sub_milliseconds_up() {
+        let p = policy(&[1000, 10_000], 6, 0.0);
+        let t = |d| Outcome::Transient {
+            error: "x".into(),
+            retry_after: Some(d),
+        };
+        assert_eq!(
+            decide(&p, 1, &t(Duration::from_micros(1_000_001))),
+            retry(10_000)
+        );
+        assert_eq!(
+            decide(&p, 1, &t(Duration::from_micros(999_999))),
+            retry(1000)
+        );
+        assert_eq!(
+            decide(&p, 1, &t(Duration::from_nanos(1_000_000_000))),
+            retry(1000)
+        );
+    }
+
+    #[test]
+    fn retry_after_with_jitter_uses_the_shortest_jittered_wait() {
+        let p = policy(&[1000, 10_000, 60_000], 6, 0.1);
+        // 10s × 0.9 = 9s: exactly equal is enough.
+        assert_eq!(decide(&p, 1, &after(9000)), retry(10_000));
+        assert_eq!(decide(&p, 1, &after(9001)), retry(60_000));
+        // Any retry-after moves one tier past the row's own delay, since no
+        // tier's jittered wait reaches it (1s × 0.9 < 1s).
+        assert_eq!(decide(&p, 1, &after(1)), retry(10_000));
+        assert_eq!(decide(&p, 2, &after(1)), retry(60_000));
+        // Nothing is long enough: the largest.
+        assert_eq!(decide(&p, 3, &after(1)), retry(60_000));
+        assert_eq!(decide(&p, 1, &after(54_001)), retry(60_000));
+        assert_eq!(decide(&p, 1, &after(54_000)), retry(60_000));
+        // Without retry-after, jitter does not change the row.
+        assert_eq!(decide(&p, 1, &Outcome::transient("x")), retry(1000));
+    }
+
+    #[test]
+    fn retry_after_boundary_survives_float_rounding() {
+        // 10000 × (1 − 0.33) is 6699.999999999999 in f64 arithmetic.
+        let p = policy(&[1000, 10_000, 20_000], 6, 0.33);
+        assert_eq!(decide(&p, 1, &after(6700)), retry(10_000));
+        assert_eq!(decide(&p, 1, &after(6701)), retry(20_000));
+        let p = policy(&[500, 1000, 5000], 6, 0.07);
+        assert_eq!(decide(&p, 1, &after(930)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(931)), retry(5000));
+        // The row's own delay must be reached too: 1000 × 0.7 < max(700, 1000).
+        let p = policy(&[1000, 5000], 6, 0.3);
+        assert_eq!(decide(&p, 1, &after(700)), retry(5000));
+    }
+
+    #[test]
+    fn a_chosen_tier_never_waits_less_than_retry_after() {
+        let delays = [100, 1000, 1500, 10_000, 60_000, 600_000];
+        let just_below_one = f64::from_bits(1.0_f64.to_bits() - 1);
+        for jitter in [0.0, 0.05, 0.07, 0.1, 0.25, 0.33, 0.5] {
+            let p = policy(&delays, 10, jitter);
+            for t in (0..700_000)
+                .step_by(997)
+                .chain([1, 99, 100, 101, 9000, 59_999])
+            {
+                for attempt in 1..=3 {
+                    let Decision::Retry { delay_ms } = decide(&p, attempt, &after(t)) else {
+                        panic!("not a retry");
+                    };
+                    if delay_ms == 600_000 {
+                        continue; // the largest tier is the fallback
+                    }
+                    for u in [0.0, 0.5, 0.999_999, just_below_one, 1.0] {
+                        let wait = jitter_expiration(delay_ms, jitter, u)
+                            .map_or(delay_ms, |e| e.parse().expect("an integer"));
+                        assert!(wait >= t, "t={t} j={jitter} u={u} d={delay_ms} wait={wait}");
+                        let row = delays[attempt as usize - 1];
+                        assert!(wait >= row, "t={t} j={jitter} u={u} d={delay_ms}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dead_letter_reasons_have_their_header_values() {
+        assert_eq!(DeadLetterReason::Permanent.as_str(), "permanent");
+        assert_eq!(DeadLetterReason::Exhausted.as_str(), "exhausted");
+        assert_eq!(DeadLetterReason::Exhausted.to_string(), "exhausted");
+    }
+
+    // ---- jitter -----------------------------------------------------------
+
+    fn exp(d: u64, j: f64, u: f64) -> Option<String> {
+        jitter_expiration(d, j, u)
+    }
+
+    #[test]
+    fn no_jitter_no_expiration() {
+        for u in [0.0, 0.5, 0.99] {
+            assert_eq!(exp(10_000, 0.0, u), None);
+            assert_eq!(exp(10_000, -0.1, u), None);
+            assert_eq!(exp(10_000, f64::NAN, u), None);
+        }
+        assert_eq!(exp(0, 0.1, 0.5), None);
+    }
+
+    #[test]
+    fn jitter_is_floor_of_the_formula() {
+        assert_eq!(exp(10_000, 0.1, 0.0).as_deref(), Some("10000"));
+        assert_eq!(exp(10_000, 0.1, 0.5).as_deref(), Some("9500"));
+        assert_eq!(exp(10_000, 0.5, 0.5).as_deref(), Some("7500"));
+        assert_eq!(exp(1001, 0.1, 0.5).as_deref(), Some("950")); // 950.95
+        assert_eq!(exp(10_000, 0.5, 0.999_999).as_deref(), Some("5000"));
+        assert_eq!(exp(10_000, 0.33, 1.0 - 1e-12).as_deref(), Some("6700"));
+    }
+
+    #[test]
+    fn jitter_clamps_u_into_zero_to_one() {
+        assert_eq!(exp(10_000, 0.5, -3.0).as_deref(), Some("10000"));
+        assert_eq!(exp(10_000, 0.5, f64::NAN).as_deref(), Some("10000"));
+        assert_eq!(exp(10_000, 0.5, 1.0).as_deref(), Some("5000"));
+        assert_eq!(exp(10_000, 0.5, 7.0).as_deref(), Some("5000"));
+        assert_eq!(exp(10_000, 0.5, f64::INFINITY).as_deref(), Some("5000"));
+    }
+
+    #[test]
+    fn jitter_is_a_whole_number_between_one_and_the_tier() {
+        assert_eq!(exp(1, 0.5, 0.99).as_deref(), Some("1"));
+        assert_eq!(exp(1, 1.0, 0.999).as_deref(), Some("1"));
+        assert_eq!(exp(3, 1.0, 0.999).as_deref(), Some("1"));
+        let max = crate::duration::MAX_MILLIS;
+        assert_eq!(exp(max, 0.5, 0.0), Some(max.to_string()));
+        for d in [1, 2, 3, 7, 999, 1000, 1001, 60_000, max] {
+            for j in [0.01, 0.1, 0.33, 0.5] {
+                for i in 0..=100 {
+                    let u = f64::from(i) / 100.0;
+                    let e = exp(d, j, u).expect("jitter is on");
+                    assert!(
+                        !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()),
+                        "{e}"
+                    );
+                    let n: u64 = e.parse().expect("an integer");
+                    assert!((1..=d).contains(&n), "d={d} j={j} u={u} -> {n}");
+                    let low = (d as f64 * (1.0 - j)).floor() as u64;
+                    assert!(n + 1 >= low.max(1), "d={d} j={j} u={u} -> {n}");
+                }
+            }
+        }
+    }
+}

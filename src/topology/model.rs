@@ -185,7 +185,11 @@ impl Pipeline {
 
     /// Name of the retry queue for a delay (`NAME.retry.10s`).
     pub fn retry_queue(&self, delay_ms: u64) -> String {
-        format!("{}.retry.{}", self.name, crate::duration::tier_name(delay_ms))
+        format!(
+            "{}.retry.{}",
+            self.name,
+            crate::duration::tier_name(delay_ms)
+        )
     }
 
     /// Names of every retry queue, in tier order.
