@@ -796,7 +796,10 @@ fn value_to_json(value: &AMQPValue, depth: usize) -> serde_json::Value {
         AMQPValue::Boolean(b) => Value::Bool(*b),
         AMQPValue::Float(f) => float(f64::from(*f)),
         AMQPValue::Double(f) => float(*f),
-        AMQPValue::DecimalValue(d) => float(f64::from(d.value) / 10f64.powi(i32::from(d.scale))),
+        // Parsed from "{value}e-{scale}": the nearest f64, correctly rounded.
+        AMQPValue::DecimalValue(d) => format!("{}e-{}", d.value, d.scale)
+            .parse::<f64>()
+            .map_or(Value::Null, float),
         AMQPValue::ShortString(s) => Value::String(s.as_str().to_string()),
         AMQPValue::LongString(s) => {
             Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
@@ -1432,5 +1435,702 @@ mod tests {
                 }
             }
         }
+    }
+
+    // ---- copies -----------------------------------------------------------
+
+    const NOW: u64 = 1_700_000_000_123; // 2023-11-14T22:13:20.123Z
+
+    fn ctx<'a>(attempt: u32, error: &'a str) -> CopyContext<'a> {
+        CopyContext {
+            attempt,
+            error,
+            now_unix_ms: NOW,
+            delivery_exchange: "orders-in",
+            delivery_routing_key: "order.created",
+            connection_user: "worker",
+        }
+    }
+
+    fn full_properties(headers: FieldTable, expiration: Option<&str>) -> BasicProperties {
+        let p = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_content_encoding("gzip".into())
+            .with_headers(headers)
+            .with_delivery_mode(1)
+            .with_priority(7)
+            .with_correlation_id("corr".into())
+            .with_reply_to("replies".into())
+            .with_message_id("m-1".into())
+            .with_timestamp(1_600_000_000)
+            .with_type("order".into())
+            .with_user_id("worker".into())
+            .with_app_id("shop".into())
+            .with_cluster_id("c1".into());
+        match expiration {
+            Some(e) => p.with_expiration(e.into()),
+            None => p,
+        }
+    }
+
+    fn headers(p: &BasicProperties) -> &FieldTable {
+        p.headers().as_ref().expect("a copy always has headers")
+    }
+
+    fn get<'a>(p: &'a BasicProperties, key: &str) -> Option<&'a AMQPValue> {
+        headers(p).inner().get(key)
+    }
+
+    fn text<'a>(p: &'a BasicProperties, key: &str) -> &'a str {
+        get(p, key)
+            .and_then(as_str)
+            .unwrap_or_else(|| panic!("no string {key}"))
+    }
+
+    fn history(p: &BasicProperties) -> Vec<(i64, String, String)> {
+        let Some(AMQPValue::FieldArray(a)) = get(p, ERRORS_HEADER) else {
+            panic!("no {ERRORS_HEADER} array");
+        };
+        a.as_slice()
+            .iter()
+            .map(|e| {
+                let AMQPValue::FieldTable(t) = e else {
+                    panic!("entry is not a table")
+                };
+                assert_eq!(t.inner().len(), 3);
+                let f = |k: &str| t.inner().get(k).and_then(as_str).expect(k).to_string();
+                let Some(AMQPValue::LongLongInt(n)) = t.inner().get("attempt") else {
+                    panic!("attempt is not a long-long-int");
+                };
+                (*n, f("time"), f("error"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn copies_keep_every_property_but_expiration_and_headers() {
+        let original = full_properties(table(vec![("trace", ls("t-1"))]), Some("200"));
+        let c = ctx(1, "boom");
+        let empty = FieldTable::default();
+        let retried = retry_copy(&original, &c, Some("9500".into()));
+        assert_eq!(
+            retried.with_headers(empty.clone()),
+            full_properties(empty.clone(), Some("9500")).with_delivery_mode(2)
+        );
+        let dead = dead_letter_copy(&original, &c, DeadLetterReason::Permanent, "orders", true);
+        assert_eq!(
+            dead.with_headers(empty.clone()),
+            full_properties(empty, None).with_delivery_mode(2)
+        );
+    }
+
+    #[test]
+    fn retry_copy_replaces_or_removes_expiration() {
+        let original = full_properties(FieldTable::default(), Some("200"));
+        let c = ctx(1, "x");
+        assert_eq!(
+            retry_copy(&original, &c, Some("9500".into())).expiration(),
+            &Some("9500".into())
+        );
+        assert_eq!(retry_copy(&original, &c, None).expiration(), &None);
+        // A value that cannot be a short string is left out, not a panic.
+        assert_eq!(
+            retry_copy(&original, &c, Some("9".repeat(300))).expiration(),
+            &None
+        );
+    }
+
+    #[test]
+    fn copies_are_persistent() {
+        let c = ctx(1, "x");
+        for original in [
+            BasicProperties::default(),
+            BasicProperties::default().with_delivery_mode(1),
+            BasicProperties::default().with_delivery_mode(2),
+        ] {
+            assert_eq!(retry_copy(&original, &c, None).delivery_mode(), &Some(2));
+            let dead = dead_letter_copy(&original, &c, DeadLetterReason::Exhausted, "q", true);
+            assert_eq!(dead.delivery_mode(), &Some(2));
+        }
+    }
+
+    #[test]
+    fn a_foreign_user_id_is_dropped_and_ours_kept() {
+        let c = ctx(1, "x");
+        let foreign = BasicProperties::default().with_user_id("someone".into());
+        assert_eq!(retry_copy(&foreign, &c, None).user_id(), &None);
+        let dead = dead_letter_copy(&foreign, &c, DeadLetterReason::Permanent, "q", true);
+        assert_eq!(dead.user_id(), &None);
+        let ours = BasicProperties::default().with_user_id("worker".into());
+        assert_eq!(
+            retry_copy(&ours, &c, None).user_id(),
+            &Some("worker".into())
+        );
+        let dead = dead_letter_copy(&ours, &c, DeadLetterReason::Permanent, "q", true);
+        assert_eq!(dead.user_id(), &Some("worker".into()));
+        assert_eq!(
+            retry_copy(&BasicProperties::default(), &c, None).user_id(),
+            &None
+        );
+    }
+
+    #[test]
+    fn copies_strip_the_broker_history_and_keep_other_headers() {
+        let original = BasicProperties::default().with_headers(table(vec![
+            (
+                X_DEATH,
+                array(vec![death(
+                    "orders.retry.1s",
+                    "expired",
+                    AMQPValue::LongLongInt(1),
+                )]),
+            ),
+            ("x-first-death-queue", ls("orders.retry.1s")),
+            ("x-first-death-reason", ls("expired")),
+            ("x-first-death-exchange", ls("orders.retry")),
+            ("x-last-death-queue", ls("orders.retry.1s")),
+            ("x-last-death-reason", ls("expired")),
+            ("x-last-death-exchange", ls("orders.retry")),
+            ("x-delivery-count", AMQPValue::LongLongInt(3)),
+            ("x-deathly", ls("kept")),
+            ("x-custom", AMQPValue::LongLongInt(9)),
+            ("trace", ls("t-1")),
+            ("dlqctl-replayed", AMQPValue::LongLongInt(1)),
+        ]));
+        let c = ctx(2, "x");
+        let retried = retry_copy(&original, &c, None);
+        let dead = dead_letter_copy(&original, &c, DeadLetterReason::Exhausted, "orders", true);
+        for copy in [&retried, &dead] {
+            let keys: Vec<&str> = headers(copy).inner().keys().map(|k| k.as_str()).collect();
+            for gone in [
+                X_DEATH,
+                "x-first-death-queue",
+                "x-first-death-reason",
+                "x-first-death-exchange",
+                "x-last-death-queue",
+                "x-last-death-reason",
+                "x-last-death-exchange",
+                "x-delivery-count",
+            ] {
+                assert!(!keys.contains(&gone), "{gone} kept");
+            }
+            assert_eq!(get(copy, "x-deathly"), Some(&ls("kept")));
+            assert_eq!(get(copy, "x-custom"), Some(&AMQPValue::LongLongInt(9)));
+            assert_eq!(get(copy, "trace"), Some(&ls("t-1")));
+            assert_eq!(
+                get(copy, "dlqctl-replayed"),
+                Some(&AMQPValue::LongLongInt(1))
+            );
+        }
+        let mut retry_keys: Vec<&str> = headers(&retried)
+            .inner()
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|k| k.starts_with("dlqctl-") && *k != "dlqctl-replayed")
+            .collect();
+        retry_keys.sort_unstable();
+        let mut expected = COPY_HEADERS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(retry_keys, expected);
+        // Each copy reads as its own history start.
+        let c = count_attempt(headers(&retried).into(), &queues());
+        assert_eq!((c.own, c.deaths, c.attempt), (Some(2), 0, 3));
+    }
+
+    #[test]
+    fn first_copy_writes_every_header() {
+        let original = BasicProperties::default();
+        let retried = retry_copy(&original, &ctx(1, "connection refused"), None);
+        assert_eq!(
+            get(&retried, ATTEMPT_HEADER),
+            Some(&AMQPValue::LongLongInt(1))
+        );
+        assert_eq!(
+            text(&retried, FIRST_FAILED_AT_HEADER),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(text(&retried, LAST_ERROR_HEADER), "connection refused");
+        assert_eq!(
+            history(&retried),
+            vec![(
+                1,
+                "2023-11-14T22:13:20.123Z".into(),
+                "connection refused".into()
+            )]
+        );
+        assert_eq!(text(&retried, ORIGINAL_EXCHANGE_HEADER), "orders-in");
+        assert_eq!(text(&retried, ORIGINAL_ROUTING_KEY_HEADER), "order.created");
+        assert_eq!(get(&retried, REASON_HEADER), None);
+        assert_eq!(get(&retried, DEAD_LETTERED_AT_HEADER), None);
+        assert_eq!(get(&retried, SOURCE_QUEUE_HEADER), None);
+        // Strings are long strings.
+        assert!(matches!(
+            get(&retried, LAST_ERROR_HEADER),
+            Some(AMQPValue::LongString(_))
+        ));
+    }
+
+    /// A later delivery of `copy`, back from a retry queue.
+    fn redelivered(copy: &BasicProperties) -> BasicProperties {
+        copy.clone()
+    }
+
+    fn later<'a>(attempt: u32, error: &'a str, at: u64) -> CopyContext<'a> {
+        CopyContext {
+            attempt,
+            error,
+            now_unix_ms: at,
+            delivery_exchange: "",
+            delivery_routing_key: "orders",
+            connection_user: "worker",
+        }
+    }
+
+    #[test]
+    fn later_copies_keep_first_failure_and_original_route() {
+        let first = retry_copy(&BasicProperties::default(), &ctx(1, "e1"), None);
+        let second = retry_copy(&redelivered(&first), &later(2, "e2", NOW + 1000), None);
+        assert_eq!(
+            get(&second, ATTEMPT_HEADER),
+            Some(&AMQPValue::LongLongInt(2))
+        );
+        assert_eq!(
+            text(&second, FIRST_FAILED_AT_HEADER),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(text(&second, LAST_ERROR_HEADER), "e2");
+        assert_eq!(text(&second, ORIGINAL_EXCHANGE_HEADER), "orders-in");
+        assert_eq!(text(&second, ORIGINAL_ROUTING_KEY_HEADER), "order.created");
+        assert_eq!(
+            history(&second),
+            vec![
+                (1, "2023-11-14T22:13:20.123Z".into(), "e1".into()),
+                (2, "2023-11-14T22:13:21.123Z".into(), "e2".into()),
+            ]
+        );
+        assert_eq!(
+            original_exchange_and_key(headers(&second).into(), "", "orders"),
+            ("orders-in".to_string(), "order.created".to_string())
+        );
+    }
+
+    #[test]
+    fn malformed_first_failed_at_is_replaced() {
+        for bad in [
+            AMQPValue::LongLongInt(5),
+            ls(&"9".repeat(65)),
+            AMQPValue::Void,
+        ] {
+            let original =
+                BasicProperties::default().with_headers(table(vec![(FIRST_FAILED_AT_HEADER, bad)]));
+            let copy = retry_copy(&original, &ctx(1, "x"), None);
+            assert_eq!(
+                text(&copy, FIRST_FAILED_AT_HEADER),
+                "2023-11-14T22:13:20.123Z"
+            );
+        }
+        let original = BasicProperties::default()
+            .with_headers(table(vec![(FIRST_FAILED_AT_HEADER, ss("yesterday"))]));
+        let copy = retry_copy(&original, &ctx(1, "x"), None);
+        assert_eq!(text(&copy, FIRST_FAILED_AT_HEADER), "yesterday");
+    }
+
+    #[test]
+    fn original_route_headers_fall_back_one_by_one() {
+        let h = |entries| Some(table(entries));
+        let (e, k) = ("", "orders");
+        let read = |t: Option<FieldTable>| original_exchange_and_key(t.as_ref(), e, k);
+        assert_eq!(read(None), ("".into(), "orders".into()));
+        assert_eq!(
+            read(h(vec![(ORIGINAL_EXCHANGE_HEADER, ss("ex"))])),
+            ("ex".into(), "orders".into())
+        );
+        assert_eq!(
+            read(h(vec![
+                (ORIGINAL_EXCHANGE_HEADER, AMQPValue::LongLongInt(1)),
+                (ORIGINAL_ROUTING_KEY_HEADER, ls("rk")),
+            ])),
+            ("".into(), "rk".into())
+        );
+        // The default exchange is a valid original.
+        assert_eq!(
+            original_exchange_and_key(
+                Some(&table(vec![(ORIGINAL_EXCHANGE_HEADER, ls(""))])),
+                "other",
+                "k"
+            ),
+            ("".into(), "k".into())
+        );
+        // Too long for a name, or not UTF-8: absent.
+        assert_eq!(
+            read(h(vec![
+                (ORIGINAL_EXCHANGE_HEADER, ls(&"x".repeat(256))),
+                (
+                    ORIGINAL_ROUTING_KEY_HEADER,
+                    AMQPValue::LongString(LongString::from(vec![0xffu8, 0xfe]))
+                ),
+            ])),
+            ("".into(), "orders".into())
+        );
+    }
+
+    #[test]
+    fn last_error_is_cut_at_one_kib_on_a_char_boundary() {
+        let error = "€".repeat(1000); // 3 bytes each
+        let copy = retry_copy(&BasicProperties::default(), &ctx(1, &error), None);
+        let last = text(&copy, LAST_ERROR_HEADER);
+        assert_eq!(last.len(), 1023);
+        assert!(error.starts_with(last));
+        let error = "a".repeat(5000);
+        let copy = retry_copy(&BasicProperties::default(), &ctx(1, &error), None);
+        assert_eq!(text(&copy, LAST_ERROR_HEADER).len(), MAX_LAST_ERROR_BYTES);
+        let error = "é".repeat(512); // exactly 1024 bytes
+        let copy = retry_copy(&BasicProperties::default(), &ctx(1, &error), None);
+        assert_eq!(text(&copy, LAST_ERROR_HEADER), error);
+    }
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        let s = "a€😀é";
+        let cuts: Vec<&str> = (0..=s.len() + 1).map(|n| truncate_utf8(s, n)).collect();
+        assert_eq!(
+            cuts,
+            [
+                "",
+                "a",
+                "a",
+                "a",
+                "a€",
+                "a€",
+                "a€",
+                "a€",
+                "a€😀",
+                "a€😀",
+                "a€😀é",
+                "a€😀é"
+            ]
+        );
+    }
+
+    #[test]
+    fn error_history_keeps_the_last_five_oldest_first() {
+        let error = "😀".repeat(100); // 400 bytes, 4 per char
+        let mut props = BasicProperties::default();
+        for attempt in 1..=7 {
+            props = retry_copy(
+                &props,
+                &later(attempt, &error, NOW + u64::from(attempt)),
+                None,
+            );
+        }
+        let h = history(&props);
+        assert_eq!(h.iter().map(|e| e.0).collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
+        assert_eq!(h[0].1, "2023-11-14T22:13:20.126Z");
+        for (_, _, e) in &h {
+            assert_eq!(e.len(), 256);
+            assert!(error.starts_with(e.as_str()));
+        }
+        let error = "€".repeat(100); // 300 bytes: cut to 255
+        let copy = retry_copy(&BasicProperties::default(), &ctx(1, &error), None);
+        assert_eq!(history(&copy)[0].2.len(), 255);
+    }
+
+    #[test]
+    fn a_malformed_error_history_starts_fresh() {
+        for bad in [
+            ls("not an array"),
+            AMQPValue::LongLongInt(3),
+            AMQPValue::FieldTable(FieldTable::default()),
+            array(vec![ls("x"), AMQPValue::Void]),
+        ] {
+            let original =
+                BasicProperties::default().with_headers(table(vec![(ERRORS_HEADER, bad.clone())]));
+            let copy = retry_copy(&original, &ctx(2, "e2"), None);
+            assert_eq!(
+                history(&copy),
+                vec![(2, "2023-11-14T22:13:20.123Z".into(), "e2".into())],
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn well_formed_history_entries_survive_malformed_neighbours() {
+        let entry = |attempt: AMQPValue, time: AMQPValue, error: AMQPValue| {
+            AMQPValue::FieldTable(table(vec![
+                ("attempt", attempt),
+                ("time", time),
+                ("error", error),
+            ]))
+        };
+        let good = entry(AMQPValue::ShortShortUInt(1), ss("t1"), ls(&"x".repeat(300)));
+        let entries = vec![
+            good,
+            entry(ls("1"), ls("t"), ls("e")),
+            entry(AMQPValue::LongLongInt(1), AMQPValue::Timestamp(1), ls("e")),
+            entry(AMQPValue::LongLongInt(1), ls(&"t".repeat(65)), ls("e")),
+            entry(AMQPValue::LongLongInt(1), ls("t"), AMQPValue::Void),
+            AMQPValue::FieldTable(table(vec![("attempt", AMQPValue::LongLongInt(1))])),
+            entry(
+                AMQPValue::LongInt(4),
+                ls("t4"),
+                AMQPValue::LongString(LongString::from(vec![b'o', 0xff, b'k'])),
+            ),
+        ];
+        let original =
+            BasicProperties::default().with_headers(table(vec![(ERRORS_HEADER, array(entries))]));
+        let copy = retry_copy(&original, &ctx(5, "e5"), None);
+        assert_eq!(
+            history(&copy),
+            vec![
+                (1, "t1".into(), "x".repeat(256)),
+                (4, "t4".into(), "o\u{fffd}k".into()),
+                (5, "2023-11-14T22:13:20.123Z".into(), "e5".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn dead_letter_copy_adds_reason_time_and_source() {
+        let first = retry_copy(
+            &BasicProperties::default(),
+            &ctx(1, "e1"),
+            Some("900".into()),
+        );
+        let dead = dead_letter_copy(
+            &redelivered(&first),
+            &later(2, "final", NOW + 60_000),
+            DeadLetterReason::Exhausted,
+            "orders",
+            true,
+        );
+        assert_eq!(dead.expiration(), &None);
+        assert_eq!(text(&dead, REASON_HEADER), "exhausted");
+        assert_eq!(
+            text(&dead, DEAD_LETTERED_AT_HEADER),
+            "2023-11-14T22:14:20.123Z"
+        );
+        assert_eq!(text(&dead, SOURCE_QUEUE_HEADER), "orders");
+        assert_eq!(text(&dead, LAST_ERROR_HEADER), "final");
+        assert_eq!(
+            text(&dead, FIRST_FAILED_AT_HEADER),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(text(&dead, ORIGINAL_EXCHANGE_HEADER), "orders-in");
+        assert_eq!(get(&dead, ATTEMPT_HEADER), Some(&AMQPValue::LongLongInt(2)));
+        assert_eq!(
+            history(&dead).iter().map(|e| e.0).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        let dead = dead_letter_copy(
+            &BasicProperties::default(),
+            &ctx(1, "bad input"),
+            DeadLetterReason::Permanent,
+            "orders",
+            true,
+        );
+        assert_eq!(text(&dead, REASON_HEADER), "permanent");
+        assert_eq!(history(&dead).len(), 1);
+        // A second dead-lettering overwrites the previous reason.
+        let again = dead_letter_copy(&dead, &ctx(1, "x"), DeadLetterReason::Exhausted, "o2", true);
+        assert_eq!(text(&again, REASON_HEADER), "exhausted");
+        assert_eq!(text(&again, SOURCE_QUEUE_HEADER), "o2");
+    }
+
+    #[test]
+    fn dead_letter_without_a_run_keeps_the_history() {
+        let first = retry_copy(&BasicProperties::default(), &ctx(1, "e1"), None);
+        let dead = dead_letter_copy(
+            &first,
+            &later(1, "attempts already spent", NOW + 5),
+            DeadLetterReason::Exhausted,
+            "orders",
+            false,
+        );
+        assert_eq!(history(&dead), history(&first));
+        assert_eq!(text(&dead, LAST_ERROR_HEADER), "attempts already spent");
+    }
+
+    #[test]
+    fn written_headers_stay_under_eight_kib() {
+        let huge_error = "€".repeat(1 << 20);
+        let name = "n".repeat(255);
+        let hostile_entry = AMQPValue::FieldTable(table(vec![
+            ("attempt", AMQPValue::LongLongInt(i64::MAX)),
+            ("time", ls(&"9".repeat(64))),
+            ("error", ls(&"e".repeat(100_000))),
+        ]));
+        let original = BasicProperties::default().with_headers(table(vec![
+            (ERRORS_HEADER, array(vec![hostile_entry; 50])),
+            (FIRST_FAILED_AT_HEADER, ls(&"9".repeat(64))),
+            (ORIGINAL_EXCHANGE_HEADER, ls(&name)),
+            (ORIGINAL_ROUTING_KEY_HEADER, ls(&name)),
+        ]));
+        let c = CopyContext {
+            attempt: u32::MAX,
+            error: &huge_error,
+            now_unix_ms: u64::MAX,
+            delivery_exchange: &name,
+            delivery_routing_key: &name,
+            connection_user: "worker",
+        };
+        let mut copies = vec![
+            retry_copy(&original, &c, None),
+            dead_letter_copy(&original, &c, DeadLetterReason::Exhausted, &name, true),
+            dead_letter_copy(
+                &BasicProperties::default(),
+                &c,
+                DeadLetterReason::Permanent,
+                &"q".repeat(10_000),
+                true,
+            ),
+        ];
+        let mut p = BasicProperties::default();
+        for _ in 0..10 {
+            p = retry_copy(&p, &c, None);
+        }
+        copies.push(dead_letter_copy(
+            &p,
+            &c,
+            DeadLetterReason::Exhausted,
+            &name,
+            true,
+        ));
+        for copy in &copies {
+            let size = written_headers_size(headers(copy));
+            assert!(size < MAX_ADDED_HEADERS_BYTES, "{size} bytes");
+            assert!(size > 2000, "{size}: the test feeds big values"); // guards the test
+                                                                       // The estimate is the real encoding: compare with lapin's encoder.
+            let mut only_written = FieldTable::default();
+            for (k, v) in headers(copy) {
+                if WRITTEN_HEADERS.contains(&k.as_str()) {
+                    only_written.insert(k.clone(), v.clone());
+                }
+            }
+            let encoded =
+                lapin::types::generation::gen_field_table(&only_written)(Vec::new().into())
+                    .expect("encodes");
+            assert_eq!(usize::try_from(encoded.position).ok(), Some(size + 4));
+        }
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(NOW), "2023-11-14T22:13:20.123Z");
+        assert_eq!(rfc3339_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(951_868_799_999), "2000-02-29T23:59:59.999Z");
+        assert_eq!(
+            rfc3339_millis(4_107_542_400_000),
+            "2100-03-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            rfc3339_millis(253_402_300_799_999),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert!(rfc3339_millis(u64::MAX).ends_with(".615Z"));
+    }
+
+    // ---- headers_to_json ---------------------------------------------------
+
+    #[test]
+    fn headers_to_json_maps_every_type() {
+        use serde_json::json;
+        let h = table(vec![
+            ("bool", AMQPValue::Boolean(true)),
+            ("i8", AMQPValue::ShortShortInt(-8)),
+            ("u8", AMQPValue::ShortShortUInt(8)),
+            ("i16", AMQPValue::ShortInt(-16)),
+            ("u16", AMQPValue::ShortUInt(16)),
+            ("i32", AMQPValue::LongInt(-32)),
+            ("u32", AMQPValue::LongUInt(u32::MAX)),
+            ("i64", AMQPValue::LongLongInt(i64::MIN)),
+            ("f32", AMQPValue::Float(1.5)),
+            ("f64", AMQPValue::Double(-2.25)),
+            ("nan", AMQPValue::Double(f64::NAN)),
+            ("inf", AMQPValue::Float(f32::INFINITY)),
+            (
+                "dec",
+                AMQPValue::DecimalValue(DecimalValue {
+                    scale: 2,
+                    value: 12345,
+                }),
+            ),
+            (
+                "dec-max",
+                AMQPValue::DecimalValue(DecimalValue {
+                    scale: 255,
+                    value: u32::MAX,
+                }),
+            ),
+            ("short", ss("s")),
+            ("long", ls("l")),
+            (
+                "bad-utf8",
+                AMQPValue::LongString(LongString::from(vec![b'a', 0xff])),
+            ),
+            ("ts", AMQPValue::Timestamp(1_700_000_000)),
+            (
+                "bytes",
+                AMQPValue::ByteArray(ByteArray::from(vec![0u8, 1, 255])),
+            ),
+            ("void", AMQPValue::Void),
+            (
+                "array",
+                array(vec![
+                    AMQPValue::LongLongInt(1),
+                    ls("two"),
+                    array(vec![AMQPValue::Void]),
+                ]),
+            ),
+            (
+                "table",
+                AMQPValue::FieldTable(table(vec![(
+                    "inner",
+                    AMQPValue::FieldTable(table(vec![("k", AMQPValue::Boolean(false))])),
+                )])),
+            ),
+        ]);
+        let v = headers_to_json(Some(&h));
+        assert_eq!(
+            v,
+            json!({
+                "bool": true, "i8": -8, "u8": 8, "i16": -16, "u16": 16, "i32": -32,
+                "u32": 4_294_967_295u64, "i64": i64::MIN, "f32": 1.5, "f64": -2.25,
+                "nan": null, "inf": null, "dec": 123.45, "dec-max": 4.294967295e-246,
+                "short": "s", "long": "l", "bad-utf8": "a\u{fffd}", "ts": 1_700_000_000,
+                "bytes": [0, 1, 255], "void": null,
+                "array": [1, "two", [null]],
+                "table": {"inner": {"k": false}},
+            })
+        );
+        // It serializes (what the handler's environment gets).
+        assert!(serde_json::to_string(&v).is_ok());
+    }
+
+    #[test]
+    fn headers_to_json_of_nothing_is_an_empty_object() {
+        assert_eq!(headers_to_json(None), serde_json::json!({}));
+        assert_eq!(
+            headers_to_json(Some(&FieldTable::default())),
+            serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_cut_to_null() {
+        let mut v = AMQPValue::LongLongInt(1);
+        for _ in 0..200 {
+            v = array(vec![v]);
+        }
+        let json = headers_to_json(Some(&table(vec![("deep", v)])));
+        let mut depth = 0;
+        let mut cur = &json["deep"];
+        while let serde_json::Value::Array(a) = cur {
+            depth += 1;
+            cur = &a[0];
+        }
+        assert_eq!(cur, &serde_json::Value::Null);
+        assert_eq!(depth, MAX_JSON_DEPTH);
     }
 }
