@@ -1,7 +1,7 @@
 //! dlqctl: delayed retries through TTL queues and a dead-letter queue for
 //! RabbitMQ consumers.
 //!
-//! The pure core ([`duration`], [`topology`], [`drift`]) does no I/O; the
+//! The pure core ([`duration`], [`topology`], [`drift`], [`retry`]) does no I/O; the
 //! shell around it ([`broker`], [`provision`], [`handler`]) talks to the
 //! broker and to handlers.
 
@@ -13,4 +13,5 @@ pub mod handler;
 pub mod mgmt;
 pub mod outcome;
 pub mod provision;
+pub mod retry;
 pub mod topology;
