@@ -342,13 +342,18 @@ pub fn decide(policy: &RetryPolicy, attempt: u32, outcome: &Outcome) -> Decision
     let delay_ms = match retry_after {
         None => base,
         Some(t) => {
-            let wanted = duration_ms_ceil(*t).max(base);
+            // The tier must be at least the row's own delay, and its
+            // shortest jittered wait must cover T. (DESIGN.md's literal
+            // `d × (1 − jitter) ≥ max(T, row delay)` would push every
+            // Retry-After, even 1 ms, one tier past the row whenever jitter
+            // is above 0; the row's delay is already jittered without it.)
+            let wanted = duration_ms_ceil(*t);
             let jitter = clamp_jitter(policy.jitter);
             let tiers = policy.tiers();
             tiers
                 .iter()
                 .copied()
-                .find(|&d| shortest_wait(d, jitter) >= wanted)
+                .find(|&d| d >= base && shortest_wait(d, jitter) >= wanted)
                 .or_else(|| tiers.last().copied())
                 .unwrap_or(base)
         }
@@ -1315,12 +1320,15 @@ mod tests {
         // 10s × 0.9 = 9s: exactly equal is enough.
         assert_eq!(decide(&p, 1, &after(9000)), retry(10_000));
         assert_eq!(decide(&p, 1, &after(9001)), retry(60_000));
-        // Any retry-after moves one tier past the row's own delay, since no
-        // tier's jittered wait reaches it (1s × 0.9 < 1s).
-        assert_eq!(decide(&p, 1, &after(1)), retry(10_000));
-        assert_eq!(decide(&p, 2, &after(1)), retry(60_000));
-        // Nothing is long enough: the largest.
+        // A retry-after that the row's own tier covers keeps the row: its
+        // shortest jittered wait (1s × 0.9) is at least 1 ms.
+        assert_eq!(decide(&p, 1, &after(1)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(900)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(901)), retry(10_000));
+        assert_eq!(decide(&p, 2, &after(1)), retry(10_000));
+        // Never a tier below the row's own delay.
         assert_eq!(decide(&p, 3, &after(1)), retry(60_000));
+        // Nothing is long enough: the largest.
         assert_eq!(decide(&p, 1, &after(54_001)), retry(60_000));
         assert_eq!(decide(&p, 1, &after(54_000)), retry(60_000));
         // Without retry-after, jitter does not change the row.
@@ -1336,9 +1344,10 @@ mod tests {
         let p = policy(&[500, 1000, 5000], 6, 0.07);
         assert_eq!(decide(&p, 1, &after(930)), retry(1000));
         assert_eq!(decide(&p, 1, &after(931)), retry(5000));
-        // The row's own delay must be reached too: 1000 × 0.7 < max(700, 1000).
+        // The row's own tier covers 700 ms: 1000 × 0.7 = 700.
         let p = policy(&[1000, 5000], 6, 0.3);
-        assert_eq!(decide(&p, 1, &after(700)), retry(5000));
+        assert_eq!(decide(&p, 1, &after(700)), retry(1000));
+        assert_eq!(decide(&p, 1, &after(701)), retry(5000));
     }
 
     #[test]
@@ -1363,7 +1372,7 @@ mod tests {
                             .map_or(delay_ms, |e| e.parse().expect("an integer"));
                         assert!(wait >= t, "t={t} j={jitter} u={u} d={delay_ms} wait={wait}");
                         let row = delays[attempt as usize - 1];
-                        assert!(wait >= row, "t={t} j={jitter} u={u} d={delay_ms}");
+                        assert!(delay_ms >= row, "t={t} j={jitter} u={u} d={delay_ms}");
                     }
                 }
             }
