@@ -5,11 +5,13 @@
 //! shell around it ([`broker`], [`provision`], [`handler`]) talks to the
 //! broker and to handlers.
 
+pub mod breaker;
 pub mod broker;
 pub mod drift;
 pub mod duration;
 pub mod error;
 pub mod handler;
+pub mod metrics;
 pub mod mgmt;
 pub mod outcome;
 pub mod provision;
