@@ -17,3 +17,4 @@ pub mod outcome;
 pub mod provision;
 pub mod retry;
 pub mod topology;
+pub mod worker;

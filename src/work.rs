@@ -1,12 +1,91 @@
-//! `dlqctl work`.
+//! `dlqctl work`: wires the CLI to the library's [`Worker`].
 
-use crate::cli::WorkArgs;
+use crate::cli::{DeadLetterMode, WorkArgs};
+use crate::commands::load;
 use crate::exit::Outcome;
 use anyhow::Result;
+use dlqctl::broker::BrokerUrl;
+use dlqctl::error::Error;
+use dlqctl::handler::exec::{check_program, ExecHandler};
+use dlqctl::handler::http::HttpHandler;
+use dlqctl::handler::Handler;
+use dlqctl::metrics::Metrics;
+use dlqctl::worker::{self, Worker, WorkerConfig};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
 
-/// Runs the worker until a signal stops it.
-pub async fn run(_a: &WorkArgs) -> Result<Outcome> {
-    anyhow::bail!(dlqctl::error::Error::Usage(
-        "`dlqctl work` is not built yet".into()
-    ))
+/// Runs the worker until SIGINT or SIGTERM.
+pub async fn run(a: &WorkArgs) -> Result<Outcome> {
+    let topology = load(&a.file)?;
+    let Some(pipeline) = topology.pipeline(&a.queue).cloned() else {
+        let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
+        return Err(Error::Usage(format!(
+            "queue `{}` is not a pipeline of {} (pipelines: {})",
+            a.queue,
+            a.file.display(),
+            names.join(", ")
+        ))
+        .into());
+    };
+    let url = BrokerUrl::parse(&a.connection.url)?;
+    let mut cfg = WorkerConfig::new(pipeline, url);
+    cfg.prefetch = a.prefetch;
+    cfg.concurrency = a.concurrency as usize;
+    cfg.grace = a.grace;
+    cfg.dead_letter = match a.dead_letter {
+        DeadLetterMode::Republish => worker::DeadLetterMode::Republish,
+        DeadLetterMode::Nack => worker::DeadLetterMode::Nack,
+    };
+    match (&a.http, a.command.split_first()) {
+        (Some(url), _) => {
+            let h = HttpHandler::new(url, a.handler_timeout)
+                .map_err(|e| Error::Usage(format!("--http: {e}")))?;
+            serve(cfg, h, a).await
+        }
+        (None, Some((program, args))) => {
+            check_program(program).map_err(|e| Error::Usage(format!("handler: {e}")))?;
+            let h = ExecHandler::new(program.clone(), args.to_vec(), a.handler_timeout);
+            serve(cfg, h, a).await
+        }
+        (None, None) => {
+            Err(Error::Usage("no handler: give `-- COMMAND ARGS...` or `--http URL`".into()).into())
+        }
+    }
+}
+
+async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Result<Outcome> {
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+    let metrics = Arc::new(Metrics::new());
+    if let Some(addr) = a.metrics_addr {
+        let listener_check = std::net::TcpListener::bind(addr)
+            .map_err(|e| Error::Usage(format!("--metrics-addr {addr}: {e}")))?;
+        drop(listener_check);
+        let (m, stop) = (metrics.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = dlqctl::metrics::serve(addr, m, stop).await {
+                error!(error = %e, "metrics server stopped");
+            }
+        });
+        info!(%addr, "serving metrics on /metrics");
+    }
+    let worker = Worker::with_metrics(cfg, handler, metrics);
+    worker.run(shutdown).await?;
+    info!("stopped");
+    Ok(Outcome::Success)
+}
+
+fn spawn_signal_handler(token: CancellationToken) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: finishing messages in flight"),
+            _ = int.recv() => info!("SIGINT: finishing messages in flight"),
+        }
+        token.cancel();
+    });
+    Ok(())
 }

@@ -1,0 +1,785 @@
+//! The worker: consumes a pipeline's main queue, runs a [`Handler`] per
+//! message, and acks, retries through a delay tier, or dead-letters, never
+//! losing a message (DESIGN.md, "Attempts and decisions").
+//!
+//! Deliveries come on one channel; copies are published on another, in
+//! confirm mode, with many confirms in flight. A copy is `mandatory` and
+//! persistent, and the original is acked only once the broker confirmed
+//! the copy without returning it. When the broker refuses a copy the
+//! original stays unacked, no new handler starts, and the publish is
+//! retried with capped backoff. A delivery is never requeued to retry it:
+//! messages go back to the queue only when their channel closes (shutdown,
+//! lost connection).
+
+use crate::breaker::{Breaker, State as BreakerState};
+use crate::broker::{describe_lapin_error, BrokerUrl};
+use crate::duration::tier_name;
+use crate::error::{Error, Result};
+use crate::handler::{Handler, HandlerMessage};
+use crate::metrics::{DecisionLabels, Metrics, OutcomeLabels};
+use crate::outcome::Outcome;
+use crate::retry::{
+    count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
+    original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
+};
+use crate::topology::{Pipeline, QueueType};
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+/// How a dead-letter is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterMode {
+    /// Publish a copy with the final diagnosis to the DLX, then ack.
+    Republish,
+    /// `basic.nack(requeue=false)`: the main queue's DLX moves the message
+    /// (the final error is not recorded).
+    Nack,
+}
+
+/// Settings of a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The pipeline to consume (its main queue).
+    pub pipeline: Pipeline,
+    /// The broker.
+    pub url: BrokerUrl,
+    /// Unacked deliveries the broker may push ahead of the handlers.
+    pub prefetch: u16,
+    /// Handler runs at once.
+    pub concurrency: usize,
+    /// How to dead-letter.
+    pub dead_letter: DeadLetterMode,
+    /// At shutdown, how long in-flight handlers may take.
+    pub grace: Duration,
+    /// How long to wait for a publisher confirm before counting the copy
+    /// as refused.
+    pub confirm_timeout: Duration,
+    /// The largest pause between two tries of a refused publish.
+    pub max_publish_backoff: Duration,
+    /// The largest pause between two reconnection attempts.
+    pub max_reconnect_backoff: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for a pipeline: prefetch 50, one handler at a time,
+    /// republish dead-letters, 30 s grace.
+    pub fn new(pipeline: Pipeline, url: BrokerUrl) -> Self {
+        WorkerConfig {
+            pipeline,
+            url,
+            prefetch: 50,
+            concurrency: 1,
+            dead_letter: DeadLetterMode::Republish,
+            grace: Duration::from_secs(30),
+            confirm_timeout: Duration::from_secs(30),
+            max_publish_backoff: Duration::from_secs(5),
+            max_reconnect_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A worker for one pipeline and one handler.
+pub struct Worker<H: Handler> {
+    cfg: Arc<WorkerConfig>,
+    handler: Arc<H>,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+}
+
+/// State shared by every delivery task.
+struct Shared {
+    retry_queues: Vec<String>,
+    /// Tasks currently retrying a refused publish: no new handler starts
+    /// while this is above zero.
+    refusing: AtomicUsize,
+    unblocked: Notify,
+    breaker: Option<Mutex<Breaker>>,
+    started: Instant,
+    warned: Mutex<HashSet<String>>,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Logs a header warning once per distinct text.
+    fn warn_once(&self, text: &str) {
+        let first = self
+            .warned
+            .lock()
+            .map(|mut w| w.len() < 1000 && w.insert(text.to_string()))
+            .unwrap_or(false);
+        if first {
+            warn!(warning = text, "malformed header, treated as absent");
+        }
+    }
+}
+
+enum SessionEnd {
+    Shutdown,
+    Lost(String),
+}
+
+impl<H: Handler> Worker<H> {
+    /// A worker with its own metrics.
+    pub fn new(cfg: WorkerConfig, handler: H) -> Self {
+        Self::with_metrics(cfg, handler, Arc::new(Metrics::new()))
+    }
+
+    /// A worker that counts into `metrics`.
+    pub fn with_metrics(cfg: WorkerConfig, handler: H, metrics: Arc<Metrics>) -> Self {
+        let shared = Shared {
+            retry_queues: cfg.pipeline.retry_queues(),
+            refusing: AtomicUsize::new(0),
+            unblocked: Notify::new(),
+            breaker: cfg
+                .pipeline
+                .circuit_breaker
+                .clone()
+                .map(|c| Mutex::new(Breaker::new(c))),
+            started: Instant::now(),
+            warned: Mutex::new(HashSet::new()),
+        };
+        Worker {
+            cfg: Arc::new(cfg),
+            handler: Arc::new(handler),
+            metrics,
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The worker's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled. The first connection and the
+    /// topology check must succeed (else the error is returned); after that,
+    /// a lost connection is retried with capped exponential backoff.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
+        let mut backoff = Duration::from_millis(200);
+        let mut first = true;
+        loop {
+            let started = Instant::now();
+            let end = self.session(&shutdown).await;
+            match end {
+                Ok(SessionEnd::Shutdown) => return Ok(()),
+                Err(e) if first => return Err(e),
+                Ok(SessionEnd::Lost(reason)) => {
+                    warn!(queue = %self.cfg.pipeline.name, reason = %reason, "connection lost; reconnecting");
+                }
+                Err(e) => {
+                    warn!(queue = %self.cfg.pipeline.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot resume; retrying");
+                }
+            }
+            first = false;
+            if started.elapsed() > Duration::from_secs(30) {
+                backoff = Duration::from_millis(200);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.cfg.max_reconnect_backoff);
+            self.metrics.reconnects.inc();
+        }
+    }
+
+    async fn session(&self, shutdown: &CancellationToken) -> Result<SessionEnd> {
+        let p = &self.cfg.pipeline;
+        let conn = Arc::new(
+            self.cfg
+                .url
+                .connect(&format!("dlqctl work {}", p.name))
+                .await?,
+        );
+        verify_topology(&conn, p).await?;
+        let consume = conn
+            .create_channel()
+            .await
+            .map_err(|e| Error::broker("cannot open the consuming channel", &e))?;
+        consume
+            .basic_qos(self.cfg.prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
+        let publisher = Arc::new(Publisher::new(conn.clone(), self.cfg.confirm_timeout));
+        publisher.channel().await.map_err(|e| Error::Broker {
+            context: "cannot open the publishing channel".into(),
+            message: e,
+        })?;
+        let mut consumer = consume
+            .basic_consume(
+                p.name.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| Error::broker(format!("cannot consume from queue {}", p.name), &e))?;
+        info!(queue = %p.name, prefetch = self.cfg.prefetch, concurrency = self.cfg.concurrency, "consuming");
+
+        let permits = Arc::new(Semaphore::new(self.cfg.concurrency.max(1)));
+        let tracker = TaskTracker::new();
+        let end = loop {
+            // Gates before the next handler may start.
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break SessionEnd::Shutdown,
+                },
+            };
+            if let Some(end) = self.wait_gates(shutdown).await {
+                break end;
+            }
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                n = consumer.next() => n,
+            };
+            let delivery = match next {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => break SessionEnd::Lost(describe_lapin_error(&e)),
+                None => break SessionEnd::Lost("the broker cancelled the consumer".into()),
+            };
+            let task = DeliveryTask {
+                cfg: self.cfg.clone(),
+                handler: self.handler.clone(),
+                metrics: self.metrics.clone(),
+                shared: self.shared.clone(),
+                publisher: publisher.clone(),
+                consume: consume.clone(),
+                user: self.cfg.url.user().to_string(),
+                shutdown: shutdown.clone(),
+            };
+            tracker.spawn(async move {
+                task.process(delivery).await;
+                drop(permit);
+            });
+        };
+        tracker.close();
+        match &end {
+            SessionEnd::Shutdown => {
+                info!(queue = %p.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
+                let _ = consume
+                    .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                    .await;
+                if tokio::time::timeout(self.cfg.grace, tracker.wait())
+                    .await
+                    .is_err()
+                {
+                    warn!(queue = %p.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
+                }
+            }
+            SessionEnd::Lost(_) => {}
+        }
+        // Closing returns every unacked delivery to the queue.
+        let _ = conn.close(200, "dlqctl worker stopping".into()).await;
+        Ok(end)
+    }
+
+    /// Waits while copies are being refused or the breaker is open.
+    async fn wait_gates(&self, shutdown: &CancellationToken) -> Option<SessionEnd> {
+        loop {
+            if self.shared.refusing.load(Ordering::SeqCst) > 0 {
+                let notified = self.shared.unblocked.notified();
+                if self.shared.refusing.load(Ordering::SeqCst) == 0 {
+                    continue;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
+                    _ = notified => continue,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
+            let state = match &self.shared.breaker {
+                Some(b) => b
+                    .lock()
+                    .map(|mut b| b.state(self.shared.now_ms()))
+                    .unwrap_or(BreakerState::Closed),
+                None => BreakerState::Closed,
+            };
+            match state {
+                BreakerState::Closed => {
+                    self.metrics.circuit_open.set(0);
+                    return None;
+                }
+                BreakerState::Open { remaining_ms } => {
+                    self.metrics.circuit_open.set(1);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
+                        _ = tokio::time::sleep(Duration::from_millis(remaining_ms.max(1))) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Checks that every object the worker uses exists, naming each missing
+/// one. Passive declares, each on its own channel (a 404 closes it).
+pub async fn verify_topology(conn: &Connection, p: &Pipeline) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut queues = vec![p.name.clone()];
+    queues.extend(p.retry_queues());
+    queues.push(p.dead_letter.queue.clone());
+    for q in &queues {
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(|e| Error::broker("cannot open a channel", &e))?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match ch
+            .queue_declare(q.as_str().into(), passive, FieldTable::default())
+            .await
+        {
+            Ok(_) => {
+                let _ = ch.close(200, "ok".into()).await;
+            }
+            Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => {
+                missing.push(format!("queue {q}"))
+            }
+            Err(e) => return Err(Error::broker(format!("cannot check queue {q}"), &e)),
+        }
+    }
+    for x in [p.retry_exchange(), p.dead_letter_exchange()] {
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(|e| Error::broker("cannot open a channel", &e))?;
+        let passive = ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match ch
+            .exchange_declare(
+                x.as_str().into(),
+                ExchangeKind::Direct,
+                passive,
+                FieldTable::default(),
+            )
+            .await
+        {
+            Ok(()) => {
+                let _ = ch.close(200, "ok".into()).await;
+            }
+            Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => {
+                missing.push(format!("exchange {x}"))
+            }
+            Err(e) => return Err(Error::broker(format!("cannot check exchange {x}"), &e)),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Broker {
+            context: format!("pipeline {} is not provisioned", p.name),
+            message: format!(
+                "missing {}; run `dlqctl provision` on the topology file first",
+                missing.join(", ")
+            ),
+        })
+    }
+}
+
+/// Why a copy did not make it.
+#[derive(Debug)]
+enum Refusal {
+    /// `basic.nack` from the broker (a full queue with reject-publish).
+    Nacked,
+    /// Returned as unroutable (`mandatory`).
+    Returned(String),
+    /// No confirm in time.
+    Timeout,
+    /// The channel failed (404 on a missing exchange, closed, ...).
+    Channel(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Nacked => {
+                f.write_str("the broker nacked the copy (is the target queue full?)")
+            }
+            Refusal::Returned(why) => {
+                write!(f, "the broker returned the copy as unroutable: {why}")
+            }
+            Refusal::Timeout => f.write_str("no publisher confirm in time"),
+            Refusal::Channel(e) => write!(f, "publishing channel error: {e}"),
+        }
+    }
+}
+
+/// The confirm-mode publishing channel, reopened when the broker closes it.
+struct Publisher {
+    conn: Arc<Connection>,
+    channel: tokio::sync::Mutex<Option<Channel>>,
+    confirm_timeout: Duration,
+}
+
+impl Publisher {
+    fn new(conn: Arc<Connection>, confirm_timeout: Duration) -> Self {
+        Publisher {
+            conn,
+            channel: tokio::sync::Mutex::new(None),
+            confirm_timeout,
+        }
+    }
+
+    async fn channel(&self) -> std::result::Result<Channel, String> {
+        let mut slot = self.channel.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if c.status().connected() {
+                return Ok(c.clone());
+            }
+        }
+        let c = self
+            .conn
+            .create_channel()
+            .await
+            .map_err(|e| describe_lapin_error(&e))?;
+        c.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| describe_lapin_error(&e))?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Publishes `mandatory` and waits for the confirm. Many calls may be
+    /// in flight at once on the one channel.
+    async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+    ) -> std::result::Result<(), Refusal> {
+        let ch = self.channel().await.map_err(Refusal::Channel)?;
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    immediate: false,
+                },
+                body,
+                props,
+            )
+            .await
+            .map_err(|e| Refusal::Channel(describe_lapin_error(&e)))?;
+        match tokio::time::timeout(self.confirm_timeout, confirm).await {
+            Err(_) => Err(Refusal::Timeout),
+            Ok(Err(e)) => Err(Refusal::Channel(describe_lapin_error(&e))),
+            Ok(Ok(Confirmation::Ack(None))) => Ok(()),
+            Ok(Ok(Confirmation::Ack(Some(ret)))) => Err(Refusal::Returned(format!(
+                "{} {}",
+                ret.reply_code, ret.reply_text
+            ))),
+            Ok(Ok(Confirmation::Nack(_))) => Err(Refusal::Nacked),
+            Ok(Ok(Confirmation::NotRequested)) => {
+                Err(Refusal::Channel("publisher confirms are off".into()))
+            }
+        }
+    }
+}
+
+/// Everything one delivery needs.
+struct DeliveryTask<H: Handler> {
+    cfg: Arc<WorkerConfig>,
+    handler: Arc<H>,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+    publisher: Arc<Publisher>,
+    consume: Channel,
+    user: String,
+    shutdown: CancellationToken,
+}
+
+/// What became of a copy after retries.
+enum Published {
+    /// Confirmed.
+    Done,
+    /// A quorum pipeline's DLQ refused it: fall back to nack(requeue=false).
+    FallBackToNack,
+    /// The delivery's channel is gone or we are stopping: the original
+    /// returns to the queue by itself.
+    Abandoned,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl<H: Handler> DeliveryTask<H> {
+    async fn process(self, d: Delivery) {
+        let p = &self.cfg.pipeline;
+        let headers = d.properties.headers().as_ref();
+        let count = count_attempt(headers, &self.shared.retry_queues);
+        for w in &count.warnings {
+            self.shared.warn_once(w);
+        }
+        let attempt = count.attempt;
+        let (orig_exchange, orig_key) =
+            original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
+        let message_id = d.properties.message_id().as_ref().map(|m| m.to_string());
+
+        // A message whose runs are used up (a copy published, then the
+        // worker died before acking the original) is not run again.
+        let (outcome, ran) = if attempt > p.retry.max_attempts {
+            (
+                Outcome::transient(format!(
+                    "attempts already used up ({} of {}) when delivered",
+                    attempt - 1,
+                    p.retry.max_attempts
+                )),
+                false,
+            )
+        } else {
+            let msg = HandlerMessage {
+                body: d.data.clone(),
+                queue: p.name.clone(),
+                message_id: message_id.clone(),
+                content_type: d.properties.content_type().as_ref().map(|c| c.to_string()),
+                attempt,
+                max_attempts: p.retry.max_attempts,
+                exchange: orig_exchange.clone(),
+                routing_key: orig_key.clone(),
+                headers: headers_to_json(headers),
+            };
+            self.metrics.in_flight.inc();
+            let t0 = Instant::now();
+            let outcome = self.handler.handle(&msg).await;
+            self.metrics
+                .handler_seconds
+                .observe(t0.elapsed().as_secs_f64());
+            self.metrics.in_flight.dec();
+            self.metrics
+                .outcomes
+                .get_or_create(&OutcomeLabels {
+                    queue: p.name.clone(),
+                    outcome: outcome.label().into(),
+                })
+                .inc();
+            if let Some(b) = &self.shared.breaker {
+                let transient = matches!(outcome, Outcome::Transient { .. });
+                if let Ok(mut b) = b.lock() {
+                    if b.record(self.shared.now_ms(), transient) {
+                        warn!(queue = %p.name, "circuit breaker open: pausing consumption");
+                    }
+                }
+            }
+            (outcome, true)
+        };
+        let decision = if ran {
+            decide(&p.retry, attempt, &outcome)
+        } else {
+            Decision::DeadLetter {
+                reason: DeadLetterReason::Exhausted,
+            }
+        };
+        let error = match &outcome {
+            Outcome::Success => "",
+            Outcome::Transient { error, .. } | Outcome::Permanent { error } => error.as_str(),
+        };
+        let ctx = CopyContext {
+            attempt: if ran { attempt } else { attempt - 1 },
+            error,
+            now_unix_ms: now_unix_ms(),
+            delivery_exchange: d.exchange.as_str(),
+            delivery_routing_key: d.routing_key.as_str(),
+            connection_user: &self.user,
+        };
+        let label = match decision {
+            Decision::Ack => {
+                self.ack(&d).await;
+                "ack"
+            }
+            Decision::Retry { delay_ms } => {
+                let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
+                let props = retry_copy(&d.properties, &ctx, expiration);
+                match self
+                    .publish_until_confirmed(
+                        &p.retry_exchange(),
+                        &tier_name(delay_ms),
+                        &d,
+                        props,
+                        false,
+                    )
+                    .await
+                {
+                    Published::Done => {
+                        self.ack(&d).await;
+                        "retry"
+                    }
+                    _ => "abandoned",
+                }
+            }
+            Decision::DeadLetter { reason } => match self.cfg.dead_letter {
+                DeadLetterMode::Nack => {
+                    self.nack_to_dlx(&d).await;
+                    "dead_letter_nack"
+                }
+                DeadLetterMode::Republish => {
+                    let props = dead_letter_copy(&d.properties, &ctx, reason, &p.name, ran);
+                    let quorum = p.queue_type == QueueType::Quorum;
+                    match self
+                        .publish_until_confirmed(
+                            &p.dead_letter_exchange(),
+                            &p.name,
+                            &d,
+                            props,
+                            quorum,
+                        )
+                        .await
+                    {
+                        Published::Done => {
+                            self.ack(&d).await;
+                            "dead_letter"
+                        }
+                        Published::FallBackToNack => {
+                            warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""),
+                                "the DLQ refused the copy; nacking so the broker holds the message for its DLX until the DLQ has room");
+                            self.nack_to_dlx(&d).await;
+                            "dead_letter_nack"
+                        }
+                        Published::Abandoned => "abandoned",
+                    }
+                }
+            },
+        };
+        self.metrics
+            .decisions
+            .get_or_create(&DecisionLabels {
+                queue: p.name.clone(),
+                decision: label.into(),
+            })
+            .inc();
+        let tier = match decision {
+            Decision::Retry { delay_ms } => tier_name(delay_ms),
+            _ => String::new(),
+        };
+        let reason = match decision {
+            Decision::DeadLetter { reason } => reason.as_str(),
+            _ => "",
+        };
+        info!(
+            queue = %p.name,
+            message_id = message_id.as_deref().unwrap_or(""),
+            attempt,
+            max_attempts = p.retry.max_attempts,
+            outcome = outcome.label(),
+            decision = label,
+            tier = %tier,
+            reason,
+            error = %truncate(error, 300),
+            "message handled"
+        );
+    }
+
+    async fn ack(&self, d: &Delivery) {
+        match d.acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => {}
+            Ok(false) => debug!("ack on a closed channel: the broker redelivers the message"),
+            Err(e) => {
+                warn!(error = %describe_lapin_error(&e), "ack failed: the broker redelivers the message")
+            }
+        }
+    }
+
+    async fn nack_to_dlx(&self, d: &Delivery) {
+        if let Err(e) = d
+            .acker
+            .nack(BasicNackOptions {
+                multiple: false,
+                requeue: false,
+            })
+            .await
+        {
+            warn!(error = %describe_lapin_error(&e), "nack failed: the broker redelivers the message");
+        }
+    }
+
+    /// Publishes a copy until the broker confirms it. While it refuses, the
+    /// original stays unacked and the worker starts no new handler.
+    async fn publish_until_confirmed(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        d: &Delivery,
+        props: BasicProperties,
+        dlq_fallback: bool,
+    ) -> Published {
+        let mut backoff = Duration::from_millis(100);
+        let mut refusing = false;
+        let result = loop {
+            match self
+                .publisher
+                .publish(exchange, routing_key, &d.data, props.clone())
+                .await
+            {
+                Ok(()) => break Published::Done,
+                Err(Refusal::Nacked) if dlq_fallback => break Published::FallBackToNack,
+                Err(r) => {
+                    self.metrics.publish_refusals.inc();
+                    if !refusing {
+                        refusing = true;
+                        self.shared.refusing.fetch_add(1, Ordering::SeqCst);
+                        warn!(queue = %self.cfg.pipeline.name, exchange, routing_key, refusal = %r,
+                            "the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish");
+                    } else {
+                        debug!(refusal = %r, "publish still refused");
+                    }
+                }
+            }
+            if !self.consume.status().connected() {
+                break Published::Abandoned;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => break Published::Abandoned,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.cfg.max_publish_backoff);
+        };
+        if refusing {
+            self.shared.refusing.fetch_sub(1, Ordering::SeqCst);
+            self.shared.unblocked.notify_waiters();
+            if matches!(result, Published::Done) {
+                info!(queue = %self.cfg.pipeline.name, exchange, "the broker accepts copies again");
+            }
+        }
+        result
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
