@@ -115,6 +115,68 @@ impl Metrics {
     }
 }
 
+/// Decision labels the worker uses.
+pub const DECISIONS: [&str; 5] = [
+    "ack",
+    "retry",
+    "dead_letter",
+    "dead_letter_nack",
+    "abandoned",
+];
+/// Outcome labels.
+pub const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
+
+/// The counters of one queue, looked up once instead of per message.
+#[derive(Clone)]
+pub struct QueueCounters {
+    decisions: Vec<(&'static str, Counter)>,
+    outcomes: Vec<(&'static str, Counter)>,
+}
+
+impl QueueCounters {
+    /// Counts a decision (`ack`, `retry`, ...).
+    pub fn decision(&self, label: &str) {
+        if let Some((_, c)) = self.decisions.iter().find(|(l, _)| *l == label) {
+            c.inc();
+        }
+    }
+
+    /// Counts a handler outcome (`success`, `transient`, `permanent`).
+    pub fn outcome(&self, label: &str) {
+        if let Some((_, c)) = self.outcomes.iter().find(|(l, _)| *l == label) {
+            c.inc();
+        }
+    }
+}
+
+impl Metrics {
+    /// The counters of `queue`.
+    pub fn queue_counters(&self, queue: &str) -> QueueCounters {
+        QueueCounters {
+            decisions: DECISIONS
+                .iter()
+                .map(|d| {
+                    let labels = DecisionLabels {
+                        queue: queue.to_string(),
+                        decision: (*d).to_string(),
+                    };
+                    (*d, self.decisions.get_or_create(&labels).clone())
+                })
+                .collect(),
+            outcomes: OUTCOMES
+                .iter()
+                .map(|o| {
+                    let labels = OutcomeLabels {
+                        queue: queue.to_string(),
+                        outcome: (*o).to_string(),
+                    };
+                    (*o, self.outcomes.get_or_create(&labels).clone())
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Serves `GET /metrics` on `addr` until the token is cancelled.
 pub async fn serve(
     addr: std::net::SocketAddr,
@@ -156,11 +218,18 @@ mod tests {
                 decision: "retry".into(),
             })
             .inc();
+        let q = m.queue_counters("orders");
+        q.decision("retry");
+        q.outcome("transient");
         let text = m.render();
         assert!(
-            text.contains("dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 1"),
+            text.contains("dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 2"),
             "{text}"
         );
         assert!(text.contains("dlqctl_handlers_in_flight 0"), "{text}");
+        assert!(
+            text.contains("dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1"),
+            "{text}"
+        );
     }
 }

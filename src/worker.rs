@@ -16,7 +16,7 @@ use crate::broker::{describe_lapin_error, BrokerUrl};
 use crate::duration::tier_name;
 use crate::error::{Error, Result};
 use crate::handler::{Handler, HandlerMessage};
-use crate::metrics::{DecisionLabels, Metrics, OutcomeLabels};
+use crate::metrics::{Metrics, QueueCounters};
 use crate::outcome::Outcome;
 use crate::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
@@ -111,6 +111,7 @@ struct Shared {
     breaker: Option<Mutex<Breaker>>,
     started: Instant,
     warned: Mutex<HashSet<String>>,
+    counters: QueueCounters,
 }
 
 impl Shared {
@@ -155,6 +156,7 @@ impl<H: Handler> Worker<H> {
                 .map(|c| Mutex::new(Breaker::new(c))),
             started: Instant::now(),
             warned: Mutex::new(HashSet::new()),
+            counters: metrics.queue_counters(&cfg.pipeline.name),
         };
         Worker {
             cfg: Arc::new(cfg),
@@ -431,7 +433,10 @@ impl std::fmt::Display for Refusal {
 /// The confirm-mode publishing channel, reopened when the broker closes it.
 struct Publisher {
     conn: Arc<Connection>,
-    channel: tokio::sync::Mutex<Option<Channel>>,
+    /// The current channel: a plain lock, held only to clone it.
+    current: Mutex<Option<Channel>>,
+    /// Serialises reopening, so that one closed channel is replaced once.
+    reopen: tokio::sync::Mutex<()>,
     confirm_timeout: Duration,
 }
 
@@ -439,17 +444,26 @@ impl Publisher {
     fn new(conn: Arc<Connection>, confirm_timeout: Duration) -> Self {
         Publisher {
             conn,
-            channel: tokio::sync::Mutex::new(None),
+            current: Mutex::new(None),
+            reopen: tokio::sync::Mutex::new(()),
             confirm_timeout,
         }
     }
 
+    fn usable(&self) -> Option<Channel> {
+        self.current
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().filter(|c| c.status().connected()).cloned())
+    }
+
     async fn channel(&self) -> std::result::Result<Channel, String> {
-        let mut slot = self.channel.lock().await;
-        if let Some(c) = slot.as_ref() {
-            if c.status().connected() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = self.usable() {
+            return Ok(c);
+        }
+        let _guard = self.reopen.lock().await;
+        if let Some(c) = self.usable() {
+            return Ok(c);
         }
         let c = self
             .conn
@@ -459,7 +473,9 @@ impl Publisher {
         c.confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| describe_lapin_error(&e))?;
-        *slot = Some(c.clone());
+        if let Ok(mut slot) = self.current.lock() {
+            *slot = Some(c.clone());
+        }
         Ok(c)
     }
 
@@ -575,13 +591,7 @@ impl<H: Handler> DeliveryTask<H> {
                 .handler_seconds
                 .observe(t0.elapsed().as_secs_f64());
             self.metrics.in_flight.dec();
-            self.metrics
-                .outcomes
-                .get_or_create(&OutcomeLabels {
-                    queue: p.name.clone(),
-                    outcome: outcome.label().into(),
-                })
-                .inc();
+            self.shared.counters.outcome(outcome.label());
             if let Some(b) = &self.shared.breaker {
                 let transient = matches!(outcome, Outcome::Transient { .. });
                 if let Ok(mut b) = b.lock() {
@@ -669,13 +679,7 @@ impl<H: Handler> DeliveryTask<H> {
                 }
             },
         };
-        self.metrics
-            .decisions
-            .get_or_create(&DecisionLabels {
-                queue: p.name.clone(),
-                decision: label.into(),
-            })
-            .inc();
+        self.shared.counters.decision(label);
         let tier = match decision {
             Decision::Retry { delay_ms } => tier_name(delay_ms),
             _ => String::new(),

@@ -1,0 +1,452 @@
+//! Worker throughput beside hand-written lapin loops, in one run on the
+//! same queue setup. Prints messages/s and ratios; asserts nothing.
+//!
+//! ```text
+//! cargo bench --bench worker
+//! ```
+//!
+//! Scenarios (each on fresh quorum queues, preloaded, then drained):
+//! 1. success path: raw consume+ack loop vs `Worker` with a no-op handler;
+//! 2. retry path: raw consume + confirmed republish (pipelined) + ack vs
+//!    the worker's retry path (handler always transient);
+//! 3. exec handler (`/bin/true`) at concurrency 1 and 8 vs a hand-written
+//!    consume-spawn-ack loop;
+//! 4. peak RSS of `dlqctl work --http` over 100,000 messages at prefetch 200.
+
+use dlqctl::broker::{BrokerUrl, DEFAULT_URL};
+use dlqctl::handler::exec::ExecHandler;
+use dlqctl::handler::{handler_fn, Handler, HandlerMessage};
+use dlqctl::outcome::Outcome;
+use dlqctl::topology::{parse_topology, plan, Pipeline};
+use dlqctl::worker::{Worker, WorkerConfig};
+use futures_util::StreamExt;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Setup {
+    url: BrokerUrl,
+    conn: Connection,
+    prefix: String,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let raw = std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.into());
+        let url = BrokerUrl::parse(&raw).expect("AMQP_URL");
+        let conn = url.connect("dlqctl bench worker").await.unwrap_or_else(|e| {
+            panic!("{e}\nthe benchmark needs RabbitMQ on {}: start it with `rabbitmq-server -detached`", url.endpoint())
+        });
+        let prefix = format!("bench-{}", std::process::id());
+        Setup { url, conn, prefix }
+    }
+
+    /// Provisions a fresh pipeline and returns it.
+    async fn pipeline(&self, name: &str, delays: &str, max_attempts: u32) -> Pipeline {
+        let full = format!("{}-{name}", self.prefix);
+        let yaml = format!(
+            "version: 1\npipelines:\n  - name: {full}\n    retry: {{delays: {delays}, max_attempts: {max_attempts}, jitter: 0}}\n"
+        );
+        let t = parse_topology(&yaml, "bench.yaml").expect("valid bench topology");
+        let r = dlqctl::provision::provision(&self.conn, &plan(&t), 16)
+            .await
+            .expect("provision");
+        assert!(!r.has_differences(), "{:?}", r.findings);
+        t.pipelines[0].clone()
+    }
+
+    async fn preload(&self, queue: &str, n: usize) {
+        let ch = self.conn.create_channel().await.expect("channel");
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        let body = vec![b'x'; 256];
+        let mut pending = Vec::with_capacity(1000);
+        for i in 0..n {
+            let props = BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_message_id(format!("m{i}").into());
+            let c = ch
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    &body,
+                    props,
+                )
+                .await
+                .expect("publish");
+            pending.push(c);
+            if pending.len() == 1000 {
+                for c in pending.drain(..) {
+                    c.await.expect("confirm");
+                }
+            }
+        }
+        for c in pending.drain(..) {
+            c.await.expect("confirm");
+        }
+        let _ = ch.close(200, "ok".into()).await;
+    }
+
+    async fn cleanup(&self, p: &Pipeline) {
+        let ch = self.conn.create_channel().await.expect("channel");
+        let t = dlqctl::topology::Topology {
+            pipelines: vec![p.clone()],
+        };
+        let pl = plan(&t);
+        for q in &pl.queues {
+            let _ = ch
+                .queue_delete(q.name.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        for e in &pl.exchanges {
+            let _ = ch
+                .exchange_delete(e.name.as_str().into(), ExchangeDeleteOptions::default())
+                .await;
+        }
+        let _ = ch.close(200, "ok".into()).await;
+    }
+}
+
+async fn consumer(ch: &Channel, queue: &str, prefetch: u16) -> lapin::Consumer {
+    ch.basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    ch.basic_consume(
+        queue.into(),
+        "".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("consume")
+}
+
+/// Raw loop: consume, ack, until n acked.
+async fn raw_ack(s: &Setup, queue: &str, n: usize, prefetch: u16) -> Duration {
+    let ch = s.conn.create_channel().await.expect("channel");
+    let mut c = consumer(&ch, queue, prefetch).await;
+    let mut t0 = None;
+    let mut done = 0;
+    while done < n {
+        let d = c.next().await.expect("stream").expect("delivery");
+        t0.get_or_insert_with(Instant::now);
+        d.ack(BasicAckOptions::default()).await.expect("ack");
+        done += 1;
+    }
+    let el = t0.map(|t| t.elapsed()).unwrap_or_default();
+    let _ = ch.close(200, "ok".into()).await;
+    el
+}
+
+/// Raw loop: consume, republish confirmed (many in flight), ack.
+async fn raw_republish(
+    s: &Setup,
+    queue: &str,
+    exchange: &str,
+    key: &str,
+    n: usize,
+    prefetch: u16,
+) -> Duration {
+    let ch = s.conn.create_channel().await.expect("channel");
+    let pubch = s.conn.create_channel().await.expect("channel");
+    pubch
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut c = consumer(&ch, queue, prefetch).await;
+    let t0 = Instant::now();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let d = c.next().await.expect("stream").expect("delivery");
+        let pubch = pubch.clone();
+        let (exchange, key) = (exchange.to_string(), key.to_string());
+        let done = done.clone();
+        tasks.spawn(async move {
+            let conf = pubch
+                .basic_publish(
+                    exchange.as_str().into(),
+                    key.as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    &d.data,
+                    d.properties.clone().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish")
+                .await
+                .expect("confirm");
+            assert!(matches!(conf, lapin::Confirmation::Ack(None)), "{conf:?}");
+            d.ack(BasicAckOptions::default()).await.expect("ack");
+            done.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let el = t0.elapsed();
+    let _ = ch.close(200, "ok".into()).await;
+    let _ = pubch.close(200, "ok".into()).await;
+    el
+}
+
+/// Hand-written exec loop: consume, spawn /bin/true with the body, wait, ack.
+async fn raw_exec(s: &Setup, queue: &str, n: usize) -> Duration {
+    use tokio::io::AsyncWriteExt;
+    let ch = s.conn.create_channel().await.expect("channel");
+    let mut c = consumer(&ch, queue, 50).await;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let d = c.next().await.expect("stream").expect("delivery");
+        let mut child = tokio::process::Command::new("/bin/true")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&d.data).await;
+        }
+        let st = child.wait().await.expect("wait");
+        assert!(st.success());
+        d.ack(BasicAckOptions::default()).await.expect("ack");
+    }
+    let el = t0.elapsed();
+    let _ = ch.close(200, "ok".into()).await;
+    el
+}
+
+/// Counts handler runs and reports when `n` were made.
+struct Counting<H> {
+    inner: H,
+    runs: Arc<AtomicUsize>,
+    target: usize,
+    done: CancellationToken,
+    first: Arc<std::sync::OnceLock<Instant>>,
+}
+
+impl<H: Handler> Handler for Counting<H> {
+    async fn handle(&self, msg: &HandlerMessage) -> Outcome {
+        self.first.get_or_init(Instant::now);
+        let o = self.inner.handle(msg).await;
+        if self.runs.fetch_add(1, Ordering::SeqCst) + 1 >= self.target {
+            self.done.cancel();
+        }
+        o
+    }
+}
+
+/// Runs the worker until `n` handler runs were made, then stops it
+/// gracefully (the last acks/copies finish inside the measured time).
+/// Time counts from the first delivery, like the raw loops (connecting and
+/// checking the topology are left out of both).
+async fn worker_run<H: Handler>(
+    s: &Setup,
+    p: &Pipeline,
+    h: H,
+    n: usize,
+    prefetch: u16,
+    concurrency: usize,
+) -> Duration {
+    let stop = CancellationToken::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = Arc::new(std::sync::OnceLock::new());
+    let counting = Counting {
+        inner: h,
+        runs: runs.clone(),
+        target: n,
+        done: stop.clone(),
+        first: first.clone(),
+    };
+    let mut cfg = WorkerConfig::new(p.clone(), s.url.clone());
+    cfg.prefetch = prefetch;
+    cfg.concurrency = concurrency;
+    let w = Worker::new(cfg, counting);
+    w.run(stop).await.expect("worker");
+    let el = first.get().map(|t| t.elapsed()).unwrap_or_default();
+    assert!(runs.load(Ordering::SeqCst) >= n);
+    el
+}
+
+fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+fn row(name: &str, n: usize, d: Duration) -> f64 {
+    let r = rate(n, d);
+    println!(
+        "{name:<58} {n:>7} msgs {:>8.3} s {r:>10.0} msg/s",
+        d.as_secs_f64()
+    );
+    r
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::main]
+async fn main() {
+    let s = Setup::new().await;
+    let n_ack = env_usize("BENCH_ACK_N", 20_000);
+    let n_retry = env_usize("BENCH_RETRY_N", 10_000);
+    let n_exec = env_usize("BENCH_EXEC_N", 600);
+    let n_rss = env_usize("BENCH_RSS_N", 100_000);
+    println!(
+        "dlqctl worker benchmark (RabbitMQ at {}, quorum queues)\n",
+        s.url.endpoint()
+    );
+
+    // 1. success path
+    let p = s.pipeline("ack", "[1h]", 5).await;
+    s.preload(&p.name, n_ack).await;
+    let raw = row(
+        "raw lapin consume+ack (prefetch 200)",
+        n_ack,
+        raw_ack(&s, &p.name, n_ack, 200).await,
+    );
+    s.preload(&p.name, n_ack).await;
+    let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
+    let wk = row(
+        "Worker, no-op handler (prefetch 200, concurrency 200)",
+        n_ack,
+        worker_run(&s, &p, noop, n_ack, 200, 200).await,
+    );
+    println!("  ratio worker/raw: {:.2} (target >= 0.95)\n", wk / raw);
+    s.cleanup(&p).await;
+
+    // 2. retry path: copies go to a 1h tier and stay there.
+    let p = s.pipeline("retry", "[1h]", 1000).await;
+    s.preload(&p.name, n_retry).await;
+    let raw = row(
+        "raw lapin consume+confirmed republish+ack (pipelined)",
+        n_retry,
+        raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200).await,
+    );
+    s.preload(&p.name, n_retry).await;
+    let failing = handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
+    let wk = row(
+        "Worker retry path (prefetch 200, concurrency 200)",
+        n_retry,
+        worker_run(&s, &p, failing, n_retry, 200, 200).await,
+    );
+    println!("  ratio worker/raw: {:.2} (target >= 1.0)\n", wk / raw);
+    s.cleanup(&p).await;
+
+    // 3. exec handler
+    let p = s.pipeline("exec", "[1h]", 5).await;
+    s.preload(&p.name, n_exec).await;
+    let raw = row(
+        "hand-written consume-spawn(/bin/true)-ack loop",
+        n_exec,
+        raw_exec(&s, &p.name, n_exec).await,
+    );
+    for conc in [1usize, 8] {
+        s.preload(&p.name, n_exec).await;
+        let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(30));
+        let wk = row(
+            &format!("Worker exec /bin/true, concurrency {conc}"),
+            n_exec,
+            worker_run(&s, &p, h, n_exec, 50, conc).await,
+        );
+        println!(
+            "  ratio worker/hand-written: {:.2}{}",
+            wk / raw,
+            if conc == 8 { " (target >= 3)" } else { "" }
+        );
+    }
+    println!();
+    s.cleanup(&p).await;
+
+    // 4. memory: the binary over many messages through an HTTP handler.
+    let p = s.pipeline("rss", "[1h]", 5).await;
+    s.preload(&p.name, n_rss).await;
+    let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = std::env::temp_dir().join(format!("{}-rss", s.prefix));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let yaml = dir.join("t.yaml");
+    std::fs::write(
+        &yaml,
+        format!("version: 1\npipelines:\n  - name: {}\n    retry: {{delays: [1h], max_attempts: 5, jitter: 0}}\n", p.name),
+    )
+    .expect("yaml");
+    let bin = env!("CARGO_BIN_EXE_dlqctl");
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "work",
+            yaml.to_str().unwrap_or_default(),
+            "--queue",
+            &p.name,
+            "--prefetch",
+            "200",
+            "--concurrency",
+            "32",
+        ])
+        .arg("--http")
+        .arg(format!("http://{addr}/"))
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("spawn dlqctl work");
+    let ch = s.conn.create_channel().await.expect("channel");
+    let mut peak = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        peak = peak_rss_kib(child.id()).unwrap_or(peak).max(peak);
+        let q = ch
+            .queue_declare(
+                p.name.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("passive declare");
+        if q.message_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            peak = peak_rss_kib(child.id()).unwrap_or(peak).max(peak);
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            println!("memory run did not drain within 600 s");
+            break;
+        }
+    }
+    let el = t0.elapsed();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    row(
+        "dlqctl work --http (prefetch 200, concurrency 32)",
+        n_rss,
+        el,
+    );
+    println!(
+        "  peak RSS: {:.1} MiB (target < 50 MiB)",
+        peak as f64 / 1024.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    s.cleanup(&p).await;
+    let _ = s.conn.close(200, "bye".into()).await;
+}
