@@ -11,7 +11,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    init_logging(args.log_format);
+    // One-shot commands report a failed connection themselves, in one
+    // line; lapin's own I/O-loop errors would only add noise before it.
+    let one_shot = !matches!(args.command, cli::Command::Work(_));
+    init_logging(args.log_format, one_shot);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -32,18 +35,26 @@ fn main() -> ExitCode {
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
-            eprintln!("error: {e}");
+            match e.downcast_ref::<dlqctl::error::Error>() {
+                // `FILE:LINE:COL: message` lines, as editors and CI parse them.
+                Some(dlqctl::error::Error::Invalid(_)) => eprintln!("{e}"),
+                _ => eprintln!("error: {e}"),
+            }
             exit::for_error(&e).into()
         }
     }
 }
 
-fn init_logging(format: cli::LogFormat) {
+fn init_logging(format: cli::LogFormat, quiet_lapin_io: bool) {
     use tracing_subscriber::EnvFilter;
     // lapin logs every soft channel error (our drift probes make them on
     // purpose) at ERROR; dlqctl reports them itself.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,lapin=warn,lapin::channel=off"));
+    let default = if quiet_lapin_io {
+        "info,lapin=warn,lapin::channel=off,lapin::io_loop=off"
+    } else {
+        "info,lapin=warn,lapin::channel=off"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1,0 +1,723 @@
+//! `dlqctl provision`, `--check`, `--dry-run` and `validate`, run as a user
+//! runs them, against a real broker.
+
+use crate::helpers::*;
+use dlqctl::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
+use lapin::options::{BasicGetOptions, BasicNackOptions, QueueBindOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Two pipelines under prefix `p`: a quorum one with a topic exchange, a
+/// 200ms and a 1s tier and a bounded DLQ, and a classic one with a headers
+/// exchange.
+fn topology(p: &str) -> String {
+    topology_with_dlq_ttl(p, "1h")
+}
+
+fn topology_with_dlq_ttl(p: &str, ttl: &str) -> String {
+    format!(
+        r#"version: 1
+defaults:
+  retry: {{ delays: [200ms, 1s], max_attempts: 3, jitter: 0 }}
+  dead_letter: {{ ttl: {ttl} }}
+pipelines:
+  - name: {p}-orders
+    exchange: {{ name: {p}-orders-in, type: topic, bindings: ["order.created", "order.#"] }}
+    delivery_limit: 7
+    dead_letter: {{ queue: {p}-orders-failed, max_length: 1000 }}
+    arguments: {{ x-max-length: 50000 }}
+  - name: {p}-mail
+    queue_type: classic
+    exchange:
+      name: {p}-mail-in
+      type: headers
+      bindings: [{{ arguments: {{ x-match: all, kind: mail, count: 3 }} }}]
+    retry: {{ delays: [500ms] }}
+    arguments: {{ x-max-priority: 5, x-single-active-consumer: true }}
+"#
+    )
+}
+
+fn plan_of(file: &Path) -> Plan {
+    let text = std::fs::read_to_string(file).unwrap();
+    let t = parse_topology(&text, &file.display().to_string()).expect("a valid topology");
+    plan(&t)
+}
+
+/// The arguments as the management API shows them: integers as JSON
+/// numbers, strings as JSON strings.
+fn json_args(a: &Arguments) -> Map<String, Value> {
+    a.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                ArgValue::Int(i) => json!(i),
+                ArgValue::Str(s) => json!(s),
+                ArgValue::Bool(b) => json!(b),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+fn s(v: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(v))
+}
+
+fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in entries {
+        t.insert(ShortString::from(*k), v.clone());
+    }
+    t
+}
+
+async fn provision(file: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["provision".to_string(), file.display().to_string()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    dlqctl(&args, RUN_TIMEOUT).await
+}
+
+/// Every queue's and exchange's description and every planned binding's
+/// list, for comparing before and after.
+async fn snapshot(b: &Broker, plan: &Plan) -> Vec<Value> {
+    let mut out = Vec::new();
+    for q in &plan.queues {
+        let i = b.mgmt.queue(&q.name).await.expect("queue exists");
+        out.push(json!({"queue": q.name, "arguments": i.arguments, "durable": i.durable, "type": i.kind}));
+    }
+    for e in &plan.exchanges {
+        let x = b.mgmt.exchange(&e.name).await.expect("exchange exists");
+        out.push(json!({"exchange": e.name, "type": x["type"], "durable": x["durable"],
+            "auto_delete": x["auto_delete"], "internal": x["internal"], "arguments": x["arguments"]}));
+    }
+    for bd in &plan.bindings {
+        let mut list: Vec<Value> = b
+            .mgmt
+            .bindings(&bd.exchange, &bd.queue)
+            .await
+            .into_iter()
+            .map(|x| json!({"key": x["routing_key"], "arguments": x["arguments"]}))
+            .collect();
+        list.sort_by_key(|v| v.to_string());
+        out.push(json!({"binding": [bd.exchange, bd.queue], "list": list}));
+    }
+    out
+}
+
+#[tokio::test]
+async fn provision_creates_every_object_with_the_planned_arguments() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let plan = plan_of(&file);
+    assert_eq!(
+        (plan.exchanges.len(), plan.queues.len(), plan.bindings.len()),
+        (6, 7, 8)
+    );
+
+    let run = provision(&file, &[]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout
+            .contains("provisioned 6 exchanges, 7 queues, 8 bindings"),
+        "{}",
+        run.stdout
+    );
+
+    for q in &plan.queues {
+        let info = b
+            .mgmt
+            .queue(&q.name)
+            .await
+            .unwrap_or_else(|| panic!("queue {} was not created", q.name));
+        // Exact equality: same keys, and integers stay numbers, strings stay
+        // strings, booleans stay booleans.
+        assert_eq!(
+            info.arguments,
+            json_args(&q.arguments),
+            "arguments of {}",
+            q.name
+        );
+        let wanted_type = match q.arguments.get("x-queue-type") {
+            Some(ArgValue::Str(t)) => t.clone(),
+            other => panic!("plan of {} has x-queue-type {other:?}", q.name),
+        };
+        assert_eq!(info.kind, wanted_type, "type of {}", q.name);
+        assert!(info.durable, "{} is not durable", q.name);
+        assert_eq!(info.raw["auto_delete"], json!(false), "{}", q.name);
+        assert_eq!(info.raw["exclusive"], json!(false), "{}", q.name);
+    }
+    // The two pipelines really are of both types.
+    let types: Vec<String> = {
+        let mut v = Vec::new();
+        for q in &plan.queues {
+            v.push(b.mgmt.queue(&q.name).await.unwrap().kind);
+        }
+        v
+    };
+    assert!(types.iter().any(|t| t == "quorum") && types.iter().any(|t| t == "classic"));
+
+    for e in &plan.exchanges {
+        let x = b
+            .mgmt
+            .exchange(&e.name)
+            .await
+            .unwrap_or_else(|| panic!("exchange {} was not created", e.name));
+        assert_eq!(x["type"], json!(e.kind.as_str()), "type of {}", e.name);
+        assert_eq!(x["durable"], json!(true), "{}", e.name);
+        assert_eq!(x["auto_delete"], json!(false), "{}", e.name);
+        assert_eq!(x["internal"], json!(false), "{}", e.name);
+        assert_eq!(x["arguments"], json!({}), "{}", e.name);
+    }
+
+    for bd in &plan.bindings {
+        let list = b.mgmt.bindings(&bd.exchange, &bd.queue).await;
+        let planned_here = plan
+            .bindings
+            .iter()
+            .filter(|x| x.exchange == bd.exchange && x.queue == bd.queue)
+            .count();
+        assert_eq!(
+            list.len(),
+            planned_here,
+            "bindings {} -> {}: {list:?}",
+            bd.exchange,
+            bd.queue
+        );
+        let found = list.iter().any(|x| {
+            x["routing_key"] == json!(bd.routing_key)
+                && x["arguments"] == Value::Object(json_args(&bd.arguments))
+        });
+        assert!(
+            found,
+            "binding {} -> {} [{}] {:?} not found in {list:?}",
+            bd.exchange, bd.queue, bd.routing_key, bd.arguments
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_second_provision_changes_nothing_and_keeps_messages() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let plan = plan_of(&file);
+    provision(&file, &[]).await.assert_code(0);
+
+    let main = c.name("orders");
+    b.publish(&c.name("orders-in"), "order.created", b"kept")
+        .await;
+    b.wait_for_count(&main, 1, Duration::from_secs(10)).await;
+    let before = snapshot(&b, &plan).await;
+    let queues_before = b.mgmt.names_with_prefix("queues", &c.prefix).await.unwrap();
+
+    let run = provision(&file, &[]).await;
+    run.assert_code(0);
+    assert!(run.stderr.trim().is_empty(), "stderr: {}", run.stderr);
+
+    assert_eq!(snapshot(&b, &plan).await, before);
+    let queues_after = b.mgmt.names_with_prefix("queues", &c.prefix).await.unwrap();
+    assert_eq!(queues_after, queues_before);
+    assert_eq!(b.message_count(&main).await, Some(1));
+    let m = b.get(&main).await.expect("the message is still there");
+    assert_eq!(m.data, b"kept");
+}
+
+#[tokio::test]
+async fn check_passes_on_a_provisioned_topology_and_names_a_changed_ttl() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("matches the topology"),
+        "{}",
+        run.stdout
+    );
+
+    // The file now wants a 2h DLQ retention; the broker has 1h.
+    let file = dir.write("t.yaml", &topology_with_dlq_ttl(&c.prefix, "2h"));
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    for dlq in [c.name("orders-failed"), c.name("mail.dlq")] {
+        let line =
+            format!("queue {dlq}: x-message-ttl differs: wanted 7200000, broker has 3600000");
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    // Only those two differ.
+    assert_eq!(
+        run.stdout.matches(" differs: ").count(),
+        2,
+        "{}",
+        run.stdout
+    );
+    // --check changed nothing.
+    let q = b.mgmt.queue(&c.name("orders-failed")).await.unwrap();
+    assert_eq!(q.arguments["x-message-ttl"], json!(3600000));
+}
+
+#[tokio::test]
+async fn check_on_a_missing_topology_lists_everything_and_creates_nothing() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let plan = plan_of(&file);
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    for q in &plan.queues {
+        let line = format!("missing queue {}\n", q.name);
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    for e in &plan.exchanges {
+        let line = format!("missing exchange {}\n", e.name);
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    for bd in &plan.bindings {
+        let line = format!(
+            "missing binding {} -> {} [{}]",
+            bd.exchange, bd.queue, bd.routing_key
+        );
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    for q in &plan.queues {
+        assert!(
+            b.mgmt.queue(&q.name).await.is_none(),
+            "{} was created",
+            q.name
+        );
+    }
+    for e in &plan.exchanges {
+        assert!(
+            b.mgmt.exchange(&e.name).await.is_none(),
+            "{} was created",
+            e.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn provision_reports_every_drifted_argument_and_keeps_the_messages() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let main = c.name("orders");
+
+    // The main queue as someone else declared it: another delivery limit
+    // (7 wanted), an x-max-length-bytes the topology does not have, and no
+    // x-overflow. The broker would name only one of them per refusal.
+    b.declare_queue(
+        &main,
+        table(&[
+            ("x-queue-type", s("quorum")),
+            ("x-dead-letter-exchange", s(&c.name("orders.dlx"))),
+            ("x-dead-letter-strategy", s("at-least-once")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(5)),
+            ("x-max-length", AMQPValue::LongLongInt(50000)),
+            ("x-max-length-bytes", AMQPValue::LongLongInt(1_048_576)),
+        ]),
+    )
+    .await;
+    for i in 0..3 {
+        b.publish("", &main, format!("m{i}").as_bytes()).await;
+    }
+    b.wait_for_count(&main, 3, Duration::from_secs(10)).await;
+
+    let run = provision(&file, &[]).await;
+    run.assert_code(1);
+    for line in [
+        format!("queue {main}: x-delivery-limit differs: wanted 7, broker has 5"),
+        format!("queue {main}: x-max-length-bytes differs: wanted none, broker has 1048576"),
+        format!("queue {main}: x-overflow differs: wanted \"reject-publish\", broker has none"),
+    ] {
+        assert!(run.stderr.contains(&line), "no `{line}` in\n{}", run.stderr);
+    }
+    assert_eq!(
+        run.stderr.matches(" differs: ").count(),
+        3,
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("hint: RabbitMQ cannot change a queue's arguments"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("Migrate"), "{}", run.stderr);
+
+    // The queue is left as it was, messages included.
+    assert_eq!(b.message_count(&main).await, Some(3));
+    let q = b.mgmt.queue(&main).await.unwrap();
+    assert_eq!(q.arguments["x-delivery-limit"], json!(5));
+    assert!(!q.arguments.contains_key("x-overflow"));
+    // Everything else was declared.
+    assert!(b.mgmt.queue(&c.name("orders-failed")).await.is_some());
+    assert!(b.mgmt.exchange(&c.name("orders.retry")).await.is_some());
+}
+
+#[tokio::test]
+async fn an_exchange_of_another_type_is_reported() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let ex = c.name("orders-in");
+    let ch = b.channel().await;
+    ch.exchange_declare(
+        ex.as_str().into(),
+        lapin::ExchangeKind::Direct,
+        lapin::options::ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    let line = format!("exchange {ex}: type differs: wanted topic, broker has direct");
+    let run = provision(&file, &[]).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains(&line), "no `{line}` in\n{}", run.stderr);
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    assert_eq!(b.mgmt.exchange(&ex).await.unwrap()["type"], json!("direct"));
+}
+
+#[tokio::test]
+async fn check_without_the_management_api_leaves_bindings_unverified() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let plan = plan_of(&file);
+    provision(&file, &[]).await.assert_code(0);
+    let no_api = ["--check", "--management-url", "http://127.0.0.1:1"];
+
+    // Unverified alone is not a difference: exit 0, every binding listed.
+    let run = provision(&file, &no_api).await;
+    run.assert_code(0);
+    for bd in &plan.bindings {
+        let line = format!(
+            "unverified binding {} -> {} [{}]",
+            bd.exchange, bd.queue, bd.routing_key
+        );
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+
+    // Remove one binding: the management API sees it, AMQP alone cannot.
+    let ch = b.channel().await;
+    ch.queue_unbind(
+        c.name("orders").as_str().into(),
+        c.name("orders-in").as_str().into(),
+        "order.created".into(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let missing = format!(
+        "missing binding {} -> {} [order.created]",
+        c.name("orders-in"),
+        c.name("orders")
+    );
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    assert!(run.stdout.contains(&missing), "{}", run.stdout);
+    let run = provision(&file, &no_api).await;
+    run.assert_code(0);
+    assert!(!run.stdout.contains(&missing), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn a_rejected_message_ends_in_the_dlq() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let (main, dlq) = (c.name("orders"), c.name("orders-failed"));
+
+    b.publish(&c.name("orders-in"), "order.paid", b"poison")
+        .await;
+    b.wait_for_count(&main, 1, Duration::from_secs(10)).await;
+    let ch = b.channel().await;
+    let m = ch
+        .basic_get(main.as_str().into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .expect("a message in the main queue");
+    m.delivery
+        .acker
+        .nack(BasicNackOptions {
+            multiple: false,
+            requeue: false,
+        })
+        .await
+        .unwrap();
+
+    b.wait_for_count(&dlq, 1, Duration::from_secs(10)).await;
+    assert_eq!(b.message_count(&main).await, Some(0));
+    let d = b.get(&dlq).await.unwrap();
+    assert_eq!(d.data, b"poison");
+    let death = first_death(&d);
+    assert_eq!(death.0, "rejected");
+    assert_eq!(death.1, main);
+}
+
+/// `(reason, queue)` of the newest `x-death` entry.
+fn first_death(d: &lapin::message::Delivery) -> (String, String) {
+    let headers = d.properties.headers().clone().expect("headers");
+    let Some(AMQPValue::FieldArray(a)) = headers.inner().get("x-death").cloned() else {
+        panic!("no x-death in {headers:?}");
+    };
+    let Some(AMQPValue::FieldTable(t)) = a.as_slice().first().cloned() else {
+        panic!("empty x-death");
+    };
+    let text = |k: &str| match t.inner().get(k) {
+        Some(AMQPValue::LongString(s)) => s.to_string(),
+        other => panic!("x-death {k}: {other:?}"),
+    };
+    (text("reason"), text("queue"))
+}
+
+#[tokio::test]
+async fn a_retry_comes_back_to_the_main_queue_and_nowhere_else() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let (main, tier) = (c.name("orders"), c.name("orders.retry.200ms"));
+
+    // Another consumer of the producers' exchange: it must not see retries.
+    let spy = c.name("spy");
+    b.declare_queue(&spy, table(&[("x-queue-type", s("classic"))]))
+        .await;
+    let ch = b.channel().await;
+    ch.queue_bind(
+        spy.as_str().into(),
+        c.name("orders-in").as_str().into(),
+        "#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    let start = Instant::now();
+    b.publish(&c.name("orders.retry"), "200ms", b"again").await;
+    b.wait_for_count(&main, 1, Duration::from_secs(10)).await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150),
+        "back after {waited:?}"
+    );
+
+    assert_eq!(b.message_count(&tier).await, Some(0));
+    assert_eq!(
+        b.message_count(&spy).await,
+        Some(0),
+        "the spy queue saw the retry"
+    );
+    assert_eq!(b.message_count(&c.name("orders-failed")).await, Some(0));
+    let m = b.get(&main).await.unwrap();
+    assert_eq!(m.data, b"again");
+    assert_eq!(m.exchange.as_str(), "");
+    assert_eq!(m.routing_key.as_str(), main);
+    assert_eq!(first_death(&m), ("expired".to_string(), tier));
+    // The spy queue works: a producer's message reaches it.
+    b.publish(&c.name("orders-in"), "order.created", b"x").await;
+    b.wait_for_count(&spy, 1, Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn validate_accepts_every_example_topology() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("topology");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no example in {}", dir.display());
+    for f in &files {
+        let run = dlqctl(&[Path::new("validate"), f], RUN_TIMEOUT).await;
+        run.assert_code(0);
+        assert!(
+            run.stdout.contains(": valid, "),
+            "{}: {}",
+            f.display(),
+            run.stdout
+        );
+    }
+}
+
+#[tokio::test]
+async fn validate_reports_every_problem_with_its_position() {
+    let dir = Scratch::new();
+    let file = dir.write(
+        "bad.yaml",
+        "version: 1\n\
+         defaults:\n\
+         \x20 retry: { delays: [], max_attempts: 0, jitter: 0.9 }\n\
+         pipelines:\n\
+         \x20 - name: a\n\
+         \x20   bogus: 1\n\
+         \x20   queue_type: classic\n\
+         \x20   delivery_limit: 5\n",
+    );
+    let run = dlqctl(&[Path::new("validate"), &file], RUN_TIMEOUT).await;
+    run.assert_code(2);
+    let prefix = format!("{}:", file.display());
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert!(lines.len() >= 5, "{}", run.stderr);
+    for l in &lines {
+        // FILE:LINE:COL: message
+        let rest = l
+            .strip_prefix(&prefix)
+            .unwrap_or_else(|| panic!("`{l}` does not start with `{prefix}`"));
+        let mut parts = rest.splitn(3, ':');
+        let line: u32 = parts
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{l}"));
+        let col: u32 = parts
+            .next()
+            .unwrap_or("")
+            .parse()
+            .unwrap_or_else(|_| panic!("{l}"));
+        let msg = parts.next().unwrap_or("");
+        assert!(
+            line >= 1 && col >= 1 && msg.starts_with(' ') && msg.len() > 1,
+            "{l}"
+        );
+    }
+    for pos in [":3:", ":6:5: unknown key `bogus`", ":8:"] {
+        assert!(
+            lines.iter().any(|l| l.contains(pos)),
+            "nothing at {pos}:\n{}",
+            run.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn dry_run_contacts_no_broker_and_prints_the_plan() {
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let plan = plan_of(&file);
+    let nowhere = ["--dry-run", "--url", "amqp://guest:guest@127.0.0.1:1/%2f"];
+
+    let run = provision(&file, &nowhere).await;
+    run.assert_code(0);
+    for q in &plan.queues {
+        assert!(
+            run.stdout.contains(&format!("queue    {} ", q.name)),
+            "{}",
+            run.stdout
+        );
+    }
+    assert!(run.stdout.contains("6 exchanges, 7 queues, 8 bindings"));
+
+    let mut json_args = nowhere.to_vec();
+    json_args.push("--json");
+    let run = provision(&file, &json_args).await;
+    run.assert_code(0);
+    let v: Value = serde_json::from_str(&run.stdout).expect("--dry-run --json is JSON");
+    for k in ["exchanges", "queues", "bindings"] {
+        assert!(v[k].is_array(), "no {k} array in {v}");
+    }
+    assert_eq!(v["queues"].as_array().unwrap().len(), 7);
+    assert_eq!(v["queues"][0]["name"], json!(c.name("orders")));
+    assert_eq!(
+        v["queues"][0]["arguments"],
+        Value::Object(json_args_of(&plan.queues[0].arguments))
+    );
+    assert_eq!(v, serde_json::to_value(&plan).unwrap());
+}
+
+fn json_args_of(a: &Arguments) -> Map<String, Value> {
+    json_args(a)
+}
+
+/// The lines that say what went wrong (`error: ...`); panics when stderr
+/// holds anything else than those and the hint line after them (log
+/// noise such as lapin's I/O-loop errors).
+fn error_lines(stderr: &str) -> Vec<&str> {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() <= 2, "more than an error and a hint:\n{stderr}");
+    lines
+        .into_iter()
+        .filter(|l| l.starts_with("error:"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refused_port_fails_fast_with_one_clear_line_and_no_password() {
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&unique_prefix()));
+    let run = provision(&file, &["--url", "amqp://guest:secretpw@127.0.0.1:1/%2f"]).await;
+    run.assert_code(1);
+    assert!(
+        run.elapsed < Duration::from_secs(15),
+        "took {:?}",
+        run.elapsed
+    );
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(errors[0].contains("127.0.0.1:1"), "{}", errors[0]);
+    assert!(errors[0].contains("refused"), "{}", errors[0]);
+    assert!(
+        run.stderr.contains("rabbitmq-server -detached"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.output().contains("secretpw"), "{}", run.output());
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
+    let _b = Broker::connect().await;
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&unique_prefix()));
+    let url = amqp_url();
+    let parsed = dlqctl::broker::BrokerUrl::parse(&url).unwrap();
+    let bad = format!(
+        "amqp://{}:wrongpw123@{}/{}",
+        parsed.user(),
+        parsed.endpoint(),
+        "%2f"
+    );
+    let run = provision(&file, &["--url", &bad]).await;
+    run.assert_code(1);
+    assert!(
+        run.elapsed < Duration::from_secs(15),
+        "took {:?}",
+        run.elapsed
+    );
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(errors[0].contains("refused the login"), "{}", errors[0]);
+    assert!(!run.output().contains("wrongpw123"), "{}", run.output());
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
