@@ -292,6 +292,29 @@ fn row(name: &str, n: usize, d: Duration) -> f64 {
     r
 }
 
+/// CPU time (user + system) this process has used so far.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Runs a scenario and prints its rate and this process's CPU per message.
+async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize, f: F) -> f64 {
+    let c0 = cpu_time();
+    let d = f.await;
+    let cpu = cpu_time().saturating_sub(c0);
+    let r = row(name, n, d);
+    println!(
+        "{:<58} {:>7.1} µs CPU/msg in this process",
+        "",
+        cpu.as_secs_f64() * 1e6 / n as f64
+    );
+    r
+}
+
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -300,8 +323,20 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
+    // nextest (`--list ...`) run this binary as a test: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(run());
+}
+
+async fn run() {
     let s = Setup::new().await;
     let n_ack = env_usize("BENCH_ACK_N", 20_000);
     let n_retry = env_usize("BENCH_RETRY_N", 10_000);
@@ -315,36 +350,40 @@ async fn main() {
     // 1. success path
     let p = s.pipeline("ack", "[1h]", 5).await;
     s.preload(&p.name, n_ack).await;
-    let raw = row(
+    let raw = measure(
         "raw lapin consume+ack (prefetch 200)",
         n_ack,
-        raw_ack(&s, &p.name, n_ack, 200).await,
-    );
+        raw_ack(&s, &p.name, n_ack, 200),
+    )
+    .await;
     s.preload(&p.name, n_ack).await;
     let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
-    let wk = row(
+    let wk = measure(
         "Worker, no-op handler (prefetch 200, concurrency 200)",
         n_ack,
-        worker_run(&s, &p, noop, n_ack, 200, 200).await,
-    );
+        worker_run(&s, &p, noop, n_ack, 200, 200),
+    )
+    .await;
     println!("  ratio worker/raw: {:.2} (target >= 0.95)\n", wk / raw);
     s.cleanup(&p).await;
 
     // 2. retry path: copies go to a 1h tier and stay there.
     let p = s.pipeline("retry", "[1h]", 1000).await;
     s.preload(&p.name, n_retry).await;
-    let raw = row(
+    let raw = measure(
         "raw lapin consume+confirmed republish+ack (pipelined)",
         n_retry,
-        raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200).await,
-    );
+        raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200),
+    )
+    .await;
     s.preload(&p.name, n_retry).await;
     let failing = handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
-    let wk = row(
+    let wk = measure(
         "Worker retry path (prefetch 200, concurrency 200)",
         n_retry,
-        worker_run(&s, &p, failing, n_retry, 200, 200).await,
-    );
+        worker_run(&s, &p, failing, n_retry, 200, 200),
+    )
+    .await;
     println!("  ratio worker/raw: {:.2} (target >= 1.0)\n", wk / raw);
     s.cleanup(&p).await;
 
