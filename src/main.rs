@@ -57,6 +57,7 @@ fn init_logging(format: cli::LogFormat, quiet_lapin_io: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         cli::LogFormat::Text => builder.init(),

@@ -501,10 +501,19 @@ where
     F: FnOnce() -> Fut + 'a,
     Fut: std::future::Future<Output = Result<Vec<Finding>>> + 'a,
 {
-    let results: Vec<Result<Vec<Finding>>> = stream::iter(items.into_iter().map(|f| f()))
-        .buffered(parallelism.max(1))
-        .collect()
-        .await;
+    // Unordered, so one slow declaration does not hold back the others;
+    // findings are put back in plan order afterwards.
+    let mut results: Vec<(usize, Result<Vec<Finding>>)> = stream::iter(
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| async move { (i, f().await) }),
+    )
+    .buffer_unordered(parallelism.max(1))
+    .collect()
+    .await;
+    results.sort_by_key(|(i, _)| *i);
+    let results = results.into_iter().map(|(_, r)| r);
     let mut ok = 0;
     let mut findings = Vec::new();
     for r in results {

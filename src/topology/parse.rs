@@ -318,6 +318,7 @@ impl Cx {
         if items.is_empty() {
             self.err(pl.pos, "`pipelines` is empty: nothing to provision");
         }
+        self.check_duplicate_names(items);
         let mut pipelines = Vec::new();
         let mut name_pos = Vec::new();
         for item in items {
@@ -997,23 +998,34 @@ impl Cx {
         }
     }
 
-    /// Pipeline names are unique; every queue name and every exchange name,
-    /// generated ones included, is valid and names one object only.
-    fn check_names(&mut self, pipelines: &[Pipeline], name_pos: &[Pos]) {
-        let mut seen: HashMap<&str, Pos> = HashMap::new();
-        for (p, pos) in pipelines.iter().zip(name_pos) {
-            if let Some(first) = seen.get(p.name.as_str()) {
-                self.err(
-                    *pos,
+    /// Pipeline names are unique, whether or not the rest of each pipeline
+    /// is valid.
+    fn check_duplicate_names(&mut self, items: &[Node]) {
+        let mut seen: HashMap<String, Pos> = HashMap::new();
+        for item in items {
+            let Value::Map(m) = &item.value else { continue };
+            let Some((_, n)) = m.iter().find(|(k, _)| k.name == "name") else {
+                continue;
+            };
+            let Value::Str(name) = &n.value else { continue };
+            match seen.get(name) {
+                Some(first) => self.err(
+                    n.pos,
                     format!(
-                        "duplicate pipeline name `{}` (first at line {})",
-                        p.name, first.line
+                        "duplicate pipeline name `{name}` (first at line {})",
+                        first.line
                     ),
-                );
-            } else {
-                seen.insert(&p.name, *pos);
+                ),
+                None => {
+                    seen.insert(name.clone(), n.pos);
+                }
             }
         }
+    }
+
+    /// Every queue name and every exchange name,
+    /// generated ones included, is valid and names one object only.
+    fn check_names(&mut self, pipelines: &[Pipeline], name_pos: &[Pos]) {
         // name -> (pipeline, role) of its first owner
         let mut queues: BTreeMap<String, (String, String)> = BTreeMap::new();
         let mut exchanges: BTreeMap<String, (String, String, Option<ExchangeType>)> =

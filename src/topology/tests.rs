@@ -242,6 +242,17 @@ fn duplicate_pipeline_names() {
 }
 
 #[test]
+fn duplicate_names_are_reported_even_when_defaults_are_invalid() {
+    let e =
+        errs("version: 1\ndefaults:\n  retry: {jitter: 2}\npipelines:\n  - name: a\n  - name: a\n");
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("6:11: duplicate pipeline name `a`")),
+        "{e:#?}"
+    );
+}
+
+#[test]
 fn generated_names_that_collide() {
     // b's DLQ is named like a's main queue.
     assert_one(

@@ -213,7 +213,11 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             value: Value::Null,
         });
     }
-    serde_saphyr::from_str::<Node>(text).map_err(|e| {
+    // YAML 1.2 booleans only: `yes`, `no`, `on`, `off`, `y`, `n` stay
+    // strings (a binding argument `n: 3` or a routing key `on` must not
+    // turn into a boolean).
+    let options = serde_saphyr::options! { strict_booleans: true };
+    serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| {
         let pos = e.location().map(|l| Pos {
             line: l.line(),
             column: l.column(),
@@ -271,7 +275,7 @@ mod tests {
 
     #[test]
     fn scalars_keep_their_types() {
-        let n = parse("[1, -2, 1.5, x, true, '1', ~, 18446744073709551615]").unwrap();
+        let n = parse("[1, -2, 1.5, yes, true, '1', ~, 18446744073709551615, n, off]").unwrap();
         let Value::Seq(s) = n.value else { panic!() };
         let v: Vec<_> = s.into_iter().map(|n| n.value).collect();
         assert_eq!(v[0], Value::Int(1));
@@ -281,5 +285,9 @@ mod tests {
         assert_eq!(v[5], Value::Str("1".into()));
         assert_eq!(v[6], Value::Null);
         assert_eq!(v[7], Value::BigInt(u64::MAX));
+        // YAML 1.2: the 1.1 spellings are strings, not booleans.
+        assert_eq!(v[3], Value::Str("yes".into()));
+        assert_eq!(v[8], Value::Str("n".into()));
+        assert_eq!(v[9], Value::Str("off".into()));
     }
 }
