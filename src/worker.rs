@@ -177,18 +177,33 @@ impl<H: Handler> Worker<H> {
     pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
         let mut backoff = Duration::from_millis(200);
         let mut first = true;
+        let mut last_error: Option<String> = None;
         loop {
             let started = Instant::now();
             let end = self.session(&shutdown).await;
-            match end {
+            let end = match end {
                 Ok(SessionEnd::Shutdown) => return Ok(()),
                 Err(e) if first => return Err(e),
+                other => other,
+            };
+            match &end {
+                Ok(SessionEnd::Shutdown) => {}
                 Ok(SessionEnd::Lost(reason)) => {
                     warn!(queue = %self.cfg.pipeline.name, reason = %reason, "connection lost; reconnecting");
                 }
                 Err(e) => {
-                    warn!(queue = %self.cfg.pipeline.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot resume; retrying");
+                    // The same failure again is not a new transition.
+                    let text = e.to_string();
+                    if last_error.as_deref() == Some(text.as_str()) {
+                        debug!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "still cannot resume");
+                    } else {
+                        warn!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "cannot resume; retrying with backoff");
+                    }
+                    last_error = Some(text);
                 }
+            }
+            if matches!(end, Ok(SessionEnd::Lost(_))) {
+                last_error = None;
             }
             first = false;
             if started.elapsed() > Duration::from_secs(30) {
