@@ -723,7 +723,7 @@ fn insert_str(table: &mut FieldTable, key: &'static str, value: &str) {
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a
 /// character boundary.
-fn truncate_utf8(s: &str, max: usize) -> &str {
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

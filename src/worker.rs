@@ -348,6 +348,44 @@ impl<H: Handler> Worker<H> {
     }
 }
 
+/// Whether a queue or exchange exists: a passive declare on a channel of
+/// its own (a 404 closes the channel).
+async fn exists(conn: &Connection, kind: &str, name: &str) -> Result<bool> {
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| Error::broker("cannot open a channel", &e))?;
+    let res = if kind == "queue" {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.queue_declare(name.into(), passive, FieldTable::default())
+            .await
+            .map(|_| ())
+    } else {
+        let passive = ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.exchange_declare(
+            name.into(),
+            ExchangeKind::Direct,
+            passive,
+            FieldTable::default(),
+        )
+        .await
+    };
+    match res {
+        Ok(()) => {
+            let _ = ch.close(200, "ok".into()).await;
+            Ok(true)
+        }
+        Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => Ok(false),
+        Err(e) => Err(Error::broker(format!("cannot check {kind} {name}"), &e)),
+    }
+}
+
 /// Checks that every object the worker uses exists, naming each missing
 /// one. Passive declares, each on its own channel (a 404 closes it).
 pub async fn verify_topology(conn: &Connection, p: &Pipeline) -> Result<()> {
@@ -355,53 +393,14 @@ pub async fn verify_topology(conn: &Connection, p: &Pipeline) -> Result<()> {
     let mut queues = vec![p.name.clone()];
     queues.extend(p.retry_queues());
     queues.push(p.dead_letter.queue.clone());
-    for q in &queues {
-        let ch = conn
-            .create_channel()
-            .await
-            .map_err(|e| Error::broker("cannot open a channel", &e))?;
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        match ch
-            .queue_declare(q.as_str().into(), passive, FieldTable::default())
-            .await
-        {
-            Ok(_) => {
-                let _ = ch.close(200, "ok".into()).await;
-            }
-            Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => {
-                missing.push(format!("queue {q}"))
-            }
-            Err(e) => return Err(Error::broker(format!("cannot check queue {q}"), &e)),
-        }
-    }
-    for x in [p.retry_exchange(), p.dead_letter_exchange()] {
-        let ch = conn
-            .create_channel()
-            .await
-            .map_err(|e| Error::broker("cannot open a channel", &e))?;
-        let passive = ExchangeDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        match ch
-            .exchange_declare(
-                x.as_str().into(),
-                ExchangeKind::Direct,
-                passive,
-                FieldTable::default(),
-            )
-            .await
-        {
-            Ok(()) => {
-                let _ = ch.close(200, "ok".into()).await;
-            }
-            Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => {
-                missing.push(format!("exchange {x}"))
-            }
-            Err(e) => return Err(Error::broker(format!("cannot check exchange {x}"), &e)),
+    let exchanges = [p.retry_exchange(), p.dead_letter_exchange()];
+    let objects = queues
+        .iter()
+        .map(|q| ("queue", q))
+        .chain(exchanges.iter().map(|x| ("exchange", x)));
+    for (kind, name) in objects {
+        if !exists(conn, kind, name).await? {
+            missing.push(format!("{kind} {name}"));
         }
     }
     if missing.is_empty() {
@@ -712,7 +711,7 @@ impl<H: Handler> DeliveryTask<H> {
             decision = label,
             tier = %tier,
             reason,
-            error = %truncate(error, 300),
+            error = %crate::retry::truncate_utf8(error, 300),
             "message handled"
         );
     }
@@ -790,15 +789,4 @@ impl<H: Handler> DeliveryTask<H> {
         }
         result
     }
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }

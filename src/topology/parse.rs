@@ -266,7 +266,7 @@ impl Cx {
                 pos,
                 format!(
                     "{what} `{}…` is {} bytes long; RabbitMQ names are at most 255 bytes",
-                    truncate(name, 40),
+                    crate::retry::truncate_utf8(name, 40),
                     name.len()
                 ),
             );
@@ -1126,12 +1126,4 @@ fn backoff_delays(b: &RawBackoff, max_attempts: u32) -> Result<Vec<u64>, u32> {
         out.push(d);
     }
     Ok(out)
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    let mut end = max.min(s.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
