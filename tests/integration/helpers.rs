@@ -1,0 +1,543 @@
+//! Shared fixtures for the integration tests: the broker (AMQP and the
+//! management API), unique names, scratch files, running the built binary,
+//! and a guard that deletes what a test made.
+//!
+//! Every test talks to a real RabbitMQ. The address comes from `AMQP_URL`
+//! (default `amqp://guest:guest@127.0.0.1:5672/%2f`) and the management API
+//! from `DLQCTL_MANAGEMENT_URL` (default `http://127.0.0.1:15672`). When no
+//! broker answers, [`Broker::connect`] panics with a message that says how
+//! to start one: the tests fail, they never skip.
+//!
+//! Other test processes (and other people) use the same broker at the same
+//! time, so a test names everything with [`unique_prefix`] and holds a
+//! [`Cleanup`] that deletes every queue and exchange under that prefix when
+//! it is dropped, also when the test panics.
+
+#![allow(dead_code)] // each test module uses its own part of the helpers
+
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The broker URL the tests use.
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::broker::DEFAULT_URL.to_string())
+}
+
+/// The management API the tests use.
+pub fn management_url() -> String {
+    std::env::var("DLQCTL_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
+}
+
+/// What to do when no broker answers.
+pub const START_HINT: &str = "start a local RabbitMQ with `rabbitmq-server -detached` \
+(management plugin: `rabbitmq-plugins enable rabbitmq_management`), \
+or point AMQP_URL / DLQCTL_MANAGEMENT_URL at one";
+
+/// A name prefix no other test uses: `it-<8 hex>`.
+pub fn unique_prefix() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("it-{}", &id[..8])
+}
+
+/// Polls `f` until it returns `Some`, or panics after `deadline` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------- broker
+
+/// A connection to the test broker over AMQP and the management API.
+pub struct Broker {
+    /// The AMQP connection (the tests' own, not dlqctl's).
+    pub conn: Connection,
+    /// The management API.
+    pub mgmt: Mgmt,
+}
+
+impl Broker {
+    /// Connects to [`amqp_url`] and checks that the management API answers;
+    /// panics with [`START_HINT`] when either does not.
+    pub async fn connect() -> Broker {
+        let url = amqp_url();
+        let props = ConnectionProperties::default()
+            .with_connection_name(lapin::types::LongString::from("dlqctl integration test"));
+        let conn =
+            match tokio::time::timeout(Duration::from_secs(10), Connection::connect(&url, props))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => panic!(
+                    "no RabbitMQ answers at {}: {e}\n{START_HINT}",
+                    dlqctl::broker::redact(&url)
+                ),
+                Err(_) => panic!(
+                    "no RabbitMQ answers at {} within 10s\n{START_HINT}",
+                    dlqctl::broker::redact(&url)
+                ),
+            };
+        let mgmt = Mgmt::new();
+        if let Err(e) = mgmt.request(reqwest::Method::GET, &["overview"]).await {
+            panic!(
+                "the RabbitMQ management API does not answer at {}: {e}\n{START_HINT}",
+                mgmt.base
+            );
+        }
+        Broker { conn, mgmt }
+    }
+
+    /// A fresh channel (a 404/406 closes a channel, so tests use one per step).
+    pub async fn channel(&self) -> Channel {
+        self.conn.create_channel().await.expect("open a channel")
+    }
+
+    /// Publishes `body` persistent and `mandatory`, waits for the broker's
+    /// confirm, and panics if it was nacked or returned as unroutable.
+    pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8]) {
+        let ch = self.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    immediate: false,
+                },
+                body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
+            .await
+            .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
+        match confirm {
+            Confirmation::Ack(None) => {}
+            other => panic!("publish to {exchange:?} [{routing_key}] not accepted: {other:?}"),
+        }
+        let _ = ch.close(200, "bye".into()).await;
+    }
+
+    /// Declares a queue with these arguments (durable), e.g. to make drift
+    /// on purpose or a spy queue. Panics if the broker refuses.
+    pub async fn declare_queue(&self, name: &str, arguments: FieldTable) {
+        let ch = self.channel().await;
+        ch.queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            arguments,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("declare queue {name}: {e}"));
+        let _ = ch.close(200, "bye".into()).await;
+    }
+
+    /// The ready messages of a queue, from a passive declare (immediate,
+    /// unlike the management API's counts); `None` when it does not exist.
+    pub async fn message_count(&self, queue: &str) -> Option<u32> {
+        let ch = self.channel().await;
+        let res = ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match res {
+            Ok(q) => {
+                let _ = ch.close(200, "bye".into()).await;
+                Some(q.message_count())
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Waits until `queue` holds exactly `n` ready messages; panics after
+    /// `deadline` with the last count seen.
+    pub async fn wait_for_count(&self, queue: &str, n: u32, deadline: Duration) {
+        let start = Instant::now();
+        loop {
+            let c = self.message_count(queue).await;
+            if c == Some(n) {
+                return;
+            }
+            if start.elapsed() > deadline {
+                panic!("queue {queue}: wanted {n} message(s) within {deadline:?}, has {c:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Takes one message from `queue` and acks it (`None` when empty).
+    pub async fn get(&self, queue: &str) -> Option<lapin::message::Delivery> {
+        let ch = self.channel().await;
+        let m = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap_or_else(|e| panic!("basic.get from {queue}: {e}"))?;
+        m.delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("ack");
+        let _ = ch.close(200, "bye".into()).await;
+        Some(m.delivery)
+    }
+}
+
+// ---------------------------------------------------------------- management API
+
+/// A minimal management API client for reading back what exists.
+#[derive(Clone)]
+pub struct Mgmt {
+    base: reqwest::Url,
+    user: String,
+    password: String,
+    client: reqwest::Client,
+}
+
+/// A queue as `GET /api/queues/%2F/NAME` describes it.
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    /// `x-` arguments with their JSON types (integers stay numbers).
+    pub arguments: serde_json::Map<String, Value>,
+    /// Durable flag.
+    pub durable: bool,
+    /// `quorum` or `classic`.
+    pub kind: String,
+    /// Total messages. The management API's counts lag (statistics are
+    /// emitted every few seconds): to wait for a count, use
+    /// [`Broker::message_count`].
+    pub messages: Option<u64>,
+    /// The whole document.
+    pub raw: Value,
+}
+
+impl Mgmt {
+    /// A client for [`management_url`], with the credentials of [`amqp_url`].
+    pub fn new() -> Mgmt {
+        let base = reqwest::Url::parse(&management_url()).expect("a valid DLQCTL_MANAGEMENT_URL");
+        let amqp = dlqctl::broker::BrokerUrl::parse(&amqp_url()).expect("a valid AMQP_URL");
+        Mgmt {
+            base,
+            user: amqp.user().to_string(),
+            password: amqp.password().to_string(),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client"),
+        }
+    }
+
+    /// `/api/SEG/SEG...`, each segment percent-encoded (`/` → `%2F`).
+    pub fn url(&self, segments: &[&str]) -> reqwest::Url {
+        let mut u = self.base.clone();
+        {
+            let mut p = u.path_segments_mut().expect("a base URL");
+            p.pop_if_empty().push("api");
+            for s in segments {
+                p.push(s);
+            }
+        }
+        u
+    }
+
+    /// Sends a request; `Ok(None)` on 404, the JSON body (or `Null`) otherwise.
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        segments: &[&str],
+    ) -> Result<Option<Value>, String> {
+        let url = self.url(segments);
+        let resp = self
+            .client
+            .request(method.clone(), url.clone())
+            .basic_auth(&self.user, Some(&self.password))
+            .send()
+            .await
+            .map_err(|e| format!("{method} {url}: {e}"))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(format!("{method} {url}: HTTP {status}"));
+        }
+        let text = resp.text().await.map_err(|e| e.to_string())?;
+        if text.is_empty() {
+            return Ok(Some(Value::Null));
+        }
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("{method} {url}: {e}"))
+    }
+
+    /// GET, panicking on anything but success or 404.
+    pub async fn get(&self, segments: &[&str]) -> Option<Value> {
+        self.request(reqwest::Method::GET, segments)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A queue of vhost `/`, or `None` when it does not exist.
+    pub async fn queue(&self, name: &str) -> Option<QueueInfo> {
+        let raw = self.get(&["queues", "/", name]).await?;
+        Some(QueueInfo {
+            arguments: raw["arguments"].as_object().cloned().unwrap_or_default(),
+            durable: raw["durable"].as_bool().unwrap_or(false),
+            kind: raw["type"].as_str().unwrap_or_default().to_string(),
+            messages: raw["messages"].as_u64(),
+            raw,
+        })
+    }
+
+    /// An exchange of vhost `/` (`type`, `durable`, `auto_delete`,
+    /// `internal`, `arguments`), or `None`.
+    pub async fn exchange(&self, name: &str) -> Option<Value> {
+        self.get(&["exchanges", "/", name]).await
+    }
+
+    /// The bindings from `exchange` to `queue` in vhost `/`.
+    pub async fn bindings(&self, exchange: &str, queue: &str) -> Vec<Value> {
+        match self
+            .get(&["bindings", "/", "e", exchange, "q", queue])
+            .await
+        {
+            Some(Value::Array(v)) => v,
+            _ => vec![],
+        }
+    }
+
+    /// Names of the queues (`what` = `queues`) or exchanges (`exchanges`)
+    /// of vhost `/` that start with `prefix`.
+    pub async fn names_with_prefix(&self, what: &str, prefix: &str) -> Result<Vec<String>, String> {
+        let v = self
+            .request(reqwest::Method::GET, &[what, "/"])
+            .await?
+            .unwrap_or(Value::Null);
+        Ok(v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o["name"].as_str())
+                    .filter(|n| n.starts_with(prefix))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Deletes every queue and exchange of vhost `/` whose name starts with
+    /// `prefix`; returns what could not be deleted.
+    pub async fn delete_prefix(&self, prefix: &str) -> Vec<String> {
+        let mut failed = Vec::new();
+        for what in ["queues", "exchanges"] {
+            match self.names_with_prefix(what, prefix).await {
+                Ok(names) => {
+                    for n in names {
+                        if let Err(e) = self
+                            .request(reqwest::Method::DELETE, &[what, "/", &n])
+                            .await
+                        {
+                            failed.push(e);
+                        }
+                    }
+                }
+                Err(e) => failed.push(e),
+            }
+        }
+        failed
+    }
+}
+
+impl Default for Mgmt {
+    fn default() -> Self {
+        Mgmt::new()
+    }
+}
+
+/// Deletes, when dropped (test passed or panicked), every queue and
+/// exchange whose name starts with its prefix, through the management API.
+pub struct Cleanup {
+    /// The prefix of everything the test creates.
+    pub prefix: String,
+}
+
+impl Cleanup {
+    /// A guard for a fresh [`unique_prefix`].
+    pub fn new() -> Cleanup {
+        Cleanup {
+            prefix: unique_prefix(),
+        }
+    }
+
+    /// `PREFIX-suffix`: a name owned by this guard.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.prefix)
+    }
+}
+
+impl Default for Cleanup {
+    fn default() -> Self {
+        Cleanup::new()
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // Drop cannot await, and the test's runtime may be the current
+        // thread: delete from a thread with a runtime of its own.
+        let prefix = format!("{}-", self.prefix);
+        let failed = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for cleanup");
+            rt.block_on(Mgmt::new().delete_prefix(&prefix))
+        })
+        .join()
+        .unwrap_or_else(|_| vec!["the cleanup thread panicked".into()]);
+        if !failed.is_empty() {
+            eprintln!("cleanup of {}-*: {}", self.prefix, failed.join("; "));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- files
+
+/// A scratch directory, removed when dropped.
+pub struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    /// A new empty directory under the system's temporary directory.
+    pub fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!("dlqctl-{}", unique_prefix()));
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        Scratch { dir }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `text` to `name` inside the directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write a scratch file");
+        p
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::new()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------- the binary
+
+/// How a run of the binary ended.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// Panics unless the exit code is `code`, showing both streams.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "wanted exit {code}\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Both streams, for messages and searches.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs the built `dlqctl` with `args` as a user would, with `AMQP_URL`
+/// set to [`amqp_url`] (a `--url` in `args` wins) and `RUST_LOG` unset.
+/// Kills it and panics after `timeout`.
+pub async fn dlqctl<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Run {
+    let start = Instant::now();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args(args)
+        .env("AMQP_URL", amqp_url())
+        .env_remove("RUST_LOG")
+        .env_remove("DLQCTL_MANAGEMENT_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the dlqctl binary");
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(r) => r.expect("wait for dlqctl"),
+        Err(_) => panic!(
+            "dlqctl {} did not finish within {timeout:?}",
+            shown.join(" ")
+        ),
+    };
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// The usual timeout of one run of the binary.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
