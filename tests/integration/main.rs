@@ -1,0 +1,6 @@
+//! Integration tests: one binary, a module per area (STYLE.md). They need a
+//! running RabbitMQ with the management plugin; see `helpers`.
+
+mod helpers;
+mod worker;
+mod worker_support;
