@@ -474,6 +474,54 @@ async fn x_death_of_other_queues_or_rejections_is_not_counted() {
     assert_empty(&f.broker, &f.all_queues()).await;
 }
 
+/// Both counts present: attempt = max(H, D) + 1, not their sum. H = 1 and
+/// D = 2 → attempt 3.
+#[tokio::test]
+async fn attempt_is_one_more_than_the_larger_of_header_and_x_death() {
+    let f = Fixture::new(&[100, 200], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let deaths = x_death(vec![
+        death(&f.pipe.retry_queue(200), "expired", 1),
+        death(&f.pipe.retry_queue(100), "expired", 1),
+    ]);
+    let props = with_id("m-6d").with_headers(table(&[
+        ("x-death", deaths),
+        ("dlqctl-attempt", AMQPValue::LongInt(1)),
+    ]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+    w.wait_decisions(1, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.stop().await;
+    assert_eq!(attempts(&script.calls()), vec![3]);
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// With jitter, each copy carries a whole-ms `expiration` the broker
+/// accepts (a fractional one would close the channel and stall the copy):
+/// the retry comes back within the jitter band of its tier.
+#[tokio::test]
+async fn jittered_retries_are_accepted_and_wait_within_the_band() {
+    let f = Fixture::new(&[400], 3, |p| p.jitter = 0.5).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"echo "busy" >&2; exit 75"#);
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-j")).await;
+    the_dlq_message(&f).await;
+    w.stop().await;
+    let calls = script.calls();
+    assert_eq!(attempts(&calls), vec![1, 2, 3]);
+    for i in 0..2 {
+        // floor(400 × (1 − 0.5 × U)) is in 201..=400 ms.
+        assert_gap(&calls, i, 200);
+        assert!(gap_ms(&calls, i) < 400 + 1500);
+    }
+    assert!(w.events("the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish").is_empty(), "{}", w.output());
+}
+
 // ---------------------------------------------------------------- refusals
 
 /// The retry exchange disappears under a running worker: the copy is
