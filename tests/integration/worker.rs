@@ -538,7 +538,9 @@ async fn refused_retry_copy_holds_the_message_until_the_exchange_is_back() {
         r#"if grep -q first "$body_file" && [ "$DLQCTL_ATTEMPT" -eq 1 ]; then echo "flaky" >&2; exit 75; fi
 exit 0"#,
     );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    // Two handler slots: only the refusal gate, not the concurrency limit,
+    // can hold the second message back.
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
     w.wait_consuming().await;
     f.broker
         .mgmt
