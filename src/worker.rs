@@ -274,6 +274,12 @@ impl<H: Handler> Worker<H> {
                 Some(Err(e)) => break SessionEnd::Lost(describe_lapin_error(&e)),
                 None => break SessionEnd::Lost("the broker cancelled the consumer".into()),
             };
+            // Again: a copy may have been refused (or the breaker opened)
+            // while we waited for this delivery. On shutdown the delivery,
+            // left unacked, returns to the queue when the channel closes.
+            if let Some(end) = self.wait_gates(shutdown).await {
+                break end;
+            }
             let task = DeliveryTask {
                 cfg: self.cfg.clone(),
                 handler: self.handler.clone(),

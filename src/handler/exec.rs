@@ -13,7 +13,7 @@
 //! - any other exit, death by a signal, the timeout, or a failure to start
 //!   the program: [`Outcome::Transient`].
 //!
-//! The error text is the last 4 KiB of stderr, trimmed and decoded as lossy
+//! The error text is the last 960 bytes of stderr, trimmed and decoded as lossy
 //! UTF-8 (prefixed with `…` when cut). When stderr is empty it is a
 //! description: `exited with status 3`. A signal or the timeout is always
 //! described, with the stderr tail after it (`timed out after 30s: <tail>`),
@@ -49,8 +49,10 @@ use crate::outcome::Outcome;
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
 pub const EXIT_PERMANENT: i32 = 65;
 
-/// How much of the end of stderr is kept as the error text.
-pub const STDERR_TAIL_BYTES: usize = 4096;
+/// How much of the end of stderr is kept as the error text: small enough
+/// that, with a `timed out after …: ` prefix, the whole text fits the 1 KiB
+/// `dlqctl-last-error` header, so the program's last words are kept.
+pub const STDERR_TAIL_BYTES: usize = 960;
 
 /// How long stderr is still read after the program ended, for output that a
 /// left-behind child keeps open.

@@ -3,3 +3,5 @@
 
 mod helpers;
 mod provision;
+mod worker;
+mod worker_support;

@@ -1,0 +1,1016 @@
+//! `dlqctl work` against a real broker: the binary runs a handler script
+//! (or POSTs to an HTTP server in the test) per message; the tests read the
+//! handler's call log, the worker's JSON log lines and the queues.
+
+use crate::helpers::{dlqctl, Broker, Cleanup, Scratch, RUN_TIMEOUT};
+use crate::worker_support::*;
+use lapin::types::AMQPValue;
+use lapin::BasicProperties;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const SECS_20: Duration = Duration::from_secs(20);
+
+/// Everything a worker test needs, dropped in the right order (worker
+/// first, then files, then the broker objects).
+struct Fixture {
+    broker: Broker,
+    pipe: Pipe,
+    scratch: Scratch,
+    cleanup: Cleanup,
+}
+
+impl Fixture {
+    async fn new(delays: &[u64], max_attempts: u32, edit: impl FnOnce(&mut Pipe)) -> Fixture {
+        let broker = Broker::connect().await;
+        let cleanup = Cleanup::new();
+        let scratch = Scratch::new();
+        let mut pipe = Pipe::new(&cleanup, delays, max_attempts);
+        edit(&mut pipe);
+        Fixture {
+            broker,
+            pipe,
+            scratch,
+            cleanup,
+        }
+    }
+
+    /// Every queue of the pipeline.
+    fn all_queues(&self) -> Vec<String> {
+        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
+        q.extend(self.pipe.retry_queues());
+        q
+    }
+
+    /// The main queue and the retry queues.
+    fn main_and_retry_queues(&self) -> Vec<String> {
+        let mut q = vec![self.pipe.name.clone()];
+        q.extend(self.pipe.retry_queues());
+        q
+    }
+}
+
+fn attempts(calls: &[Call]) -> Vec<u32> {
+    calls.iter().map(|c| c.attempt).collect()
+}
+
+fn gap_ms(calls: &[Call], from: usize) -> u128 {
+    (calls[from + 1].t_ns - calls[from].t_ns) / 1_000_000
+}
+
+/// Asserts the gap between call `from` and the next is at least the tier
+/// delay and less than the delay plus 1.5 s.
+#[track_caller]
+fn assert_gap(calls: &[Call], from: usize, delay_ms: u128) {
+    let gap = gap_ms(calls, from);
+    assert!(
+        gap >= delay_ms && gap < delay_ms + 1500,
+        "gap between call {} and {}: {gap} ms, wanted ≥ {delay_ms} ms and < {} ms",
+        from + 1,
+        from + 2,
+        delay_ms + 1500
+    );
+}
+
+fn field<'a>(ev: &'a Value, key: &str) -> &'a str {
+    ev[key].as_str().unwrap_or_default()
+}
+
+/// The DLQ's single message, after waiting for it.
+async fn the_dlq_message(f: &Fixture) -> lapin::message::Delivery {
+    f.broker.wait_for_count(&f.pipe.dlq(), 1, SECS_20).await;
+    let mut all = drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(all.len(), 1, "the DLQ should hold exactly one message");
+    all.remove(0)
+}
+
+/// The `dlqctl-errors` entries as (attempt, error), checking each has a time.
+fn error_history(d: &lapin::message::Delivery) -> Vec<(i64, String)> {
+    let Some(AMQPValue::FieldArray(entries)) = header(d, "dlqctl-errors") else {
+        panic!(
+            "dlqctl-errors should be an array: {:?}",
+            header(d, "dlqctl-errors")
+        );
+    };
+    entries
+        .as_slice()
+        .iter()
+        .map(|e| {
+            let AMQPValue::FieldTable(t) = e else {
+                panic!("a dlqctl-errors entry should be a table: {e:?}")
+            };
+            let get = |k: &str| t.inner().get(k).cloned();
+            let attempt = match get("attempt") {
+                Some(AMQPValue::LongLongInt(n)) => n,
+                other => panic!("attempt of a history entry: {other:?}"),
+            };
+            let text = |v: Option<AMQPValue>| match v {
+                Some(AMQPValue::LongString(s)) => {
+                    String::from_utf8_lossy(s.as_bytes()).into_owned()
+                }
+                other => panic!("a string in a history entry: {other:?}"),
+            };
+            assert!(text(get("time")).ends_with('Z'), "entry time: {t:?}");
+            (attempt, text(get("error")))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- the main paths
+
+/// Fails twice, then succeeds: three runs, each retry after its tier's
+/// delay (through the tier queues, in order), then acked; nothing left
+/// anywhere.
+#[tokio::test]
+async fn transient_twice_then_success_waits_each_tier_and_acks() {
+    let f = Fixture::new(&[200, 300], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"if [ "$DLQCTL_ATTEMPT" -lt 3 ]; then echo "upstream timeout $DLQCTL_ATTEMPT" >&2; exit 75; fi
+exit 0"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"hello", with_id("m-1")).await;
+
+    let d = w.wait_decisions(3, SECS_20).await;
+    // Room for a wrong fourth run to show up.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    w.stop().await;
+
+    let calls = script.calls();
+    assert_eq!(attempts(&calls), vec![1, 2, 3], "{calls:#?}");
+    assert!(calls
+        .iter()
+        .all(|c| c.max_attempts == 4 && c.message_id == "m-1"));
+    assert_gap(&calls, 0, 200);
+    assert_gap(&calls, 1, 300);
+
+    let d = &d[..];
+    assert_eq!(d.len(), 3, "{d:#?}");
+    assert_eq!(
+        d.iter()
+            .map(|e| (field(e, "decision"), field(e, "tier")))
+            .collect::<Vec<_>>(),
+        vec![("retry", "200ms"), ("retry", "300ms"), ("ack", "")]
+    );
+    assert_eq!(field(&d[0], "error"), "upstream timeout 1");
+
+    // Each retry came back through its own tier queue, counted by dlqctl.
+    for (n, tier, runs) in [(2, 200, 1), (3, 300, 2)] {
+        let h = script.headers(n);
+        assert_eq!(h["dlqctl-attempt"], runs, "call {n} headers: {h}");
+        let deaths = h["x-death"].as_array().expect("x-death on a retry");
+        assert_eq!(
+            deaths.len(),
+            1,
+            "the worker strips x-death from copies: {h}"
+        );
+        assert_eq!(deaths[0]["queue"], f.pipe.retry_queue(tier));
+        assert_eq!(deaths[0]["reason"], "expired");
+        assert_eq!(deaths[0]["count"], 1);
+    }
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// Always transient: exactly max_attempts runs, then the DLQ holds the
+/// message with reason `exhausted`, the final error, the history of every
+/// failure, the count, the source queue and the original routing.
+#[tokio::test]
+async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history() {
+    let f = Fixture::new(&[100, 200], 3, |_| {}).await;
+    let mut pipe = f.pipe.clone();
+    let exchange = f.cleanup.name("in");
+    pipe.exchange = Some((exchange.clone(), "topic", vec!["order.*".into()]));
+    let file = pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"echo "payment service unavailable (attempt $DLQCTL_ATTEMPT)" >&2; exit 75"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let before = crate::worker_support::now_rfc3339();
+    publish(&f.broker, &exchange, "order.created", b"{}", with_id("m-2")).await;
+
+    let dlq = the_dlq_message(&f).await;
+    w.wait_decisions(3, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.stop().await;
+
+    assert_eq!(attempts(&script.calls()), vec![1, 2, 3]);
+    let d = w.decisions();
+    assert_eq!(
+        d.iter().map(|e| field(e, "decision")).collect::<Vec<_>>(),
+        vec!["retry", "retry", "dead_letter"]
+    );
+    assert_eq!(field(&d[2], "reason"), "exhausted");
+
+    assert_eq!(dlq.data, b"{}");
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "exhausted");
+    assert_eq!(
+        header_str(&dlq, "dlqctl-last-error"),
+        "payment service unavailable (attempt 3)"
+    );
+    assert_eq!(header_int(&dlq, "dlqctl-attempt"), 3);
+    assert_eq!(header_str(&dlq, "dlqctl-source-queue"), pipe.name);
+    assert_eq!(header_str(&dlq, "dlqctl-original-exchange"), exchange);
+    assert_eq!(
+        header_str(&dlq, "dlqctl-original-routing-key"),
+        "order.created"
+    );
+    assert_eq!(
+        error_history(&dlq),
+        (1..=3)
+            .map(|k| (k, format!("payment service unavailable (attempt {k})")))
+            .collect::<Vec<_>>()
+    );
+    let first = header_str(&dlq, "dlqctl-first-failed-at");
+    let dead = header_str(&dlq, "dlqctl-dead-lettered-at");
+    assert!(
+        before <= first && first < dead && first.ends_with('Z'),
+        "published at {before}, first failure {first}, dead-lettered {dead}"
+    );
+    // The DLQ copy is published, not dead-lettered by the broker: no
+    // broker history from the tiers, and no expiration.
+    for k in ["x-death", "x-first-death-queue", "x-first-death-reason"] {
+        assert!(header(&dlq, k).is_none(), "{k} in the DLQ copy: {dlq:?}");
+    }
+    assert_eq!(dlq.properties.expiration(), &None);
+    assert_empty(&f.broker, &f.main_and_retry_queues()).await;
+}
+
+/// Exit 65: one run, straight to the DLQ with reason `permanent`.
+#[tokio::test]
+async fn permanent_failure_is_dead_lettered_after_one_run() {
+    let f = Fixture::new(&[100], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"echo "cannot parse order: missing id" >&2; exit 65"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"bad", with_id("m-3")).await;
+
+    let dlq = the_dlq_message(&f).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    w.stop().await;
+
+    assert_eq!(attempts(&script.calls()), vec![1]);
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "permanent");
+    assert_eq!(
+        header_str(&dlq, "dlqctl-last-error"),
+        "cannot parse order: missing id"
+    );
+    assert_eq!(header_int(&dlq, "dlqctl-attempt"), 1);
+    assert_eq!(
+        error_history(&dlq),
+        vec![(1, "cannot parse order: missing id".to_string())]
+    );
+    assert_eq!(
+        dlq.properties.message_id().as_ref().map(|m| m.as_str()),
+        Some("m-3")
+    );
+    let d = w.decisions();
+    assert_eq!(d.len(), 1);
+    assert_eq!(field(&d[0], "outcome"), "permanent");
+    assert_eq!(field(&d[0], "reason"), "permanent");
+    assert_empty(&f.broker, &f.main_and_retry_queues()).await;
+}
+
+/// Success: one run, acked (nothing returns to the queue when the worker
+/// closes its connection), nothing dead-lettered.
+#[tokio::test]
+async fn success_is_acked_once() {
+    let f = Fixture::new(&[100], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"fine", with_id("m-4")).await;
+
+    let d = w.wait_decisions(1, SECS_20).await;
+    assert_eq!(field(&d[0], "decision"), "ack");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    w.stop().await;
+    assert_eq!(attempts(&script.calls()), vec![1]);
+    assert_eq!(w.decisions().len(), 1);
+    // After the worker's connection is closed an unacked message would be
+    // ready again.
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// Body (not UTF-8), message id, correlation id, content type, other
+/// properties and custom headers survive retries into the DLQ; the handler
+/// sees the body and the original exchange and routing key on every run,
+/// also when the message comes back through the default exchange.
+#[tokio::test]
+async fn body_properties_and_headers_survive_into_the_dlq() {
+    let f = Fixture::new(&[100, 200], 3, |_| {}).await;
+    let mut pipe = f.pipe.clone();
+    let exchange = f.cleanup.name("in");
+    pipe.exchange = Some((exchange.clone(), "topic", vec!["order.*".into()]));
+    let file = pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"echo "down" >&2; exit 75"#);
+    let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
+    w.wait_consuming().await;
+
+    let body: &[u8] = b"\x00\xff\xfe binary \x80\xc3\x28 end\n";
+    let headers = table(&[
+        ("tenant", s("acme")),
+        ("trace-depth", i(42)),
+        ("sampled", AMQPValue::Boolean(true)),
+    ]);
+    let props = BasicProperties::default()
+        .with_message_id("m-5".into())
+        .with_correlation_id("corr-5".into())
+        .with_content_type("application/x-test".into())
+        .with_content_encoding("identity".into())
+        .with_type("order".into())
+        .with_app_id("shop".into())
+        .with_timestamp(1_700_000_000)
+        .with_headers(headers);
+    publish(&f.broker, &exchange, "order.created", body, props).await;
+
+    let dlq = the_dlq_message(&f).await;
+    w.wait_decisions(3, SECS_20).await;
+    w.stop().await;
+
+    let calls = script.calls();
+    assert_eq!(attempts(&calls), vec![1, 2, 3]);
+    for (n, c) in calls.iter().enumerate() {
+        assert_eq!(c.exchange, exchange, "call {}: {c:?}", n + 1);
+        assert_eq!(c.routing_key, "order.created", "call {}: {c:?}", n + 1);
+        assert_eq!(c.message_id, "m-5");
+        assert_eq!(c.queue, pipe.name);
+        assert_eq!(script.body(n + 1), body, "body of call {}", n + 1);
+        let h = script.headers(n + 1);
+        assert_eq!(h["tenant"], "acme", "{h}");
+        assert_eq!(h["trace-depth"], 42, "{h}");
+        assert_eq!(h["sampled"], true, "{h}");
+    }
+    // The retries came back from a tier queue, whose dead-letter exchange
+    // is the default one.
+    let h3 = script.headers(3);
+    assert_eq!(h3["x-death"][0]["queue"], pipe.retry_queue(200), "{h3}");
+    assert_eq!(h3["x-death"][0]["reason"], "expired", "{h3}");
+    assert_eq!(h3["dlqctl-original-exchange"], exchange.as_str());
+
+    assert_eq!(dlq.data, body);
+    let p = &dlq.properties;
+    let text = |v: &Option<lapin::types::ShortString>| v.as_ref().map(|s| s.to_string());
+    assert_eq!(text(p.message_id()), Some("m-5".into()));
+    assert_eq!(text(p.correlation_id()), Some("corr-5".into()));
+    assert_eq!(text(p.content_type()), Some("application/x-test".into()));
+    assert_eq!(text(p.content_encoding()), Some("identity".into()));
+    assert_eq!(text(p.kind()), Some("order".into()));
+    assert_eq!(text(p.app_id()), Some("shop".into()));
+    assert_eq!(p.timestamp(), &Some(1_700_000_000));
+    assert_eq!(p.delivery_mode(), &Some(2));
+    assert_eq!(header_str(&dlq, "tenant"), "acme");
+    assert_eq!(header_int(&dlq, "trace-depth"), 42);
+    assert_eq!(header(&dlq, "sampled"), Some(&AMQPValue::Boolean(true)));
+    assert_eq!(header_str(&dlq, "dlqctl-original-exchange"), exchange);
+    assert_eq!(
+        header_str(&dlq, "dlqctl-original-routing-key"),
+        "order.created"
+    );
+}
+
+// ---------------------------------------------------------------- counting
+
+/// A message whose `dlqctl-attempt` says max_attempts − 1 runs were made,
+/// with no `x-death` (as on RabbitMQ 4.x, which ignores a republished one):
+/// exactly one more run, then the DLQ.
+#[tokio::test]
+async fn attempt_header_alone_counts_runs_already_made() {
+    let f = Fixture::new(&[100, 200], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"echo "still down" >&2; exit 75"#);
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let props = with_id("m-6a").with_headers(table(&[("dlqctl-attempt", i(3))]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+
+    let dlq = the_dlq_message(&f).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    w.stop().await;
+    assert_eq!(attempts(&script.calls()), vec![4]);
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "exhausted");
+    assert_eq!(header_int(&dlq, "dlqctl-attempt"), 4);
+    assert_eq!(error_history(&dlq), vec![(4, "still down".to_string())]);
+    assert_empty(&f.broker, &f.main_and_retry_queues()).await;
+}
+
+/// Only `x-death` (as another tool or a ≤ 3.12 broker leaves it): two
+/// `expired` entries of this pipeline's tiers, count 1 each → D = 2, so
+/// attempt 3; with max_attempts 4 exactly two runs (3 and 4), the second
+/// after tier delays[min(3, 2) − 1] = 200ms.
+#[tokio::test]
+async fn x_death_alone_counts_the_sum_over_the_pipelines_tiers() {
+    let f = Fixture::new(&[100, 200], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"echo "down $DLQCTL_ATTEMPT" >&2; exit 75"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let deaths = x_death(vec![
+        death(&f.pipe.retry_queue(200), "expired", 1),
+        death(&f.pipe.retry_queue(100), "expired", 1),
+    ]);
+    let props = with_id("m-6b").with_headers(table(&[("x-death", deaths)]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+
+    let dlq = the_dlq_message(&f).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    w.stop().await;
+    let calls = script.calls();
+    assert_eq!(attempts(&calls), vec![3, 4], "{calls:#?}");
+    assert_gap(&calls, 0, 200);
+    let d = w.decisions();
+    assert_eq!(field(&d[0], "tier"), "200ms");
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "exhausted");
+    assert_eq!(header_int(&dlq, "dlqctl-attempt"), 4);
+    assert_eq!(
+        error_history(&dlq),
+        vec![(3, "down 3".to_string()), (4, "down 4".to_string())]
+    );
+    assert_empty(&f.broker, &f.main_and_retry_queues()).await;
+}
+
+/// `x-death` entries of another queue, or with reason `rejected` on this
+/// pipeline's own tier, are not retries of this pipeline: attempt 1.
+#[tokio::test]
+async fn x_death_of_other_queues_or_rejections_is_not_counted() {
+    let f = Fixture::new(&[100, 200], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let deaths = x_death(vec![
+        death(
+            &format!("{}-other.retry.100ms", f.cleanup.prefix),
+            "expired",
+            5,
+        ),
+        death(&f.pipe.retry_queue(100), "rejected", 5),
+        death(&f.pipe.name, "delivery_limit", 2),
+    ]);
+    let props = with_id("m-6c").with_headers(table(&[("x-death", deaths)]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+
+    let d = w.wait_decisions(1, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.stop().await;
+    assert_eq!(attempts(&script.calls()), vec![1]);
+    assert_eq!(field(&d[0], "decision"), "ack");
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// Both counts present: attempt = max(H, D) + 1, not their sum. H = 1 and
+/// D = 2 → attempt 3.
+#[tokio::test]
+async fn attempt_is_one_more_than_the_larger_of_header_and_x_death() {
+    let f = Fixture::new(&[100, 200], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let deaths = x_death(vec![
+        death(&f.pipe.retry_queue(200), "expired", 1),
+        death(&f.pipe.retry_queue(100), "expired", 1),
+    ]);
+    let props = with_id("m-6d").with_headers(table(&[
+        ("x-death", deaths),
+        ("dlqctl-attempt", AMQPValue::LongInt(1)),
+    ]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+    w.wait_decisions(1, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.stop().await;
+    assert_eq!(attempts(&script.calls()), vec![3]);
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// With jitter, each copy carries a whole-ms `expiration` the broker
+/// accepts (a fractional one would close the channel and stall the copy):
+/// the retry comes back within the jitter band of its tier.
+#[tokio::test]
+async fn jittered_retries_are_accepted_and_wait_within_the_band() {
+    let f = Fixture::new(&[400], 3, |p| p.jitter = 0.5).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"echo "busy" >&2; exit 75"#);
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-j")).await;
+    the_dlq_message(&f).await;
+    w.stop().await;
+    let calls = script.calls();
+    assert_eq!(attempts(&calls), vec![1, 2, 3]);
+    for i in 0..2 {
+        // floor(400 × (1 − 0.5 × U)) is in 201..=400 ms.
+        assert_gap(&calls, i, 200);
+        assert!(gap_ms(&calls, i) < 400 + 1500);
+    }
+    assert!(w.events("the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish").is_empty(), "{}", w.output());
+}
+
+// ---------------------------------------------------------------- refusals
+
+/// The retry exchange disappears under a running worker: the copy is
+/// refused, the original stays unacked in the main queue, the handler is not
+/// run again (nor any other message's), and once the topology is provisioned
+/// again the message proceeds and is acked.
+#[tokio::test]
+async fn refused_retry_copy_holds_the_message_until_the_exchange_is_back() {
+    let f = Fixture::new(&[300], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"if grep -q first "$body_file" && [ "$DLQCTL_ATTEMPT" -eq 1 ]; then echo "flaky" >&2; exit 75; fi
+exit 0"#,
+    );
+    // Two handler slots: only the refusal gate, not the concurrency limit,
+    // can hold the second message back.
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
+    w.wait_consuming().await;
+    f.broker
+        .mgmt
+        .request(
+            reqwest::Method::DELETE,
+            &["exchanges", "/", &f.pipe.retry_exchange()],
+        )
+        .await
+        .expect("delete the retry exchange");
+    assert!(f
+        .broker
+        .mgmt
+        .exchange(&f.pipe.retry_exchange())
+        .await
+        .is_none());
+
+    publish(&f.broker, "", &f.pipe.name, b"first", with_id("m-7a")).await;
+    script.wait_calls(1, SECS_20).await;
+    w.wait_event("the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish", 1, SECS_20).await;
+    let started = Instant::now();
+    // The management API's counts lag a few seconds.
+    wait_queue_field(
+        &f.broker,
+        &f.pipe.name,
+        "messages_unacknowledged",
+        |n| n == 1,
+        Duration::from_secs(20),
+    )
+    .await;
+    if let Some(rest) = Duration::from_secs(3).checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    assert_eq!(
+        script.calls().len(),
+        1,
+        "the handler ran again while the copy was refused"
+    );
+
+    // Another message waits too: no new handler starts while refusing.
+    publish(&f.broker, "", &f.pipe.name, b"second", with_id("m-7b")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        script.calls().len(),
+        1,
+        "a new handler started while a copy was refused"
+    );
+    assert!(w.decisions().is_empty(), "{:#?}", w.decisions());
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+
+    let reprovisioned = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    provision_file(&file).await;
+    let d = w.wait_decisions(3, Duration::from_secs(30)).await;
+    w.stop().await;
+    let calls = script.calls();
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+    let m7a: Vec<&Call> = calls.iter().filter(|c| c.message_id == "m-7a").collect();
+    assert_eq!(
+        m7a.iter().map(|c| c.attempt).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert!(m7a[1].t_ns > reprovisioned + 300_000_000, "{calls:#?}");
+    assert_eq!(
+        d.iter().map(|e| field(e, "decision")).collect::<Vec<_>>(),
+        vec!["retry", "ack", "ack"]
+    );
+    assert!(
+        !w.events("the broker accepts copies again").is_empty(),
+        "{}",
+        w.output()
+    );
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// A quorum pipeline whose DLQ is full: the permanent failure's copy is
+/// refused, the worker falls back to nack and the broker holds the message
+/// in the main queue (`messages_dlx`); the handler is not run again.
+#[tokio::test]
+async fn full_quorum_dlq_keeps_the_message_in_the_main_queue() {
+    let f = Fixture::new(&[100], 2, |p| p.dlq_max_length = Some(1)).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    // Fill the DLQ until it refuses (quorum overshoots by one or two).
+    let mut filled = 0;
+    for n in 0..10 {
+        let body = format!("filler {n}");
+        match try_publish(
+            &f.broker,
+            "",
+            &f.pipe.dlq(),
+            body.as_bytes(),
+            with_id("filler"),
+        )
+        .await
+        {
+            Ok(()) => filled += 1,
+            Err(_) => break,
+        }
+    }
+    assert!((1..10).contains(&filled), "the DLQ took {filled} messages");
+
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"echo "rejected by partner" >&2; exit 65"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"doomed", with_id("m-8")).await;
+    let started = Instant::now();
+    let d = w.wait_decisions(1, SECS_20).await;
+    assert_eq!(field(&d[0], "decision"), "dead_letter_nack", "{d:#?}");
+    let held = wait_queue_field(
+        &f.broker,
+        &f.pipe.name,
+        "messages_dlx",
+        |n| n >= 1,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(held, 1);
+    if let Some(rest) = Duration::from_secs(3).checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    assert_eq!(
+        attempts(&script.calls()),
+        vec![1],
+        "the handler should run once"
+    );
+    assert_eq!(w.decisions().len(), 1);
+    assert_eq!(
+        f.broker.message_count(&f.pipe.dlq()).await,
+        Some(filled),
+        "the DLQ should still hold only the fillers"
+    );
+    w.stop().await;
+}
+
+// ---------------------------------------------------------------- handler misuse
+
+/// A handler program that does not exist: exit 2 at start, naming it.
+#[tokio::test]
+async fn missing_handler_program_exits_2() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    for program in ["/nonexistent/dlqctl-handler", "dlqctl-no-such-handler-xyz"] {
+        let run = dlqctl(
+            &[
+                "work",
+                file.to_str().unwrap(),
+                "--queue",
+                &f.pipe.name,
+                "--",
+                program,
+            ],
+            RUN_TIMEOUT,
+        )
+        .await;
+        run.assert_code(2);
+        assert!(
+            run.stderr.contains(program) && run.stderr.contains("handler"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.elapsed < Duration::from_secs(10));
+    }
+}
+
+/// A handler that hangs past `--handler-timeout`: transient each time,
+/// retried, dead-lettered when exhausted, and its child `sleep` is killed.
+#[tokio::test]
+async fn hung_handler_times_out_is_retried_and_leaves_no_process() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let secs = (1000 + (uuid::Uuid::new_v4().as_u128() % 8000)).to_string();
+    let script = Script::new(&f.scratch, "h", &format!("sleep {secs}\nexit 0"));
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--handler-timeout", "300ms"],
+    );
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-9b")).await;
+
+    let dlq = the_dlq_message(&f).await;
+    let d = w.wait_decisions(2, SECS_20).await;
+    assert_eq!(attempts(&script.calls()), vec![1, 2]);
+    assert_eq!(
+        d.iter()
+            .map(|e| (field(e, "outcome"), field(e, "decision")))
+            .collect::<Vec<_>>(),
+        vec![("transient", "retry"), ("transient", "dead_letter")]
+    );
+    let error = header_str(&dlq, "dlqctl-last-error");
+    assert!(error.starts_with("timed out after 300ms"), "{error}");
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "exhausted");
+    let left = processes_with_cmdline(&["sleep", &secs]);
+    assert!(left.is_empty(), "`sleep {secs}` still running: {left:?}");
+    w.stop().await;
+}
+
+/// A handler that writes 5 MB to stderr: the error header holds the end of
+/// it, not the beginning, and the worker's memory stays small.
+#[tokio::test]
+async fn chatty_handler_stderr_is_bounded() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"echo "HEAD-MARKER" >&2
+head -c 5000000 /dev/zero | tr '\0' x >&2
+echo " TAIL-MARKER" >&2
+exit 65"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let hwm_before = w.memory_kb("VmHWM");
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-9c")).await;
+    let dlq = the_dlq_message(&f).await;
+    let hwm_after = w.memory_kb("VmHWM");
+    w.stop().await;
+
+    let error = header_str(&dlq, "dlqctl-last-error");
+    assert!(
+        error.len() <= 1024,
+        "dlqctl-last-error is {} bytes",
+        error.len()
+    );
+    assert!(
+        error.starts_with('…'),
+        "the error should be marked as cut: {error:.80}"
+    );
+    assert!(!error.contains("HEAD-MARKER"), "{error:.80}");
+    // The program's last words make it into the header whole.
+    assert!(error.ends_with("x TAIL-MARKER"), "{error:.80}");
+    assert!(
+        error
+            .trim_start_matches('…')
+            .chars()
+            .all(|c| "x TAIL-MARKER".contains(c)),
+        "{error:.80}"
+    );
+    let history = error_history(&dlq);
+    assert_eq!(history.len(), 1);
+    assert!(history[0].1.len() <= 256, "{}", history[0].1.len());
+    let grown = hwm_after.saturating_sub(hwm_before);
+    assert!(
+        grown < 4 * 1024,
+        "the worker's peak memory grew by {grown} kB ({hwm_before} → {hwm_after}) for 5 MB of stderr"
+    );
+}
+
+/// `--http` to a port that refuses connections: transient every time, then
+/// the DLQ with reason `exhausted` naming the URL.
+#[tokio::test]
+async fn http_connection_refused_is_transient_then_exhausted() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let mut w = WorkerProc::spawn(
+        &file,
+        &f.pipe.name,
+        &["--http", &url, "--handler-timeout", "2s"],
+    );
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"{}", with_id("m-9d")).await;
+    let dlq = the_dlq_message(&f).await;
+    let d = w.wait_decisions(2, SECS_20).await;
+    w.stop().await;
+    assert_eq!(
+        d.iter()
+            .map(|e| (
+                e["attempt"].as_u64().unwrap_or(0),
+                field(e, "outcome"),
+                field(e, "decision")
+            ))
+            .collect::<Vec<_>>(),
+        vec![(1, "transient", "retry"), (2, "transient", "dead_letter")]
+    );
+    assert_eq!(header_str(&dlq, "dlqctl-reason"), "exhausted");
+    let error = header_str(&dlq, "dlqctl-last-error");
+    assert!(error.starts_with(&format!("POST {url}")), "{error}");
+    assert_eq!(header_int(&dlq, "dlqctl-attempt"), 2);
+}
+
+/// An endpoint answering 429 with `Retry-After: 1`: the retry goes to the
+/// 1s tier (not the row's 100ms), the next request comes at least a second
+/// later, and a 200 acks the message.
+#[tokio::test]
+async fn http_retry_after_picks_the_tier_then_success_acks() {
+    use axum::http::{HeaderMap, StatusCode};
+    use std::sync::{Arc, Mutex};
+
+    let f = Fixture::new(&[100, 1000, 5000], 4, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+
+    type Seen = Arc<Mutex<Vec<(Instant, String, String)>>>;
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post({
+            let seen = seen.clone();
+            move |headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let h = |k: &str| {
+                        headers
+                            .get(k)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    let mut seen = seen.lock().unwrap();
+                    seen.push((Instant::now(), h("x-retry-attempt"), h("idempotency-key")));
+                    if seen.len() == 1 {
+                        (
+                            StatusCode::TOO_MANY_REQUESTS,
+                            [("retry-after", "1")],
+                            "slow down",
+                        )
+                    } else {
+                        (StatusCode::OK, [("x-ok", "1")], "ok")
+                    }
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let url = format!("http://{addr}/hook");
+    let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--http", &url]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"{}", with_id("m-9e")).await;
+    let d = w.wait_decisions(2, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    w.stop().await;
+    server.abort();
+
+    assert_eq!(
+        d.iter()
+            .map(|e| (field(e, "decision"), field(e, "tier")))
+            .collect::<Vec<_>>(),
+        vec![("retry", "1s"), ("ack", "")]
+    );
+    assert!(field(&d[0], "error").contains("429"), "{d:#?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        seen.iter()
+            .map(|(_, a, k)| (a.as_str(), k.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("1", "m-9e"), ("2", "m-9e")]
+    );
+    let gap = seen[1].0 - seen[0].0;
+    assert!(
+        gap >= Duration::from_millis(1000) && gap < Duration::from_millis(2500),
+        "the retry came after {gap:?}"
+    );
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+// ---------------------------------------------------------------- start and stop
+
+/// `--queue` that is not a pipeline: exit 2 naming the pipelines.
+#[tokio::test]
+async fn unknown_queue_exits_2_naming_the_pipelines() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.write(&f.scratch);
+    let run = dlqctl(
+        &[
+            "work",
+            file.to_str().unwrap(),
+            "--queue",
+            "no-such-pipeline",
+            "--",
+            "/bin/true",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("no-such-pipeline") && run.stderr.contains(&f.pipe.name),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A topology that is not (fully) provisioned: exit 1 naming each missing
+/// object and nothing else.
+#[tokio::test]
+async fn unprovisioned_topology_exits_1_naming_the_missing_objects() {
+    let f = Fixture::new(&[100, 200], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    for (what, name) in [
+        ("queues", f.pipe.retry_queue(200)),
+        ("exchanges", f.pipe.dlx()),
+    ] {
+        f.broker
+            .mgmt
+            .request(reqwest::Method::DELETE, &[what, "/", &name])
+            .await
+            .expect("delete");
+    }
+    let run = dlqctl(
+        &[
+            "work",
+            file.to_str().unwrap(),
+            "--queue",
+            &f.pipe.name,
+            "--",
+            "/bin/true",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(1);
+    let missing_q = format!("queue {}", f.pipe.retry_queue(200));
+    let missing_x = format!("exchange {}", f.pipe.dlx());
+    assert!(
+        run.stderr.contains(&missing_q) && run.stderr.contains(&missing_x),
+        "{}",
+        run.stderr
+    );
+    for present in [
+        format!("queue {},", f.pipe.name),
+        format!("queue {}", f.pipe.retry_queue(100)),
+        format!("queue {}", f.pipe.dlq()),
+        format!("exchange {}", f.pipe.retry_exchange()),
+    ] {
+        assert!(!run.stderr.contains(&present), "{present}: {}", run.stderr);
+    }
+    assert!(run.stderr.contains("dlqctl provision"), "{}", run.stderr);
+}
+
+/// SIGTERM while a handler runs: the worker waits for it, acks, exits 0.
+#[tokio::test]
+async fn sigterm_waits_for_the_handler_in_flight() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"sleep 1; touch "$d/done.$n"; exit 0"#);
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-10c")).await;
+    script.wait_calls(1, SECS_20).await;
+    let sent = Instant::now();
+    w.sigterm();
+    let code = w.wait_exit(Duration::from_secs(15)).await;
+    assert_eq!(code, Some(0), "{}", w.output());
+    assert!(
+        sent.elapsed() >= Duration::from_millis(500),
+        "exited too soon"
+    );
+    assert!(
+        script.dir.join("done.1").exists(),
+        "the handler was cut short"
+    );
+    let d = w.decisions();
+    assert_eq!(d.len(), 1, "{}", w.output());
+    assert_eq!(field(&d[0], "decision"), "ack");
+    assert_eq!(attempts(&script.calls()), vec![1]);
+    // Closed connection: an unacked message would be ready again.
+    assert_empty(&f.broker, &f.all_queues()).await;
+}

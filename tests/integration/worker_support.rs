@@ -1,0 +1,614 @@
+//! Fixtures for the worker tests, beyond `helpers`: a pipeline described in
+//! a scratch YAML and provisioned with the binary, handler scripts that log
+//! every call, a `dlqctl work` process whose JSON log lines are collected,
+//! publishing with properties and headers, and reading queue statistics
+//! from the management API.
+
+#![allow(dead_code)] // each test uses its own part
+
+use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
+use lapin::{BasicProperties, Confirmation};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+// ---------------------------------------------------------------- pipelines
+
+/// One pipeline of a test topology; every name starts with the cleanup
+/// guard's prefix.
+#[derive(Debug, Clone)]
+pub struct Pipe {
+    /// The main queue (and pipeline) name.
+    pub name: String,
+    /// `quorum` or `classic`.
+    pub queue_type: &'static str,
+    /// Tier delays, in ms.
+    pub delays: Vec<u64>,
+    /// Runs at most.
+    pub max_attempts: u32,
+    /// 0..0.5.
+    pub jitter: f64,
+    /// A producers' exchange: (name, type, binding keys).
+    pub exchange: Option<(String, &'static str, Vec<String>)>,
+    /// `dead_letter.max_length` (quorum only).
+    pub dlq_max_length: Option<u64>,
+}
+
+impl Pipe {
+    /// A quorum pipeline `PREFIX-orders` with the given tiers, jitter 0.
+    pub fn new(cleanup: &Cleanup, delays: &[u64], max_attempts: u32) -> Pipe {
+        Pipe {
+            name: cleanup.name("orders"),
+            queue_type: "quorum",
+            delays: delays.to_vec(),
+            max_attempts,
+            jitter: 0.0,
+            exchange: None,
+            dlq_max_length: None,
+        }
+    }
+
+    /// The topology file's text.
+    pub fn yaml(&self) -> String {
+        let delays: Vec<String> = self
+            .delays
+            .iter()
+            .map(|d| dlqctl::duration::tier_name(*d))
+            .collect();
+        let mut y = format!(
+            "version: 1\npipelines:\n  - name: {}\n    queue_type: {}\n    retry: {{ delays: [{}], max_attempts: {}, jitter: {} }}\n",
+            self.name,
+            self.queue_type,
+            delays.join(", "),
+            self.max_attempts,
+            self.jitter
+        );
+        if let Some((x, kind, keys)) = &self.exchange {
+            let keys: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+            y.push_str(&format!(
+                "    exchange: {{ name: {x}, type: {kind}, bindings: [{}] }}\n",
+                keys.join(", ")
+            ));
+        }
+        if let Some(n) = self.dlq_max_length {
+            y.push_str(&format!("    dead_letter: {{ max_length: {n} }}\n"));
+        }
+        y
+    }
+
+    /// `NAME.retry`.
+    pub fn retry_exchange(&self) -> String {
+        format!("{}.retry", self.name)
+    }
+
+    /// `NAME.retry.TIER`.
+    pub fn retry_queue(&self, delay_ms: u64) -> String {
+        format!(
+            "{}.retry.{}",
+            self.name,
+            dlqctl::duration::tier_name(delay_ms)
+        )
+    }
+
+    /// Every retry queue.
+    pub fn retry_queues(&self) -> Vec<String> {
+        self.delays.iter().map(|d| self.retry_queue(*d)).collect()
+    }
+
+    /// `NAME.dlx`.
+    pub fn dlx(&self) -> String {
+        format!("{}.dlx", self.name)
+    }
+
+    /// `NAME.dlq`.
+    pub fn dlq(&self) -> String {
+        format!("{}.dlq", self.name)
+    }
+
+    /// Writes the YAML into `scratch` and returns its path.
+    pub fn write(&self, scratch: &Scratch) -> PathBuf {
+        scratch.write("topology.yaml", &self.yaml())
+    }
+
+    /// Writes the YAML and runs `dlqctl provision` on it (must exit 0).
+    pub async fn provision(&self, scratch: &Scratch) -> PathBuf {
+        let file = self.write(scratch);
+        provision_file(&file).await;
+        file
+    }
+}
+
+/// `dlqctl provision FILE`, which must succeed.
+pub async fn provision_file(file: &Path) -> Run {
+    let run = dlqctl(&[Path::new("provision"), file], RUN_TIMEOUT).await;
+    run.assert_code(0);
+    run
+}
+
+// ---------------------------------------------------------------- handler scripts
+
+/// A handler script that appends one line per call to `calls.log` (start
+/// time in ns, then the `DLQCTL_*` values), saves the body to `body.N` and
+/// `DLQCTL_HEADERS` to `headers.N` (N = the call's number from 1), then
+/// runs `behaviour` (sh code; the body is in `$body_file`, the call number
+/// in `$n`).
+pub struct Script {
+    /// The directory holding the script and what it writes.
+    pub dir: PathBuf,
+    /// The script.
+    pub path: PathBuf,
+}
+
+/// One logged call of a [`Script`].
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Start, ns since the Unix epoch.
+    pub t_ns: u128,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub exchange: String,
+    pub routing_key: String,
+    pub message_id: String,
+    pub queue: String,
+}
+
+impl Script {
+    /// Writes the script into `scratch` (its own subdirectory `name`).
+    pub fn new(scratch: &Scratch, name: &str, behaviour: &str) -> Script {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch.path().join(name);
+        std::fs::create_dir_all(&dir).expect("a handler directory");
+        let text = format!(
+            r#"#!/bin/sh
+t=$(date +%s%N)
+d='{dir}'
+n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" > "$d/count"
+body_file="$d/body.$n"
+cat > "$body_file"
+printf '%s' "$DLQCTL_HEADERS" > "$d/headers.$n"
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$DLQCTL_ATTEMPT" "$DLQCTL_MAX_ATTEMPTS" "$DLQCTL_EXCHANGE" "$DLQCTL_ROUTING_KEY" "$DLQCTL_MESSAGE_ID" "$DLQCTL_QUEUE" >> "$d/calls.log"
+{behaviour}
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("handler.sh");
+        std::fs::write(&path, text).expect("write the handler script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("make the handler executable");
+        Script { dir, path }
+    }
+
+    /// The calls so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                assert_eq!(f.len(), 7, "a malformed handler log line: {l:?}");
+                Call {
+                    t_ns: f[0].parse().expect("a time in ns"),
+                    attempt: f[1].parse().expect("DLQCTL_ATTEMPT"),
+                    max_attempts: f[2].parse().expect("DLQCTL_MAX_ATTEMPTS"),
+                    exchange: f[3].into(),
+                    routing_key: f[4].into(),
+                    message_id: f[5].into(),
+                    queue: f[6].into(),
+                }
+            })
+            .collect()
+    }
+
+    /// The body call `n` (from 1) read on stdin.
+    pub fn body(&self, n: usize) -> Vec<u8> {
+        std::fs::read(self.dir.join(format!("body.{n}"))).expect("a saved body")
+    }
+
+    /// `DLQCTL_HEADERS` of call `n` (from 1).
+    pub fn headers(&self, n: usize) -> Value {
+        let text =
+            std::fs::read_to_string(self.dir.join(format!("headers.{n}"))).expect("saved headers");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("DLQCTL_HEADERS {text:?}: {e}"))
+    }
+
+    /// Waits until at least `n` calls are logged; returns them.
+    pub async fn wait_calls(&self, n: usize, deadline: Duration) -> Vec<Call> {
+        let start = Instant::now();
+        loop {
+            let calls = self.calls();
+            if calls.len() >= n {
+                return calls;
+            }
+            if start.elapsed() > deadline {
+                panic!(
+                    "wanted {n} handler call(s) within {deadline:?}, got {}: {calls:#?}",
+                    calls.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the worker process
+
+/// A running `dlqctl --log-format json work ...`, killed when dropped.
+pub struct WorkerProc {
+    child: tokio::process::Child,
+    pid: i32,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl WorkerProc {
+    /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS...`
+    /// (`ARGS` include `-- HANDLER` or `--http URL`).
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(file: &Path, queue: &str, args: &[S]) -> WorkerProc {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
+        cmd.arg("--log-format")
+            .arg("json")
+            .arg("work")
+            .arg(file)
+            .arg("--queue")
+            .arg(queue)
+            .args(args)
+            .env("AMQP_URL", crate::helpers::amqp_url())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn dlqctl work");
+        let pid = child.id().expect("a pid") as i32;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stderr.take().expect("stderr"))
+                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(child.stdout.take().expect("stdout")),
+        ] {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let mut r = BufReader::new(stream).lines();
+                while let Ok(Some(l)) = r.next_line().await {
+                    lines.lock().unwrap().push(l);
+                }
+            });
+        }
+        WorkerProc { child, pid, lines }
+    }
+
+    /// Starts a worker running `script` per message, with `extra` options.
+    pub fn with_script(file: &Path, queue: &str, script: &Script, extra: &[&str]) -> WorkerProc {
+        let mut args: Vec<std::ffi::OsString> = extra.iter().map(|s| s.into()).collect();
+        args.push("--".into());
+        args.push(script.path.clone().into());
+        WorkerProc::spawn(file, queue, &args)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Every output line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The whole output so far, for failure messages.
+    pub fn output(&self) -> String {
+        self.lines().join("\n")
+    }
+
+    /// The JSON log lines whose `fields.message` is `message`.
+    pub fn events(&self, message: &str) -> Vec<Value> {
+        self.lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == message)
+            .map(|v| v["fields"].clone())
+            .collect()
+    }
+
+    /// The `message handled` events (attempt, outcome, decision, tier,
+    /// reason, error).
+    pub fn decisions(&self) -> Vec<Value> {
+        self.events("message handled")
+    }
+
+    /// Waits until the worker logs `consuming`.
+    pub async fn wait_consuming(&mut self) {
+        self.wait_event("consuming", 1, Duration::from_secs(20))
+            .await;
+    }
+
+    /// Waits until `n` events `message` are logged; panics (with the
+    /// output) after `deadline` or when the worker exits first.
+    pub async fn wait_event(&mut self, message: &str, n: usize, deadline: Duration) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let ev = self.events(message);
+            if ev.len() >= n {
+                return ev;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                panic!(
+                    "the worker exited ({status}) before logging {n} × {message:?}:\n{}",
+                    self.output()
+                );
+            }
+            if start.elapsed() > deadline {
+                panic!(
+                    "wanted {n} × {message:?} within {deadline:?}, got {}:\n{}",
+                    ev.len(),
+                    self.output()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits for `n` `message handled` events.
+    pub async fn wait_decisions(&mut self, n: usize, deadline: Duration) -> Vec<Value> {
+        self.wait_event("message handled", n, deadline).await
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // child's, not yet reaped.
+        unsafe {
+            libc::kill(self.pid, libc::SIGTERM);
+        }
+    }
+
+    /// Waits for the exit; panics after `deadline`. Returns the exit code.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
+        match tokio::time::timeout(deadline, self.child.wait()).await {
+            Ok(status) => {
+                // Let the readers take the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                status.expect("wait for the worker").code()
+            }
+            Err(_) => panic!(
+                "the worker did not exit within {deadline:?}:\n{}",
+                self.output()
+            ),
+        }
+    }
+
+    /// SIGTERM, then waits for exit 0.
+    pub async fn stop(&mut self) {
+        self.sigterm();
+        let code = self.wait_exit(Duration::from_secs(20)).await;
+        assert_eq!(code, Some(0), "worker exit code:\n{}", self.output());
+    }
+
+    /// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`).
+    pub fn memory_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .expect("/proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/{}/status", self.pid))
+    }
+}
+
+// ---------------------------------------------------------------- publishing
+
+/// A publish that the broker refused or returned.
+#[derive(Debug)]
+pub struct NotAccepted(pub String);
+
+/// Publishes `body` with `props` (persistent forced), `mandatory`, and
+/// waits for the confirm: `Err` when nacked or returned.
+pub async fn try_publish(
+    broker: &Broker,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> Result<(), NotAccepted> {
+    let ch = broker.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    let confirm = ch
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            BasicPublishOptions {
+                mandatory: true,
+                immediate: false,
+            },
+            body,
+            props.with_delivery_mode(2),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
+        .await
+        .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
+    let _ = ch.close(200, "bye".into()).await;
+    match confirm {
+        Confirmation::Ack(None) => Ok(()),
+        other => Err(NotAccepted(format!("{other:?}"))),
+    }
+}
+
+/// As [`try_publish`], panicking when not accepted.
+pub async fn publish(
+    broker: &Broker,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) {
+    if let Err(e) = try_publish(broker, exchange, routing_key, body, props).await {
+        panic!(
+            "publish to {exchange:?} [{routing_key}] not accepted: {}",
+            e.0
+        );
+    }
+}
+
+/// Properties with a message id.
+pub fn with_id(id: &str) -> BasicProperties {
+    BasicProperties::default().with_message_id(id.into())
+}
+
+/// A long-string header value.
+pub fn s(v: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(v))
+}
+
+/// A signed 64-bit header value.
+pub fn i(v: i64) -> AMQPValue {
+    AMQPValue::LongLongInt(v)
+}
+
+/// A field table from pairs.
+pub fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+/// An `x-death` entry as the broker writes it.
+pub fn death(queue: &str, reason: &str, count: i64) -> AMQPValue {
+    AMQPValue::FieldTable(table(&[
+        ("count", i(count)),
+        ("reason", s(reason)),
+        ("queue", s(queue)),
+        ("time", AMQPValue::Timestamp(1_700_000_000)),
+        ("exchange", s("")),
+        (
+            "routing-keys",
+            AMQPValue::FieldArray(FieldArray::from(vec![s(queue)])),
+        ),
+    ]))
+}
+
+/// An `x-death` array.
+pub fn x_death(entries: Vec<AMQPValue>) -> AMQPValue {
+    AMQPValue::FieldArray(FieldArray::from(entries))
+}
+
+// ---------------------------------------------------------------- reading back
+
+/// A header of a delivery (`None` when absent).
+pub fn header<'a>(d: &'a lapin::message::Delivery, key: &str) -> Option<&'a AMQPValue> {
+    d.properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(key))
+}
+
+/// A string header (long or short), panicking when absent or not a string.
+pub fn header_str(d: &lapin::message::Delivery, key: &str) -> String {
+    match header(d, key) {
+        Some(AMQPValue::LongString(v)) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        Some(AMQPValue::ShortString(v)) => v.as_str().to_string(),
+        other => panic!("header {key}: wanted a string, got {other:?}"),
+    }
+}
+
+/// An integer header, panicking when absent or not an integer.
+pub fn header_int(d: &lapin::message::Delivery, key: &str) -> i64 {
+    match header(d, key) {
+        Some(AMQPValue::LongLongInt(v)) => *v,
+        Some(AMQPValue::LongInt(v)) => (*v).into(),
+        Some(AMQPValue::ShortInt(v)) => (*v).into(),
+        Some(AMQPValue::LongUInt(v)) => (*v).into(),
+        other => panic!("header {key}: wanted an integer, got {other:?}"),
+    }
+}
+
+/// Takes every message out of `queue` (acking each).
+pub async fn drain(broker: &Broker, queue: &str) -> Vec<lapin::message::Delivery> {
+    let mut out = Vec::new();
+    while let Some(d) = broker.get(queue).await {
+        out.push(d);
+    }
+    out
+}
+
+/// `GET /api/queues/%2F/NAME`, panicking when the queue does not exist.
+pub async fn queue_json(broker: &Broker, queue: &str) -> Value {
+    broker
+        .mgmt
+        .get(&["queues", "/", queue])
+        .await
+        .unwrap_or_else(|| panic!("queue {queue} does not exist"))
+}
+
+/// Polls the management API (whose statistics lag by a few seconds) until
+/// `field` of `queue` satisfies `ok`; panics after `deadline` with the last
+/// document. Returns the value.
+pub async fn wait_queue_field(
+    broker: &Broker,
+    queue: &str,
+    field: &str,
+    ok: impl Fn(u64) -> bool,
+    deadline: Duration,
+) -> u64 {
+    let start = Instant::now();
+    loop {
+        let doc = queue_json(broker, queue).await;
+        if let Some(v) = doc[field].as_u64() {
+            if ok(v) {
+                return v;
+            }
+        }
+        if start.elapsed() > deadline {
+            panic!(
+                "queue {queue}: field {field} not as wanted within {deadline:?}; last document:\n{}",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Asserts that every queue in `queues` holds no ready message.
+pub async fn assert_empty(broker: &Broker, queues: &[String]) {
+    for q in queues {
+        assert_eq!(
+            broker.message_count(q).await,
+            Some(0),
+            "queue {q} should be empty"
+        );
+    }
+}
+
+/// Processes whose command line is exactly `args` (from `/proc`).
+pub fn processes_with_cmdline(args: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// Now, as dlqctl writes times into headers (RFC 3339 UTC, milliseconds).
+pub fn now_rfc3339() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as u64;
+    dlqctl::retry::rfc3339_millis(ms)
+}
