@@ -31,7 +31,8 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
-    fn as_str(self) -> &'static str {
+    /// `exchange`, `queue` or `binding`.
+    pub fn as_str(self) -> &'static str {
         match self {
             ObjectKind::Exchange => "exchange",
             ObjectKind::Queue => "queue",

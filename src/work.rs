@@ -10,6 +10,7 @@ use dlqctl::handler::exec::{check_program, ExecHandler};
 use dlqctl::handler::http::HttpHandler;
 use dlqctl::handler::Handler;
 use dlqctl::metrics::Metrics;
+use dlqctl::topology::QueueType;
 use dlqctl::worker::{self, Worker, WorkerConfig};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +29,15 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         ))
         .into());
     };
+    if a.dead_letter == DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
+        return Err(Error::Usage(format!(
+            "--dead-letter nack on classic pipeline `{}`: classic dead-lettering is at-most-once, \
+             so a missing or full DLQ would silently drop the message; use the default \
+             --dead-letter republish (or a quorum pipeline)",
+            pipeline.name
+        ))
+        .into());
+    }
     let url = BrokerUrl::parse(&a.connection.url)?;
     let mut cfg = WorkerConfig::new(pipeline, url);
     cfg.prefetch = a.prefetch;

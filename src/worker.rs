@@ -18,21 +18,22 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, HandlerMessage};
 use crate::metrics::{Metrics, QueueCounters};
 use crate::outcome::Outcome;
+use crate::provision::Finding;
 use crate::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
     original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
 };
 use crate::topology::{Pipeline, QueueType};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
-    QueueDeclareOptions,
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
+use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -236,7 +237,7 @@ impl<H: Handler> Worker<H> {
             .await
             .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
         let publisher = Arc::new(Publisher::new(conn.clone(), self.cfg.confirm_timeout));
-        publisher.channel().await.map_err(|e| Error::Broker {
+        publisher.warm_up().await.map_err(|e| Error::Broker {
             context: "cannot open the publishing channel".into(),
             message: e,
         })?;
@@ -253,6 +254,10 @@ impl<H: Handler> Worker<H> {
 
         let permits = Arc::new(Semaphore::new(self.cfg.concurrency.max(1)));
         let tracker = TaskTracker::new();
+        // Cancelled when the session is lost: handlers still running then
+        // could neither ack nor publish, and their messages are already
+        // back in the queue; stopping them keeps the concurrency bound.
+        let lost = CancellationToken::new();
         let end = loop {
             // Gates before the next handler may start.
             let permit = tokio::select! {
@@ -289,6 +294,7 @@ impl<H: Handler> Worker<H> {
                 consume: consume.clone(),
                 user: self.cfg.url.user().to_string(),
                 shutdown: shutdown.clone(),
+                lost: lost.clone(),
             };
             tracker.spawn(async move {
                 task.process(delivery).await;
@@ -296,12 +302,12 @@ impl<H: Handler> Worker<H> {
             });
         };
         tracker.close();
+        const NETWORK_STEP: Duration = Duration::from_secs(5);
         match &end {
             SessionEnd::Shutdown => {
                 info!(queue = %p.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
-                let _ = consume
-                    .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-                    .await;
+                let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+                let _ = tokio::time::timeout(NETWORK_STEP, cancel).await;
                 if tokio::time::timeout(self.cfg.grace, tracker.wait())
                     .await
                     .is_err()
@@ -309,10 +315,14 @@ impl<H: Handler> Worker<H> {
                     warn!(queue = %p.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
                 }
             }
-            SessionEnd::Lost(_) => {}
+            SessionEnd::Lost(_) => {
+                lost.cancel();
+                let _ = tokio::time::timeout(NETWORK_STEP, tracker.wait()).await;
+            }
         }
         // Closing returns every unacked delivery to the queue.
-        let _ = conn.close(200, "dlqctl worker stopping".into()).await;
+        let close = conn.close(200, "dlqctl worker stopping".into());
+        let _ = tokio::time::timeout(NETWORK_STEP, close).await;
         Ok(end)
     }
 
@@ -354,72 +364,48 @@ impl<H: Handler> Worker<H> {
     }
 }
 
-/// Whether a queue or exchange exists: a passive declare on a channel of
-/// its own (a 404 closes the channel).
-async fn exists(conn: &Connection, kind: &str, name: &str) -> Result<bool> {
-    let ch = conn
-        .create_channel()
-        .await
-        .map_err(|e| Error::broker("cannot open a channel", &e))?;
-    let res = if kind == "queue" {
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        ch.queue_declare(name.into(), passive, FieldTable::default())
-            .await
-            .map(|_| ())
-    } else {
-        let passive = ExchangeDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        ch.exchange_declare(
-            name.into(),
-            ExchangeKind::Direct,
-            passive,
-            FieldTable::default(),
-        )
-        .await
-    };
-    match res {
-        Ok(()) => {
-            let _ = ch.close(200, "ok".into()).await;
-            Ok(true)
-        }
-        Err(e) if crate::broker::amqp_reply(&e).is_some_and(|(c, _)| c == 404) => Ok(false),
-        Err(e) => Err(Error::broker(format!("cannot check {kind} {name}"), &e)),
-    }
-}
-
-/// Checks that every object the worker uses exists, naming each missing
-/// one. Passive declares, each on its own channel (a 404 closes it).
+/// Checks that every object the worker uses exists with the arguments the
+/// topology gives it (the worker relies on them: a quorum main queue holds
+/// a refused dead-letter, a classic one would drop it), naming each missing
+/// or different object. Uses `provision --check`'s method; without
+/// configure permission the arguments cannot be compared, which is logged.
 pub async fn verify_topology(conn: &Connection, p: &Pipeline) -> Result<()> {
+    let mut plan = crate::topology::plan::pipeline_plan(p);
+    plan.exchanges
+        .retain(|e| e.role != crate::topology::plan::Role::ProducerExchange);
+    plan.bindings.clear();
+    let report = crate::provision::check(conn, &plan, None, "/", 4).await?;
     let mut missing = Vec::new();
-    let mut queues = vec![p.name.clone()];
-    queues.extend(p.retry_queues());
-    queues.push(p.dead_letter.queue.clone());
-    let exchanges = [p.retry_exchange(), p.dead_letter_exchange()];
-    let objects = queues
-        .iter()
-        .map(|q| ("queue", q))
-        .chain(exchanges.iter().map(|x| ("exchange", x)));
-    for (kind, name) in objects {
-        if !exists(conn, kind, name).await? {
-            missing.push(format!("{kind} {name}"));
+    let mut differs = Vec::new();
+    for f in &report.findings {
+        match f {
+            Finding::Missing { object, name } => {
+                missing.push(format!("{} {name}", object.as_str()))
+            }
+            Finding::Differs { .. } => differs.push(f.to_string()),
+            Finding::Failed { message, .. } if message.contains("403") => {
+                warn!(finding = %f, "cannot compare the topology's arguments (no configure permission); trusting the file");
+            }
+            Finding::Failed { .. } => differs.push(f.to_string()),
+            Finding::Unverified { .. } => {}
         }
     }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Broker {
+    if !missing.is_empty() {
+        return Err(Error::Broker {
             context: format!("pipeline {} is not provisioned", p.name),
             message: format!(
                 "missing {}; run `dlqctl provision` on the topology file first",
                 missing.join(", ")
             ),
-        })
+        });
     }
+    if !differs.is_empty() {
+        return Err(Error::Broker {
+            context: format!("pipeline {} differs from the topology file", p.name),
+            message: format!("{}; see `dlqctl provision --check`", differs.join("; ")),
+        });
+    }
+    Ok(())
 }
 
 /// Why a copy did not make it.
@@ -450,13 +436,16 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The confirm-mode publishing channel, reopened when the broker closes it.
+/// Confirm-mode publishing channels, each with at most one copy in flight.
+///
+/// lapin does not tie a `basic.return` to the publish it belongs to: with
+/// several `mandatory` publishes unconfirmed on one channel, a return could
+/// be handed to another copy's confirm, and the returned copy would read as
+/// delivered. So a channel carries one copy at a time, and copies are
+/// pipelined across channels (at most one per handler slot).
 struct Publisher {
     conn: Arc<Connection>,
-    /// The current channel: a plain lock, held only to clone it.
-    current: Mutex<Option<Channel>>,
-    /// Serialises reopening, so that one closed channel is replaced once.
-    reopen: tokio::sync::Mutex<()>,
+    idle: Mutex<Vec<Channel>>,
     confirm_timeout: Duration,
 }
 
@@ -464,26 +453,19 @@ impl Publisher {
     fn new(conn: Arc<Connection>, confirm_timeout: Duration) -> Self {
         Publisher {
             conn,
-            current: Mutex::new(None),
-            reopen: tokio::sync::Mutex::new(()),
+            idle: Mutex::new(Vec::new()),
             confirm_timeout,
         }
     }
 
-    fn usable(&self) -> Option<Channel> {
-        self.current
-            .lock()
-            .ok()
-            .and_then(|c| c.as_ref().filter(|c| c.status().connected()).cloned())
-    }
-
-    async fn channel(&self) -> std::result::Result<Channel, String> {
-        if let Some(c) = self.usable() {
-            return Ok(c);
-        }
-        let _guard = self.reopen.lock().await;
-        if let Some(c) = self.usable() {
-            return Ok(c);
+    async fn take(&self) -> std::result::Result<Channel, String> {
+        loop {
+            let next = self.idle.lock().ok().and_then(|mut v| v.pop());
+            match next {
+                Some(c) if c.status().connected() => return Ok(c),
+                Some(_) => continue,
+                None => break,
+            }
         }
         let c = self
             .conn
@@ -493,14 +475,26 @@ impl Publisher {
         c.confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| describe_lapin_error(&e))?;
-        if let Ok(mut slot) = self.current.lock() {
-            *slot = Some(c.clone());
-        }
         Ok(c)
     }
 
-    /// Publishes `mandatory` and waits for the confirm. Many calls may be
-    /// in flight at once on the one channel.
+    fn give_back(&self, c: Channel) {
+        if c.status().connected() {
+            if let Ok(mut v) = self.idle.lock() {
+                v.push(c);
+            }
+        }
+    }
+
+    /// Checks that a publishing channel can be opened.
+    async fn warm_up(&self) -> std::result::Result<(), String> {
+        let c = self.take().await?;
+        self.give_back(c);
+        Ok(())
+    }
+
+    /// Publishes `mandatory` and waits for the confirm, the whole within
+    /// the confirm timeout.
     async fn publish(
         &self,
         exchange: &str,
@@ -508,23 +502,33 @@ impl Publisher {
         body: &[u8],
         props: BasicProperties,
     ) -> std::result::Result<(), Refusal> {
-        let ch = self.channel().await.map_err(Refusal::Channel)?;
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                body,
-                props,
-            )
-            .await
-            .map_err(|e| Refusal::Channel(describe_lapin_error(&e)))?;
-        match tokio::time::timeout(self.confirm_timeout, confirm).await {
-            Err(_) => Err(Refusal::Timeout),
-            Ok(Err(e)) => Err(Refusal::Channel(describe_lapin_error(&e))),
+        let ch = self.take().await.map_err(Refusal::Channel)?;
+        let attempt = async {
+            let confirm = ch
+                .basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    body,
+                    props,
+                )
+                .await
+                .map_err(|e| Refusal::Channel(describe_lapin_error(&e)))?;
+            confirm
+                .await
+                .map_err(|e| Refusal::Channel(describe_lapin_error(&e)))
+        };
+        let result = match tokio::time::timeout(self.confirm_timeout, attempt).await {
+            Err(_) => {
+                // A confirm may still come for this copy: retire the channel
+                // so that it is not read as the confirm of the next one.
+                let _ = ch.close(200, "confirm timeout".into()).await;
+                return Err(Refusal::Timeout);
+            }
+            Ok(Err(r)) => Err(r),
             Ok(Ok(Confirmation::Ack(None))) => Ok(()),
             Ok(Ok(Confirmation::Ack(Some(ret)))) => Err(Refusal::Returned(format!(
                 "{} {}",
@@ -534,7 +538,9 @@ impl Publisher {
             Ok(Ok(Confirmation::NotRequested)) => {
                 Err(Refusal::Channel("publisher confirms are off".into()))
             }
-        }
+        };
+        self.give_back(ch);
+        result
     }
 }
 
@@ -548,6 +554,7 @@ struct DeliveryTask<H: Handler> {
     consume: Channel,
     user: String,
     shutdown: CancellationToken,
+    lost: CancellationToken,
 }
 
 /// What became of a copy after retries.
@@ -581,8 +588,8 @@ impl<H: Handler> DeliveryTask<H> {
             original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
         let message_id = d.properties.message_id().as_ref().map(|m| m.to_string());
 
-        // A message whose runs are used up (a copy published, then the
-        // worker died before acking the original) is not run again.
+        // A message that arrives with its runs already used up (max_attempts
+        // was lowered, or another tool counted them) is not run again.
         let (outcome, ran) = if attempt > p.retry.max_attempts {
             (
                 Outcome::transient(format!(
@@ -606,7 +613,22 @@ impl<H: Handler> DeliveryTask<H> {
             };
             self.metrics.in_flight.inc();
             let t0 = Instant::now();
-            let outcome = self.handler.handle(&msg).await;
+            let run = AssertUnwindSafe(self.handler.handle(&msg)).catch_unwind();
+            let outcome = tokio::select! {
+                o = run => o.unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Outcome::transient(format!("the handler panicked: {what}"))
+                }),
+                _ = self.lost.cancelled() => {
+                    self.metrics.in_flight.dec();
+                    debug!(queue = %p.name, "connection lost during the handler run; its message is redelivered");
+                    return;
+                }
+            };
             self.metrics
                 .handler_seconds
                 .observe(t0.elapsed().as_secs_f64());

@@ -118,6 +118,15 @@ impl ExecHandler {
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
         let child = match self.command(msg).spawn() {
             Ok(child) => child,
+            // The message itself cannot be handed to a program (a NUL byte
+            // in its id, exchange or routing key): no retry will change that.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                return Outcome::permanent(format!(
+                    "cannot pass this message to handler `{}`: {}",
+                    self.program.to_string_lossy(),
+                    io_error_text(&e)
+                ))
+            }
             Err(e) => {
                 return Outcome::transient(format!(
                     "cannot start handler `{}`: {}",
@@ -758,5 +767,20 @@ mod tests {
         let e = check_program(&file).unwrap_err();
         assert!(e.ends_with("not executable (permission denied)"), "{e}");
         std::fs::remove_file(&file).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_nul_byte_in_the_message_id_is_permanent_not_retried() {
+        let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(5));
+        let msg = HandlerMessage {
+            message_id: Some("a\0b".into()),
+            ..HandlerMessage::default()
+        };
+        match h.handle(&msg).await {
+            Outcome::Permanent { error } => {
+                assert!(error.contains("cannot pass this message"), "{error}")
+            }
+            other => panic!("expected permanent, got {other:?}"),
+        }
     }
 }

@@ -1014,3 +1014,68 @@ async fn sigterm_waits_for_the_handler_in_flight() {
     // Closed connection: an unacked message would be ready again.
     assert_empty(&f.broker, &f.all_queues()).await;
 }
+
+/// `--dead-letter nack` on a classic pipeline would drop a message whose
+/// DLQ refuses it (classic dead-lettering is at-most-once): refused, exit 2.
+#[tokio::test]
+async fn nack_dead_lettering_is_refused_on_classic_pipelines() {
+    let f = Fixture::new(&[100], 2, |p| p.queue_type = "classic").await;
+    let file = f.pipe.write(&f.scratch);
+    let run = dlqctl(
+        &[
+            "work",
+            file.to_str().unwrap(),
+            "--queue",
+            &f.pipe.name,
+            "--dead-letter",
+            "nack",
+            "--",
+            "/bin/true",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("at-most-once") && run.stderr.contains(&f.pipe.name),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A main queue that exists with other arguments than the file's (here:
+/// classic where the file says quorum, so a refused dead-letter would be
+/// dropped instead of held) stops the worker at start, exit 1, naming the
+/// difference; nothing is consumed.
+#[tokio::test]
+async fn a_main_queue_that_differs_from_the_file_is_refused_at_start() {
+    let f = Fixture::new(&[100], 2, |p| p.queue_type = "classic").await;
+    f.pipe.provision(&f.scratch).await;
+    publish(&f.broker, "", &f.pipe.name, b"keep me", with_id("m-diff")).await;
+    let mut quorum = f.pipe.clone();
+    quorum.queue_type = "quorum";
+    let file = f.scratch.write("quorum.yaml", &quorum.yaml());
+    let run = dlqctl(
+        &[
+            "work",
+            file.to_str().unwrap(),
+            "--queue",
+            &f.pipe.name,
+            "--",
+            "/bin/true",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("differs from the topology file")
+            && run
+                .stderr
+                .contains(&format!("queue {}: x-queue-type differs", f.pipe.name)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(1));
+    drop(f.cleanup);
+}
