@@ -353,15 +353,22 @@ async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
                     *flag = new;
                     changed
                 } else {
+                    let sub = substitute(probe.arguments.get(&arg), &ineq.current);
+                    // Shown with its type where known: the string "1000"
+                    // and the integer 1000 print alike in the broker's text.
+                    let shown = match &sub {
+                        Some(v) => show(v.as_ref()),
+                        None => actual.clone(),
+                    };
                     push_diff(
                         &mut out,
                         object,
                         &name,
                         &arg,
                         show(wanted.arguments.get(&arg)),
-                        actual.clone(),
+                        shown,
                     );
-                    match substitute(probe.arguments.get(&arg), &ineq.current) {
+                    match sub {
                         Some(Some(v)) => {
                             let changed = probe.arguments.get(&arg) != Some(&v);
                             probe.arguments.insert(arg.clone(), v);
