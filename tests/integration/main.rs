@@ -1,7 +1,9 @@
 //! Integration tests: one binary, a module per area (STYLE.md). They need a
 //! running RabbitMQ with the management plugin; see `helpers`.
 
+mod chaos_support;
 mod helpers;
 mod provision;
 mod worker;
+mod worker_chaos;
 mod worker_support;

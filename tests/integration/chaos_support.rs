@@ -1,0 +1,454 @@
+//! Fixtures for the worker robustness tests, beyond `helpers` and
+//! `worker_support`: a worker process that can be SIGKILLed and restarted,
+//! handler scripts safe under concurrency (one appended line per event),
+//! bulk publishing, the worker's connection in the management API, and
+//! `rabbitmqctl` with a guard that always leaves the broker running.
+
+#![allow(dead_code)] // each test uses its own part
+
+use crate::helpers::{Broker, Mgmt, Scratch};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Confirmation};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+// ---------------------------------------------------------------- worker process
+
+/// A `dlqctl --log-format json work ...` process that a test may kill and
+/// replace. Output lines go to a sink shared by every generation, so the
+/// decisions of killed workers are kept. Killed (SIGKILL) when dropped.
+pub struct Proc {
+    child: tokio::process::Child,
+    pid: i32,
+    lines: Arc<Mutex<Vec<String>>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS... --
+    /// SCRIPT`, appending its output lines to `lines`.
+    pub fn spawn(
+        file: &Path,
+        queue: &str,
+        args: &[&str],
+        script: &Path,
+        lines: Arc<Mutex<Vec<String>>>,
+    ) -> Proc {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+            .arg("--log-format")
+            .arg("json")
+            .arg("work")
+            .arg(file)
+            .arg("--queue")
+            .arg(queue)
+            .args(args)
+            .arg("--")
+            .arg(script)
+            .env("AMQP_URL", crate::helpers::amqp_url())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn dlqctl work");
+        let pid = child.id().expect("a pid") as i32;
+        let mut readers = Vec::new();
+        for stream in [
+            Box::new(child.stderr.take().expect("stderr"))
+                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(child.stdout.take().expect("stdout")),
+        ] {
+            let lines = lines.clone();
+            readers.push(tokio::spawn(async move {
+                let mut r = BufReader::new(stream).lines();
+                while let Ok(Some(l)) = r.next_line().await {
+                    lines.lock().unwrap().push(l);
+                }
+            }));
+        }
+        Proc {
+            child,
+            pid,
+            lines,
+            readers,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The exit status, when it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait on the worker")
+    }
+
+    /// Sends `sig`.
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // child's and stays ours until we reap it.
+        unsafe {
+            libc::kill(self.pid, sig);
+        }
+    }
+
+    /// Waits for the exit and for the last output lines; `None` after
+    /// `deadline`.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
+        let status = tokio::time::timeout(deadline, self.child.wait())
+            .await
+            .ok()?
+            .expect("wait for the worker");
+        for r in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
+        }
+        Some(status)
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    pub async fn kill9(&mut self) -> ExitStatus {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(Duration::from_secs(10))
+            .await
+            .expect("a SIGKILLed worker exits")
+    }
+
+    /// SIGTERM, then waits (up to `deadline`) for the exit code.
+    pub async fn stop(&mut self, deadline: Duration) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        match self.wait_exit(deadline).await {
+            Some(s) => s.code(),
+            None => panic!(
+                "the worker did not exit within {deadline:?} of SIGTERM:\n{}",
+                self.output()
+            ),
+        }
+    }
+
+    /// All lines in the shared sink, for failure messages.
+    pub fn output(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+/// The `fields` of the JSON log lines whose message is `message`.
+pub fn events(lines: &Mutex<Vec<String>>, message: &str) -> Vec<Value> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .map(|v| v["fields"].clone())
+        .collect()
+}
+
+/// `message handled` events as (message id, outcome, decision).
+pub fn decisions(lines: &Mutex<Vec<String>>) -> Vec<(String, String, String)> {
+    events(lines, "message handled")
+        .into_iter()
+        .map(|e| {
+            let f = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (f("message_id"), f("outcome"), f("decision"))
+        })
+        .collect()
+}
+
+/// Polls `cond` every 50 ms until true; false after `deadline`.
+pub async fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------- handler scripts
+
+/// A handler script whose events are lines appended to `calls.log`:
+/// `ID ATTEMPT PPID PID EVENT`. Each line is one `printf >>` (O_APPEND),
+/// so concurrent runs do not mix them up. The script body calls
+/// `log EVENT`; `$id`, `$a` (the attempt) and `$d` (its directory) are set.
+pub struct ChaosScript {
+    /// The directory holding the script and its log.
+    pub dir: PathBuf,
+    /// The script.
+    pub path: PathBuf,
+}
+
+/// One logged event of a [`ChaosScript`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub id: String,
+    pub attempt: u32,
+    /// `$PPID`: the worker that started the handler.
+    pub worker_pid: i32,
+    /// `$$`: the handler's own process.
+    pub pid: i32,
+    pub what: String,
+}
+
+impl ChaosScript {
+    /// Writes the script into its own subdirectory `name` of `scratch`.
+    pub fn new(scratch: &Scratch, name: &str, body: &str) -> ChaosScript {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch.path().join(name);
+        std::fs::create_dir_all(&dir).expect("a handler directory");
+        let text = format!(
+            r#"#!/bin/sh
+d='{dir}'
+id="$DLQCTL_MESSAGE_ID"
+a="$DLQCTL_ATTEMPT"
+log() {{ printf '%s %s %s %s %s\n' "$id" "$a" "$PPID" "$$" "$1" >> "$d/calls.log"; }}
+{body}
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("handler.sh");
+        std::fs::write(&path, text).expect("write the handler script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("make the handler executable");
+        ChaosScript { dir, path }
+    }
+
+    /// Every event so far (a torn last line, being written, is left out).
+    pub fn events(&self) -> Vec<Event> {
+        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                if f.len() != 5 {
+                    return None;
+                }
+                Some(Event {
+                    id: f[0].to_string(),
+                    attempt: f[1].parse().ok()?,
+                    worker_pid: f[2].parse().ok()?,
+                    pid: f[3].parse().ok()?,
+                    what: f[4].to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// The events named `what`.
+    pub fn named(&self, what: &str) -> Vec<Event> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.what == what)
+            .collect()
+    }
+
+    /// Waits until `n` events named `what` are logged; panics after
+    /// `deadline`.
+    pub async fn wait_for(&self, what: &str, n: usize, deadline: Duration) -> Vec<Event> {
+        let start = Instant::now();
+        loop {
+            let ev = self.named(what);
+            if ev.len() >= n {
+                return ev;
+            }
+            if start.elapsed() > deadline {
+                panic!(
+                    "wanted {n} handler event(s) {what:?} within {deadline:?}, got {}: {:#?}",
+                    ev.len(),
+                    self.events()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+/// Whether process `pid` is still alive (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `PID (COMM) STATE ...`: the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+// ---------------------------------------------------------------- publishing
+
+/// Publishes one persistent message per id (body = the id) on one
+/// confirm-mode channel, `mandatory`, all confirms in flight at once;
+/// panics unless every one is acked and routed.
+pub async fn publish_ids(broker: &Broker, exchange: &str, routing_key: &str, ids: &[String]) {
+    let ch = broker.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    let mut pending = Vec::with_capacity(ids.len());
+    for id in ids {
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    immediate: false,
+                },
+                id.as_bytes(),
+                BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_message_id(id.as_str().into()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("publish {id}: {e}"));
+        pending.push((id, confirm));
+    }
+    for (id, confirm) in pending {
+        match confirm.await {
+            Ok(Confirmation::Ack(None)) => {}
+            other => panic!("publish of {id} not accepted: {other:?}"),
+        }
+    }
+    let _ = ch.close(200, "bye".into()).await;
+}
+
+/// The message ids of deliveries (`""` when absent).
+pub fn ids_of(ds: &[lapin::message::Delivery]) -> Vec<String> {
+    ds.iter()
+        .map(|d| {
+            d.properties
+                .message_id()
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The sum of ready messages of `queues` (passive declares).
+pub async fn ready_total(broker: &Broker, queues: &[String]) -> u32 {
+    let mut n = 0;
+    for q in queues {
+        n += broker
+            .message_count(q)
+            .await
+            .unwrap_or_else(|| panic!("queue {q} is gone"));
+    }
+    n
+}
+
+/// Ids that occur more than once, and how many extra times in all.
+pub fn extra_occurrences<'a>(ids: impl IntoIterator<Item = &'a String>) -> usize {
+    let mut seen = HashSet::new();
+    ids.into_iter().filter(|id| !seen.insert(*id)).count()
+}
+
+// ---------------------------------------------------------------- management API
+
+/// The management API's names of the connections whose client-given name
+/// is `name` (e.g. `dlqctl work PIPELINE`).
+pub async fn connections_named(mgmt: &Mgmt, name: &str) -> Vec<String> {
+    let all = mgmt.get(&["connections"]).await.unwrap_or(Value::Null);
+    all.as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|c| {
+                    c["client_properties"]["connection_name"] == name
+                        || c["user_provided_name"] == name
+                })
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Force-closes a connection, as an operator would in the management UI.
+pub async fn close_connection(mgmt: &Mgmt, api_name: &str) {
+    mgmt.request(reqwest::Method::DELETE, &["connections", api_name])
+        .await
+        .unwrap_or_else(|e| panic!("close connection {api_name}: {e}"));
+}
+
+// ---------------------------------------------------------------- rabbitmqctl
+
+/// Runs `rabbitmqctl ARGS`; panics (with its output) unless it succeeds.
+pub async fn rabbitmqctl(args: &[&str]) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("rabbitmqctl")
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("rabbitmqctl {} took over 60s", args.join(" ")))
+    .unwrap_or_else(|e| panic!("cannot run rabbitmqctl (is RabbitMQ installed here?): {e}"));
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until the broker accepts AMQP connections and its management API
+/// answers again; panics after `deadline`.
+pub async fn wait_broker_up(deadline: Duration) {
+    let start = Instant::now();
+    loop {
+        let amqp = lapin::Connection::connect(
+            &crate::helpers::amqp_url(),
+            lapin::ConnectionProperties::default(),
+        )
+        .await;
+        if let Ok(c) = amqp {
+            let _ = c.close(200, "bye".into()).await;
+            if Mgmt::new()
+                .request(reqwest::Method::GET, &["overview"])
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        if start.elapsed() > deadline {
+            panic!("the broker did not come back within {deadline:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Runs `rabbitmqctl start_app` when dropped (test passed or panicked) and
+/// waits for the broker: a test that stops the broker never leaves it
+/// stopped for the tests after it.
+pub struct BrokerRunning;
+
+impl Drop for BrokerRunning {
+    fn drop(&mut self) {
+        let ok = std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for start_app");
+            rt.block_on(async {
+                rabbitmqctl(&["start_app"]).await;
+                wait_broker_up(Duration::from_secs(60)).await;
+            })
+        })
+        .join();
+        if ok.is_err() {
+            eprintln!("could not restart the broker: run `rabbitmqctl start_app`");
+        }
+    }
+}
