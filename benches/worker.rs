@@ -272,6 +272,7 @@ async fn worker_run<H: Handler>(
     let mut cfg = WorkerConfig::new(p.clone(), s.url.clone());
     cfg.prefetch = prefetch;
     cfg.concurrency = concurrency;
+    cfg.publish_channels = env_usize("BENCH_PUBLISH_CHANNELS", cfg.publish_channels);
     let w = Worker::new(cfg, counting);
     w.run(stop).await.expect("worker");
     let el = first.get().map(|t| t.elapsed()).unwrap_or_default();

@@ -70,6 +70,9 @@ pub struct WorkerConfig {
     /// How long to wait for a publisher confirm before counting the copy
     /// as refused.
     pub confirm_timeout: Duration,
+    /// Publishing channels, each carrying one copy at a time (at most
+    /// `concurrency` are used).
+    pub publish_channels: usize,
     /// The largest pause between two tries of a refused publish.
     pub max_publish_backoff: Duration,
     /// The largest pause between two reconnection attempts.
@@ -88,6 +91,7 @@ impl WorkerConfig {
             dead_letter: DeadLetterMode::Republish,
             grace: Duration::from_secs(30),
             confirm_timeout: Duration::from_secs(30),
+            publish_channels: 256,
             max_publish_backoff: Duration::from_secs(5),
             max_reconnect_backoff: Duration::from_secs(30),
         }
@@ -236,7 +240,11 @@ impl<H: Handler> Worker<H> {
             .basic_qos(self.cfg.prefetch, BasicQosOptions { global: false })
             .await
             .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
-        let publisher = Arc::new(Publisher::new(conn.clone(), self.cfg.confirm_timeout));
+        let publisher = Arc::new(Publisher::new(
+            conn.clone(),
+            self.cfg.publish_channels.min(self.cfg.concurrency),
+            self.cfg.confirm_timeout,
+        ));
         publisher.warm_up().await.map_err(|e| Error::Broker {
             context: "cannot open the publishing channel".into(),
             message: e,
@@ -446,14 +454,17 @@ impl std::fmt::Display for Refusal {
 struct Publisher {
     conn: Arc<Connection>,
     idle: Mutex<Vec<Channel>>,
+    /// Bounds the channels (and so the copies in flight).
+    slots: Semaphore,
     confirm_timeout: Duration,
 }
 
 impl Publisher {
-    fn new(conn: Arc<Connection>, confirm_timeout: Duration) -> Self {
+    fn new(conn: Arc<Connection>, channels: usize, confirm_timeout: Duration) -> Self {
         Publisher {
             conn,
             idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(channels.max(1)),
             confirm_timeout,
         }
     }
@@ -502,6 +513,11 @@ impl Publisher {
         body: &[u8],
         props: BasicProperties,
     ) -> std::result::Result<(), Refusal> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| Refusal::Channel("the publisher is closed".into()))?;
         let ch = self.take().await.map_err(Refusal::Channel)?;
         let attempt = async {
             let confirm = ch
