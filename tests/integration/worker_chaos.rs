@@ -624,3 +624,63 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
     eprintln!("broker restart: consuming again {reconnected:?} after stop_app");
 }
+
+/// `rabbitmqctl close_all_connections` mid-run (serial: it closes every
+/// client's connection, the tests' own included): the worker reconnects
+/// and handles every message, those published before and after.
+#[tokio::test]
+async fn serial_close_all_connections_worker_reconnects_and_finishes() {
+    let f = Fixture::new(&[100], 3).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.1\nlog done\nexit 0");
+    let lines = Fixture::sink();
+    let mut w = Proc::spawn(
+        &file,
+        &f.pipe.name,
+        &["--concurrency", "2"],
+        &script.path,
+        lines.clone(),
+    );
+    let before = ids("before", 20);
+    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
+    script.wait_for("done", 2, Duration::from_secs(20)).await;
+
+    rabbitmqctl(&["close_all_connections", "dlqctl chaos test"]).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || !events(
+            &lines,
+            "connection lost; reconnecting"
+        )
+        .is_empty())
+        .await,
+        "the worker did not notice its connection closing:\n{}",
+        w.output()
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || events(&lines, "consuming")
+            .len()
+            >= 2)
+        .await,
+        "no reconnection within 15 s:\n{}",
+        w.output()
+    );
+    // The test's own connection was closed too.
+    let broker = Broker::connect().await;
+    let after = ids("after", 10);
+    crate::chaos_support::publish_ids(&broker, "", &f.pipe.name, &after).await;
+    let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
+    assert!(
+        wait_until(Duration::from_secs(30), || before
+            .iter()
+            .chain(&after)
+            .all(|id| done().contains(id)))
+        .await,
+        "not every message handled: {:#?}\n{}",
+        script.events(),
+        w.output()
+    );
+    assert_eq!(w.stop(Duration::from_secs(15)).await, Some(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
+    assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
+}
