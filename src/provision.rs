@@ -135,6 +135,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds a phase's count of objects as wanted and its findings.
+    fn absorb(&mut self, (ok, findings): (usize, Vec<Finding>)) {
+        self.ok += ok;
+        self.findings.extend(findings);
+    }
+
     /// True when some finding is a real difference.
     pub fn has_differences(&self) -> bool {
         self.findings.iter().any(Finding::is_difference)
@@ -551,21 +557,15 @@ pub async fn provision(conn: &Connection, plan: &Plan, parallelism: usize) -> Re
         .iter()
         .map(|e| move || apply(p, Target::Exchange(e)))
         .collect();
-    let (ok, f) = run_all(ex, parallelism).await?;
-    report.ok += ok;
-    report.findings.extend(f);
+    report.absorb(run_all(ex, parallelism).await?);
     let qs: Vec<_> = plan
         .queues
         .iter()
         .map(|q| move || apply(p, Target::Queue(q)))
         .collect();
-    let (ok, f) = run_all(qs, parallelism).await?;
-    report.ok += ok;
-    report.findings.extend(f);
+    report.absorb(run_all(qs, parallelism).await?);
     let bs: Vec<_> = plan.bindings.iter().map(|b| move || bind(p, b)).collect();
-    let (ok, f) = run_all(bs, parallelism).await?;
-    report.ok += ok;
-    report.findings.extend(f);
+    report.absorb(run_all(bs, parallelism).await?);
     close_pool(&pool).await;
     report.elapsed = start.elapsed();
     Ok(report)
@@ -602,9 +602,7 @@ pub async fn check(
     let mut items: Vec<Target<'_>> = plan.exchanges.iter().map(Target::Exchange).collect();
     items.extend(plan.queues.iter().map(Target::Queue));
     let tasks: Vec<_> = items.into_iter().map(|t| move || inspect(p, t)).collect();
-    let (ok, f) = run_all(tasks, parallelism).await?;
-    report.ok += ok;
-    report.findings.extend(f);
+    report.absorb(run_all(tasks, parallelism).await?);
     close_pool(&pool).await;
 
     let api = match mgmt {

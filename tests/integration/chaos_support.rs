@@ -203,7 +203,6 @@ pub struct Event {
 impl ChaosScript {
     /// Writes the script into its own subdirectory `name` of `scratch`.
     pub fn new(scratch: &Scratch, name: &str, body: &str) -> ChaosScript {
-        use std::os::unix::fs::PermissionsExt;
         let dir = scratch.path().join(name);
         std::fs::create_dir_all(&dir).expect("a handler directory");
         let text = format!(
@@ -217,9 +216,7 @@ log() {{ printf '%s %s %s %s %s\n' "$id" "$a" "$PPID" "$$" "$1" >> "$d/calls.log
             dir = dir.display()
         );
         let path = dir.join("handler.sh");
-        std::fs::write(&path, text).expect("write the handler script");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-            .expect("make the handler executable");
+        Scratch::write_executable(&path, &text);
         ChaosScript { dir, path }
     }
 

@@ -74,6 +74,10 @@ pub struct Broker {
     pub mgmt: Mgmt,
 }
 
+/// A publish that the broker refused or returned.
+#[derive(Debug)]
+pub struct NotAccepted(pub String);
+
 impl Broker {
     /// Connects to [`amqp_url`] and checks that the management API answers;
     /// panics with [`START_HINT`] when either does not.
@@ -113,6 +117,23 @@ impl Broker {
     /// Publishes `body` persistent and `mandatory`, waits for the broker's
     /// confirm, and panics if it was nacked or returned as unroutable.
     pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8]) {
+        if let Err(NotAccepted(why)) = self
+            .try_publish(exchange, routing_key, body, BasicProperties::default())
+            .await
+        {
+            panic!("publish to {exchange:?} [{routing_key}] not accepted: {why}");
+        }
+    }
+
+    /// Publishes `body` with `props` (persistent forced), `mandatory`, and
+    /// waits for the confirm: `Err` when nacked or returned.
+    pub async fn try_publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+    ) -> Result<(), NotAccepted> {
         let ch = self.channel().await;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
@@ -126,17 +147,17 @@ impl Broker {
                     immediate: false,
                 },
                 body,
-                BasicProperties::default().with_delivery_mode(2),
+                props.with_delivery_mode(2),
             )
             .await
             .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
             .await
             .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
-        match confirm {
-            Confirmation::Ack(None) => {}
-            other => panic!("publish to {exchange:?} [{routing_key}] not accepted: {other:?}"),
-        }
         let _ = ch.close(200, "bye".into()).await;
+        match confirm {
+            Confirmation::Ack(None) => Ok(()),
+            other => Err(NotAccepted(format!("{other:?}"))),
+        }
     }
 
     /// Declares a queue with these arguments (durable), e.g. to make drift
@@ -454,6 +475,14 @@ impl Scratch {
         let p = self.dir.join(name);
         std::fs::write(&p, text).expect("write a scratch file");
         p
+    }
+
+    /// Writes an executable file (a handler script) at `path`.
+    pub fn write_executable(path: &std::path::Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).expect("write the handler script");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .expect("make the handler executable");
     }
 }
 

@@ -7,9 +7,9 @@
 #![allow(dead_code)] // each test uses its own part
 
 use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
-use lapin::{BasicProperties, Confirmation};
+use lapin::BasicProperties;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -160,7 +160,6 @@ pub struct Call {
 impl Script {
     /// Writes the script into `scratch` (its own subdirectory `name`).
     pub fn new(scratch: &Scratch, name: &str, behaviour: &str) -> Script {
-        use std::os::unix::fs::PermissionsExt;
         let dir = scratch.path().join(name);
         std::fs::create_dir_all(&dir).expect("a handler directory");
         let text = format!(
@@ -178,9 +177,7 @@ printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$DLQCTL_ATTEMPT" "$DLQCTL_MAX_ATTEMP
             dir = dir.display()
         );
         let path = dir.join("handler.sh");
-        std::fs::write(&path, text).expect("write the handler script");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-            .expect("make the handler executable");
+        Scratch::write_executable(&path, &text);
         Script { dir, path }
     }
 
@@ -403,9 +400,7 @@ impl WorkerProc {
 
 // ---------------------------------------------------------------- publishing
 
-/// A publish that the broker refused or returned.
-#[derive(Debug)]
-pub struct NotAccepted(pub String);
+pub use crate::helpers::NotAccepted;
 
 /// Publishes `body` with `props` (persistent forced), `mandatory`, and
 /// waits for the confirm: `Err` when nacked or returned.
@@ -416,30 +411,7 @@ pub async fn try_publish(
     body: &[u8],
     props: BasicProperties,
 ) -> Result<(), NotAccepted> {
-    let ch = broker.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirm.select");
-    let confirm = ch
-        .basic_publish(
-            exchange.into(),
-            routing_key.into(),
-            BasicPublishOptions {
-                mandatory: true,
-                immediate: false,
-            },
-            body,
-            props.with_delivery_mode(2),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
-        .await
-        .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
-    let _ = ch.close(200, "bye".into()).await;
-    match confirm {
-        Confirmation::Ack(None) => Ok(()),
-        other => Err(NotAccepted(format!("{other:?}"))),
-    }
+    broker.try_publish(exchange, routing_key, body, props).await
 }
 
 /// As [`try_publish`], panicking when not accepted.
