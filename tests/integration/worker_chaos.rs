@@ -469,26 +469,35 @@ async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
 }
 
 /// 4. An operator closes the worker's connection (management API): the
-/// worker logs it, reconnects within seconds, handles messages published
-/// after the close, and the message whose handler was running is
-/// redelivered and handled again.
+/// worker logs it, reconnects within 2 s, handles messages published after
+/// the close, and the message whose handler was running is redelivered and
+/// handled again.
 #[tokio::test]
 async fn forced_connection_close_reconnects_and_redelivers() {
+    forced_close("2", 2).await;
+}
+
+/// 4b. The same with one handler at a time (the default) busy for 4 s: the
+/// loss is noticed, and the worker reconnects, without waiting for the
+/// handler that holds the only permit.
+#[tokio::test]
+async fn forced_connection_close_while_the_only_handler_runs_reconnects_at_once() {
+    forced_close("1", 4).await;
+}
+
+async fn forced_close(concurrency: &str, slow_secs: u32) {
     let f = Fixture::new(&[100], 3).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(
         &f.scratch,
         "h",
-        r#"log start
-case "$id" in slow*) sleep 2 ;; esac
-log done
-exit 0"#,
+        &format!("log start\ncase \"$id\" in slow*) sleep {slow_secs} ;; esac\nlog done\nexit 0"),
     );
     let lines = Fixture::sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,
-        &["--concurrency", "2"],
+        &["--concurrency", concurrency],
         &script.path,
         lines.clone(),
     );
@@ -510,20 +519,20 @@ exit 0"#,
     let after = ids("after", 3);
     crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &after).await;
     assert!(
-        wait_until(Duration::from_secs(5), || !events(
+        wait_until(Duration::from_secs(2), || !events(
             &lines,
             "connection lost; reconnecting"
         )
         .is_empty())
         .await,
-        "the loss was not logged:\n{}",
+        "the loss was not logged within 2 s:\n{}",
         w.output()
     );
     assert!(
-        wait_until(Duration::from_secs(5), || events(&lines, "consuming").len()
+        wait_until(Duration::from_secs(2), || events(&lines, "consuming").len()
             >= 2)
         .await,
-        "no reconnection within 5 s:\n{}",
+        "no reconnection within 2 s:\n{}",
         w.output()
     );
     let reconnected = closed.elapsed();
@@ -533,7 +542,7 @@ exit 0"#,
             .any(|(i, _, d)| i == id && d == "ack")
     };
     assert!(
-        wait_until(Duration::from_secs(15), || after.iter().all(|id| acked(id))
+        wait_until(Duration::from_secs(20), || after.iter().all(|id| acked(id))
             && script
                 .named("done")
                 .iter()
@@ -558,7 +567,7 @@ exit 0"#,
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(ready_total(&f.broker, &f.main_and_retry_queues()).await, 0);
     assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
-    eprintln!("forced close: consuming again after {reconnected:?}");
+    eprintln!("forced close (concurrency {concurrency}): consuming again after {reconnected:?}");
 }
 
 /// 5. `rabbitmqctl stop_app` / `start_app` while the worker runs: it
