@@ -601,6 +601,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     rabbitmqctl(&["start_app"]).await;
     wait_broker_up(Duration::from_secs(60)).await;
     drop(running);
+    let up = Instant::now();
     let broker = Broker::connect().await;
     assert!(
         wait_until(Duration::from_secs(30), || events(&lines, "consuming")
@@ -610,7 +611,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
         "no reconnection within 30 s of start_app:\n{}",
         w.output()
     );
-    let reconnected = stopped.elapsed();
+    let (reconnected, since_up) = (stopped.elapsed(), up.elapsed());
     let after = ids("after", 10);
     crate::chaos_support::publish_ids(&broker, "", &f.pipe.name, &after).await;
     let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
@@ -628,5 +629,9 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
     assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
-    eprintln!("broker restart: consuming again {reconnected:?} after stop_app");
+    let retries = events(&lines, "cannot resume; retrying with backoff").len();
+    eprintln!(
+        "broker restart: consuming again {reconnected:?} after stop_app, {since_up:?} after \
+         the broker was back; {retries} distinct failure(s) logged while reconnecting"
+    );
 }
