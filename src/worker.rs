@@ -267,15 +267,19 @@ impl<H: Handler> Worker<H> {
         // back in the queue; stopping them keeps the concurrency bound.
         let lost = CancellationToken::new();
         let end = loop {
-            // Gates before the next handler may start.
+            // Gates before the next handler may start. Waiting at one of
+            // them, the worker is not reading the consumer, which is where
+            // a lost connection shows: watch the channel too, so that busy
+            // handlers or an open breaker do not delay the reconnection.
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                _ = channel_closed(&consume) => break SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
                 p = permits.clone().acquire_owned() => match p {
                     Ok(p) => p,
                     Err(_) => break SessionEnd::Shutdown,
                 },
             };
-            if let Some(end) = self.wait_gates(shutdown).await {
+            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
                 break end;
             }
             let next = tokio::select! {
@@ -290,7 +294,7 @@ impl<H: Handler> Worker<H> {
             // Again: a copy may have been refused (or the breaker opened)
             // while we waited for this delivery. On shutdown the delivery,
             // left unacked, returns to the queue when the channel closes.
-            if let Some(end) = self.wait_gates(shutdown).await {
+            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
                 break end;
             }
             let task = DeliveryTask {
@@ -334,6 +338,19 @@ impl<H: Handler> Worker<H> {
         Ok(end)
     }
 
+    /// [`Self::wait_gates`], ending the session when the consuming channel
+    /// closes meanwhile.
+    async fn wait_gates_or_loss(
+        &self,
+        shutdown: &CancellationToken,
+        consume: &Channel,
+    ) -> Option<SessionEnd> {
+        tokio::select! {
+            _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
+            end = self.wait_gates(shutdown) => end,
+        }
+    }
+
     /// Waits while copies are being refused or the breaker is open.
     async fn wait_gates(&self, shutdown: &CancellationToken) -> Option<SessionEnd> {
         loop {
@@ -369,6 +386,18 @@ impl<H: Handler> Worker<H> {
                 }
             }
         }
+    }
+}
+
+const CLOSED_WHILE_WAITING: &str =
+    "the connection or the consuming channel closed while no handler could start";
+
+/// Resolves once `ch` is no longer usable: its connection is gone or the
+/// broker closed it. Nothing signals that on a consumer that is not being
+/// read, so the status is polled.
+async fn channel_closed(ch: &Channel) {
+    while ch.status().connected() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -474,21 +474,30 @@ async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
 /// redelivered and handled again (the run of the lost session is stopped).
 #[tokio::test]
 async fn forced_connection_close_reconnects_and_redelivers() {
+    forced_close("2", 2).await;
+}
+
+/// 4b. The same with one handler at a time (the default) busy for 4 s: the
+/// loss is noticed, and the worker reconnects, without waiting for the
+/// handler that holds the only permit.
+#[tokio::test]
+async fn forced_connection_close_while_the_only_handler_runs_reconnects_at_once() {
+    forced_close("1", 4).await;
+}
+
+async fn forced_close(concurrency: &str, slow_secs: u32) {
     let f = Fixture::new(&[100], 3).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(
         &f.scratch,
         "h",
-        r#"log start
-case "$id" in slow*) sleep 2 ;; esac
-log done
-exit 0"#,
+        &format!("log start\ncase \"$id\" in slow*) sleep {slow_secs} ;; esac\nlog done\nexit 0"),
     );
     let lines = Fixture::sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,
-        &["--concurrency", "2"],
+        &["--concurrency", concurrency],
         &script.path,
         lines.clone(),
     );
@@ -510,20 +519,20 @@ exit 0"#,
     let after = ids("after", 3);
     crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &after).await;
     assert!(
-        wait_until(Duration::from_secs(5), || !events(
+        wait_until(Duration::from_secs(2), || !events(
             &lines,
             "connection lost; reconnecting"
         )
         .is_empty())
         .await,
-        "the loss was not logged:\n{}",
+        "the loss was not logged within 2 s:\n{}",
         w.output()
     );
     assert!(
-        wait_until(Duration::from_secs(5), || events(&lines, "consuming").len()
+        wait_until(Duration::from_secs(2), || events(&lines, "consuming").len()
             >= 2)
         .await,
-        "no reconnection within 5 s:\n{}",
+        "no reconnection within 2 s:\n{}",
         w.output()
     );
     let reconnected = closed.elapsed();
@@ -561,7 +570,7 @@ exit 0"#,
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(ready_total(&f.broker, &f.main_and_retry_queues()).await, 0);
     assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
-    eprintln!("forced close: consuming again after {reconnected:?}");
+    eprintln!("forced close (concurrency {concurrency}): consuming again after {reconnected:?}");
 }
 
 /// 5. `rabbitmqctl stop_app` / `start_app` while the worker runs: it
@@ -595,6 +604,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     rabbitmqctl(&["start_app"]).await;
     wait_broker_up(Duration::from_secs(60)).await;
     drop(running);
+    let up = Instant::now();
     let broker = Broker::connect().await;
     assert!(
         wait_until(Duration::from_secs(30), || events(&lines, "consuming")
@@ -604,7 +614,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
         "no reconnection within 30 s of start_app:\n{}",
         w.output()
     );
-    let reconnected = stopped.elapsed();
+    let (reconnected, since_up) = (stopped.elapsed(), up.elapsed());
     let after = ids("after", 10);
     crate::chaos_support::publish_ids(&broker, "", &f.pipe.name, &after).await;
     let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
@@ -622,7 +632,11 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
     assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
-    eprintln!("broker restart: consuming again {reconnected:?} after stop_app");
+    let retries = events(&lines, "cannot resume; retrying with backoff").len();
+    eprintln!(
+        "broker restart: consuming again {reconnected:?} after stop_app, {since_up:?} after \
+         the broker was back; {retries} distinct failure(s) logged while reconnecting"
+    );
 }
 
 /// `rabbitmqctl close_all_connections` mid-run (serial: it closes every
