@@ -675,15 +675,16 @@ async fn collect(
     };
     let mut open = true;
     loop {
+        // Every publisher is gone and every copy answered.
+        if !open && confirms.is_empty() {
+            break;
+        }
         let first: Option<Done> = tokio::select! {
             _ = state.retire.notified() => None,
             p = registered.recv(), if open => {
                 match p {
                     Some(p) => add(p, &mut confirms, &mut replies),
                     None => open = false,
-                }
-                if !open && confirms.is_empty() {
-                    break;
                 }
                 continue;
             }
