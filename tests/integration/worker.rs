@@ -1084,10 +1084,11 @@ async fn a_main_queue_that_differs_from_the_file_is_refused_at_start() {
 
 /// Many copies in flight while some are returned: the 300 ms tier is
 /// unbound, so every second-attempt copy is returned as unroutable while
-/// first-attempt copies (and later the dead-letter copies) route. A return
-/// must never be read as another copy's confirm: once the tier is bound
-/// again, every one of the 300 messages ends in the DLQ as `exhausted`
-/// (duplicates are allowed, a missing message is not).
+/// first-attempt copies (and later the dead-letter copies) route; the
+/// binding is then flapped a few times to mix returned and routed copies
+/// again. A return must never be read as another copy's confirm: once the
+/// tier is bound for good, every one of the 300 messages ends in the DLQ
+/// as `exhausted` (duplicates are allowed, a missing message is not).
 #[tokio::test]
 async fn returned_copies_among_many_in_flight_lose_no_message() {
     const N: usize = 300;
@@ -1176,6 +1177,29 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     // so how many ran by now depends on timing: at least the first ones.
     assert!(runs > 0 && returned > 0);
 
+    // Flap the binding a few times: each change of state mixes returned
+    // and routed copies in flight again.
+    for _ in 0..8 {
+        provision_file(&file).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.broker
+            .mgmt
+            .request(
+                reqwest::Method::DELETE,
+                &[
+                    "bindings",
+                    "/",
+                    "e",
+                    &f.pipe.retry_exchange(),
+                    "q",
+                    &tier,
+                    "300ms",
+                ],
+            )
+            .await
+            .expect("unbind the 300 ms tier");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     provision_file(&file).await;
 
     // Every message must reach the DLQ, exhausted.
