@@ -1079,3 +1079,164 @@ async fn a_main_queue_that_differs_from_the_file_is_refused_at_start() {
     assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(1));
     drop(f.cleanup);
 }
+
+// ---------------------------------------------------------------- returns among many copies in flight
+
+/// Many copies in flight while some are returned: the 300 ms tier is
+/// unbound, so every second-attempt copy is returned as unroutable while
+/// first-attempt copies (and later the dead-letter copies) route; the
+/// binding is then flapped a few times to mix returned and routed copies
+/// again. A return must never be read as another copy's confirm: once the
+/// tier is bound for good, every one of the 300 messages ends in the DLQ
+/// as `exhausted` (duplicates are allowed, a missing message is not).
+#[tokio::test]
+async fn returned_copies_among_many_in_flight_lose_no_message() {
+    const N: usize = 300;
+    let f = Fixture::new(&[200, 300], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"echo "still down" >&2; exit 75"#);
+    let tier = f.pipe.retry_queue(300);
+    f.broker
+        .mgmt
+        .request(
+            reqwest::Method::DELETE,
+            &[
+                "bindings",
+                "/",
+                "e",
+                &f.pipe.retry_exchange(),
+                "q",
+                &tier,
+                "300ms",
+            ],
+        )
+        .await
+        .expect("unbind the 300 ms tier");
+    assert!(f
+        .broker
+        .mgmt
+        .bindings(&f.pipe.retry_exchange(), &tier)
+        .await
+        .is_empty());
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--concurrency", "50", "--prefetch", "100"],
+    );
+    w.wait_consuming().await;
+
+    // Publish the 300 quickly, many confirms in flight on one channel.
+    let ch = f.broker.channel().await;
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    let mut confirms = Vec::with_capacity(N);
+    for k in 0..N {
+        let props = with_id(&format!("m-{k}")).with_delivery_mode(2);
+        let c = ch
+            .basic_publish(
+                "".into(),
+                f.pipe.name.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                format!("message {k}").as_bytes(),
+                props,
+            )
+            .await
+            .expect("publish");
+        confirms.push(c);
+    }
+    for c in confirms {
+        assert_eq!(c.await.expect("a confirm"), lapin::Confirmation::Ack(None));
+    }
+    let _ = ch.close(200, "bye".into()).await;
+
+    // Second-attempt copies are refused: the worker holds their originals
+    // and starts no new handler; wait until the runs stop growing (the
+    // copies in flight then, routed and returned, finish first).
+    w.wait_event(
+        "the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish",
+        1,
+        SECS_20,
+    )
+    .await;
+    let mut runs = script.calls().len();
+    let mut stable_since = Instant::now();
+    let start = Instant::now();
+    while stable_since.elapsed() < Duration::from_secs(2) && start.elapsed() < SECS_20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = script.calls().len();
+        if now != runs {
+            runs = now;
+            stable_since = Instant::now();
+        }
+    }
+    let returned = w.events("the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish").len();
+    eprintln!("before re-binding: {runs} handler runs, {returned} refused copies");
+    // The refusal gate stops new handler runs at the first refused copy,
+    // so how many ran by now depends on timing: at least the first ones.
+    assert!(runs > 0 && returned > 0);
+
+    // Flap the binding a few times: each change of state mixes returned
+    // and routed copies in flight again.
+    for _ in 0..8 {
+        provision_file(&file).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.broker
+            .mgmt
+            .request(
+                reqwest::Method::DELETE,
+                &[
+                    "bindings",
+                    "/",
+                    "e",
+                    &f.pipe.retry_exchange(),
+                    "q",
+                    &tier,
+                    "300ms",
+                ],
+            )
+            .await
+            .expect("unbind the 300 ms tier");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    provision_file(&file).await;
+
+    // Every message must reach the DLQ, exhausted.
+    let mut ids = std::collections::BTreeSet::new();
+    let mut copies = 0;
+    // Give up when no copy has come for 15 s (a lost message never does).
+    let mut last_copy = Instant::now();
+    while ids.len() < N && last_copy.elapsed() < Duration::from_secs(15) {
+        let got = drain(&f.broker, &f.pipe.dlq()).await;
+        if !got.is_empty() {
+            last_copy = Instant::now();
+        } else {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        for d in got {
+            assert_eq!(header_str(&d, "dlqctl-reason"), "exhausted");
+            copies += 1;
+            ids.insert(
+                d.properties
+                    .message_id()
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    let missing: Vec<String> = (0..N)
+        .map(|k| format!("m-{k}"))
+        .filter(|id| !ids.contains(id))
+        .collect();
+    let calls = script.calls().len();
+    w.stop().await;
+    assert!(
+        missing.is_empty(),
+        "{} of {N} messages never reached the DLQ ({copies} DLQ copies, {calls} handler runs): {missing:?}",
+        missing.len()
+    );
+    assert_eq!(ids.len(), N);
+    assert_empty(&f.broker, &f.main_and_retry_queues()).await;
+}
