@@ -436,14 +436,7 @@ async fn apply(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
         }
         Err(e) => match amqp_reply(&e) {
             Some((406, _)) => differences(pool, t).await,
-            _ => {
-                check_connection(pool, &e)?;
-                Ok(vec![Finding::Failed {
-                    object: t.object(),
-                    name: t.name().to_string(),
-                    message: describe_lapin_error(&e),
-                }])
-            }
+            _ => refused(pool, t, &e),
         },
     }
 }
@@ -463,16 +456,20 @@ async fn inspect(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
                 object: t.object(),
                 name: t.name().to_string(),
             }]),
-            _ => {
-                check_connection(pool, &e)?;
-                Ok(vec![Finding::Failed {
-                    object: t.object(),
-                    name: t.name().to_string(),
-                    message: describe_lapin_error(&e),
-                }])
-            }
+            _ => refused(pool, t, &e),
         },
     }
+}
+
+/// A refusal other than the expected 406/404: a finding, unless the whole
+/// connection is gone.
+fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Finding>> {
+    check_connection(pool, e)?;
+    Ok(vec![Finding::Failed {
+        object: t.object(),
+        name: t.name().to_string(),
+        message: describe_lapin_error(e),
+    }])
 }
 
 fn check_connection(pool: &Pool<'_>, e: &lapin::Error) -> Result<()> {
