@@ -8,7 +8,7 @@
 //! deletes everything it created.
 
 use dlqctl::broker::{field_table, BrokerUrl};
-use dlqctl::topology::{parse_topology, plan, ExchangeType, Plan};
+use dlqctl::core::topology::{parse_topology, plan, ExchangeType, Plan};
 use futures_util::stream::{self, StreamExt};
 use lapin::options::{
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,

@@ -14,10 +14,10 @@
 //! 4. peak RSS of `dlqctl work --http` over 100,000 messages at prefetch 200.
 
 use dlqctl::broker::{BrokerUrl, DEFAULT_URL};
+use dlqctl::core::outcome::Outcome;
+use dlqctl::core::topology::{parse_topology, plan, Pipeline};
 use dlqctl::handler::exec::ExecHandler;
 use dlqctl::handler::{handler_fn, Handler, HandlerMessage};
-use dlqctl::outcome::Outcome;
-use dlqctl::topology::{parse_topology, plan, Pipeline};
 use dlqctl::worker::{Worker, WorkerConfig};
 use futures_util::StreamExt;
 use lapin::options::*;
@@ -102,7 +102,7 @@ impl Setup {
 
     async fn cleanup(&self, p: &Pipeline) {
         let ch = self.conn.create_channel().await.expect("channel");
-        let t = dlqctl::topology::Topology {
+        let t = dlqctl::core::topology::Topology {
             pipelines: vec![p.clone()],
         };
         let pl = plan(&t);

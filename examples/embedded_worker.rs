@@ -9,9 +9,9 @@
 //! Stops on Ctrl-C after finishing the message in flight.
 
 use dlqctl::broker::{BrokerUrl, DEFAULT_URL};
+use dlqctl::core::outcome::Outcome;
+use dlqctl::core::topology::parse_topology;
 use dlqctl::handler::{handler_fn, HandlerMessage};
-use dlqctl::outcome::Outcome;
-use dlqctl::topology::parse_topology;
 use dlqctl::worker::{Worker, WorkerConfig};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

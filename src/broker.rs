@@ -1,8 +1,8 @@
 //! Connecting to RabbitMQ: URL handling without leaking passwords, named
 //! connections, bounded connect time, errors a user can act on.
 
+use crate::core::topology::{ArgValue, Arguments};
 use crate::error::{Error, Result};
-use crate::topology::{ArgValue, Arguments};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties};

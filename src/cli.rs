@@ -93,14 +93,14 @@ pub struct WorkArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub concurrency: u16,
     /// A handler run longer than this is killed and counts as transient.
-    #[arg(long, default_value = "30s", value_parser = dlqctl::duration::parse_cli_duration)]
+    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
     #[arg(long, value_enum, default_value_t = DeadLetterMode::Republish)]
     pub dead_letter: DeadLetterMode,
     /// At shutdown, how long in-flight handlers may take before their
     /// messages are left to return to the queue.
-    #[arg(long, default_value = "30s", value_parser = dlqctl::duration::parse_cli_duration)]
+    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090).
     #[arg(long)]

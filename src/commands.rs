@@ -6,9 +6,9 @@ use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::broker::BrokerUrl;
+use dlqctl::core::topology::{parse_topology, plan, Topology};
 use dlqctl::error::Error;
 use dlqctl::mgmt::Management;
-use dlqctl::topology::{parse_topology, plan, Topology};
 use std::path::Path;
 
 /// Reads and validates a topology file.

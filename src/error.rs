@@ -5,7 +5,7 @@
 pub enum Error {
     /// The topology file is invalid (every problem, `FILE:LINE:COL: ...`).
     #[error("{0}")]
-    Invalid(#[from] crate::topology::Invalid),
+    Invalid(#[from] crate::core::topology::Invalid),
     /// The topology file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {

@@ -1,8 +1,8 @@
 //! What a person (or a machine, with --json) sees. Logic never prints.
 
+use dlqctl::core::topology::plan::{Plan, Role};
+use dlqctl::core::topology::Arguments;
 use dlqctl::provision::{Finding, Report};
-use dlqctl::topology::plan::{Plan, Role};
-use dlqctl::topology::Arguments;
 
 fn role(r: Role) -> &'static str {
     match r {

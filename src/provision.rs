@@ -3,11 +3,11 @@
 //! broker names only one per refusal (rabbitmq-facts.md, "Declaring").
 
 use crate::broker::{amqp_reply, describe_lapin_error, field_table};
-use crate::drift::{describe, parse_inequivalent, substitute};
+use crate::core::drift::{describe, parse_inequivalent, substitute};
+use crate::core::topology::plan::{BindingSpec, ExchangeSpec, Plan, QueueSpec};
+use crate::core::topology::{ArgValue, Arguments, ExchangeType};
 use crate::error::{Error, Result};
 use crate::mgmt::Management;
-use crate::topology::plan::{BindingSpec, ExchangeSpec, Plan, QueueSpec};
-use crate::topology::{ArgValue, Arguments, ExchangeType};
 use futures_util::stream::{self, StreamExt};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;

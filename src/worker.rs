@@ -11,19 +11,19 @@
 //! messages go back to the queue only when their channel closes (shutdown,
 //! lost connection).
 
-use crate::breaker::{Breaker, State as BreakerState};
 use crate::broker::{describe_lapin_error, BrokerUrl};
-use crate::duration::tier_name;
-use crate::error::{Error, Result};
-use crate::handler::{Handler, HandlerMessage};
-use crate::metrics::{Metrics, QueueCounters};
-use crate::outcome::Outcome;
-use crate::provision::Finding;
-use crate::retry::{
+use crate::core::breaker::{Breaker, State as BreakerState};
+use crate::core::duration::tier_name;
+use crate::core::outcome::Outcome;
+use crate::core::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
     original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
 };
-use crate::topology::{Pipeline, QueueType};
+use crate::core::topology::{Pipeline, QueueType};
+use crate::error::{Error, Result};
+use crate::handler::{Handler, HandlerMessage};
+use crate::metrics::{Metrics, QueueCounters};
+use crate::provision::Finding;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
@@ -409,9 +409,9 @@ async fn channel_closed(ch: &Channel) {
 /// or different object. Uses `provision --check`'s method; without
 /// configure permission the arguments cannot be compared, which is logged.
 pub async fn verify_topology(conn: &Connection, p: &Pipeline) -> Result<()> {
-    let mut plan = crate::topology::plan::pipeline_plan(p);
+    let mut plan = crate::core::topology::plan::pipeline_plan(p);
     plan.exchanges
-        .retain(|e| e.role != crate::topology::plan::Role::ProducerExchange);
+        .retain(|e| e.role != crate::core::topology::plan::Role::ProducerExchange);
     plan.bindings.clear();
     let report = crate::provision::check(conn, &plan, None, "/", 4).await?;
     let mut missing = Vec::new();
@@ -974,7 +974,7 @@ impl<H: Handler> DeliveryTask<H> {
             decision = label,
             tier = %tier,
             reason,
-            error = %crate::retry::truncate_utf8(error, 300),
+            error = %crate::core::retry::truncate_utf8(error, 300),
             "message handled"
         );
     }

@@ -43,8 +43,8 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use super::{Handler, HandlerMessage};
-use crate::duration::tier_name;
-use crate::outcome::Outcome;
+use crate::core::duration::tier_name;
+use crate::core::outcome::Outcome;
 
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
 pub const EXIT_PERMANENT: i32 = 65;

@@ -34,8 +34,8 @@ use reqwest::header::{HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use reqwest::{Client, Response, StatusCode, Url};
 
 use super::{Handler, HandlerMessage};
-use crate::duration::tier_name;
-use crate::outcome::Outcome;
+use crate::core::duration::tier_name;
+use crate::core::outcome::Outcome;
 
 /// At most this much of an error response's body goes into the error text.
 pub const ERROR_BODY_BYTES: usize = 512;

@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::outcome::Outcome;
+use crate::core::outcome::Outcome;
 
 pub mod exec;
 pub mod http;
@@ -76,7 +76,7 @@ pub struct FnHandler<F> {
 ///
 /// ```
 /// use dlqctl::handler::{handler_fn, HandlerMessage};
-/// use dlqctl::outcome::Outcome;
+/// use dlqctl::core::outcome::Outcome;
 ///
 /// let handler = handler_fn(|msg: HandlerMessage| async move {
 ///     if msg.body.is_empty() {

@@ -2,7 +2,7 @@
 //! runs them, against a real broker.
 
 use crate::helpers::*;
-use dlqctl::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
+use dlqctl::core::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::{json, Map, Value};

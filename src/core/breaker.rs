@@ -2,7 +2,7 @@
 //! of burning every message's attempts against it. Pure: time is a
 //! parameter (milliseconds on any monotonic clock).
 
-use crate::topology::CircuitBreaker;
+use crate::core::topology::CircuitBreaker;
 use std::collections::VecDeque;
 
 /// Whether handlers may run.

@@ -1,7 +1,7 @@
 //! Unit tests of parsing, validation and the plan.
 
 use super::*;
-use crate::topology::plan::Role;
+use crate::core::topology::plan::Role;
 
 fn ok(yaml: &str) -> Topology {
     match parse_topology(yaml, "t.yaml") {

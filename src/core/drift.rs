@@ -3,7 +3,7 @@
 //! to list every difference by redeclaring with the broker's value
 //! substituted (rabbitmq-facts.md, "Checking without creating").
 
-use crate::topology::ArgValue;
+use crate::core::topology::ArgValue;
 
 /// The broker's side of one argument, as its error text describes it.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 
 use super::model::*;
 use super::yaml::{self, Key, Node, Pos, Value};
-use crate::duration::{parse_millis, MAX_MILLIS};
+use crate::core::duration::{parse_millis, MAX_MILLIS};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -266,7 +266,7 @@ impl Cx {
                 pos,
                 format!(
                     "{what} `{}…` is {} bytes long; RabbitMQ names are at most 255 bytes",
-                    crate::retry::truncate_utf8(name, 40),
+                    crate::core::retry::truncate_utf8(name, 40),
                     name.len()
                 ),
             );
@@ -1044,7 +1044,7 @@ impl Cx {
             qs.extend(p.retry.tiers().into_iter().map(|d| {
                 (
                     p.retry_queue(d),
-                    format!("retry queue {}", crate::duration::tier_name(d)),
+                    format!("retry queue {}", crate::core::duration::tier_name(d)),
                 )
             }));
             qs.push((p.dead_letter.queue.clone(), "dead-letter queue".to_string()));

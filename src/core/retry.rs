@@ -26,8 +26,8 @@ use std::time::Duration;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
-use crate::outcome::Outcome;
-use crate::topology::RetryPolicy;
+use crate::core::outcome::Outcome;
+use crate::core::topology::RetryPolicy;
 
 /// dlqctl's own attempt counter: handler runs already made.
 pub const ATTEMPT_HEADER: &str = "dlqctl-attempt";
@@ -1426,7 +1426,7 @@ mod tests {
         assert_eq!(exp(1, 0.5, 0.99).as_deref(), Some("1"));
         assert_eq!(exp(1, 1.0, 0.999).as_deref(), Some("1"));
         assert_eq!(exp(3, 1.0, 0.999).as_deref(), Some("1"));
-        let max = crate::duration::MAX_MILLIS;
+        let max = crate::core::duration::MAX_MILLIS;
         assert_eq!(exp(max, 0.5, 0.0), Some(max.to_string()));
         for d in [1, 2, 3, 7, 999, 1000, 1001, 60_000, max] {
             for j in [0.01, 0.1, 0.33, 0.5] {

@@ -188,7 +188,7 @@ impl Pipeline {
         format!(
             "{}.retry.{}",
             self.name,
-            crate::duration::tier_name(delay_ms)
+            crate::core::duration::tier_name(delay_ms)
         )
     }
 

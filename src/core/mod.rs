@@ -1,0 +1,14 @@
+//! The pure core: the topology model and its validation, the provisioning
+//! plan, the reading of the broker's refusals, attempts, decisions, jitter
+//! and the properties of copies.
+//!
+//! Nothing here does I/O: no tokio, no files, no sockets, no clock and no
+//! random numbers (the current time and random draws are parameters), so
+//! every rule is unit tested without a broker.
+
+pub mod breaker;
+pub mod drift;
+pub mod duration;
+pub mod outcome;
+pub mod retry;
+pub mod topology;
