@@ -974,7 +974,7 @@ impl<H: Handler> DeliveryTask<H> {
             decision = label,
             tier = %tier,
             reason,
-            error = %crate::core::retry::truncate_utf8(error, 300),
+            error = %crate::core::text::truncate_utf8(error, 300),
             "message handled"
         );
     }

@@ -11,4 +11,5 @@ pub mod drift;
 pub mod duration;
 pub mod outcome;
 pub mod retry;
+pub mod text;
 pub mod topology;

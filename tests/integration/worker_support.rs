@@ -582,5 +582,5 @@ pub fn now_rfc3339() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("a clock after 1970")
         .as_millis() as u64;
-    dlqctl::core::retry::rfc3339_millis(ms)
+    dlqctl::core::text::rfc3339_millis(ms)
 }

@@ -266,7 +266,7 @@ impl Cx {
                 pos,
                 format!(
                     "{what} `{}…` is {} bytes long; RabbitMQ names are at most 255 bytes",
-                    crate::core::retry::truncate_utf8(name, 40),
+                    crate::core::text::truncate_utf8(name, 40),
                     name.len()
                 ),
             );
