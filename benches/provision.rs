@@ -7,7 +7,7 @@
 //! side, measures a cold run and a no-op re-run of each, prints a table and
 //! deletes everything it created.
 
-use dlqctl::broker::{field_table, BrokerUrl};
+use dlqctl::amqp::connection::{field_table, BrokerUrl};
 use dlqctl::core::topology::{parse_topology, plan, ExchangeType, Plan};
 use futures_util::stream::{self, StreamExt};
 use lapin::options::{
@@ -23,7 +23,7 @@ fn parallelism() -> usize {
     std::env::var("BENCH_PARALLELISM")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(dlqctl::provision::DEFAULT_PARALLELISM)
+        .unwrap_or(dlqctl::ops::provision::DEFAULT_PARALLELISM)
 }
 
 fn topology(prefix: &str) -> String {
@@ -92,7 +92,7 @@ async fn baseline(conn: &Connection, plan: &Plan) -> Duration {
 }
 
 async fn dlqctl_provision(conn: &Connection, plan: &Plan) -> Duration {
-    let report = dlqctl::provision::provision(conn, plan, parallelism())
+    let report = dlqctl::ops::provision::provision(conn, plan, parallelism())
         .await
         .expect("provision");
     assert!(
@@ -145,7 +145,8 @@ fn plan_for(prefix: &str) -> Plan {
 }
 
 async fn run() -> std::process::ExitCode {
-    let url = std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::broker::DEFAULT_URL.into());
+    let url =
+        std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::amqp::connection::DEFAULT_URL.into());
     let url = BrokerUrl::parse(&url).expect("AMQP_URL");
     let conn = match url.connect("dlqctl bench provision").await {
         Ok(c) => c,

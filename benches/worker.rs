@@ -13,7 +13,7 @@
 //!    consume-spawn-ack loop;
 //! 4. peak RSS of `dlqctl work --http` over 100,000 messages at prefetch 200.
 
-use dlqctl::broker::{BrokerUrl, DEFAULT_URL};
+use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
 use dlqctl::core::outcome::Outcome;
 use dlqctl::core::topology::{parse_topology, plan, Pipeline};
 use dlqctl::handler::exec::ExecHandler;
@@ -59,7 +59,7 @@ impl Setup {
             "version: 1\npipelines:\n  - name: {full}\n    retry: {{delays: {delays}, max_attempts: {max_attempts}, jitter: 0}}\n"
         );
         let t = parse_topology(&yaml, "bench.yaml").expect("valid bench topology");
-        let r = dlqctl::provision::provision(&self.conn, &plan(&t), 16)
+        let r = dlqctl::ops::provision::provision(&self.conn, &plan(&t), 16)
             .await
             .expect("provision");
         assert!(!r.has_differences(), "{:?}", r.findings);

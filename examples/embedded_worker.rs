@@ -8,7 +8,7 @@
 //!
 //! Stops on Ctrl-C after finishing the message in flight.
 
-use dlqctl::broker::{BrokerUrl, DEFAULT_URL};
+use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
 use dlqctl::core::outcome::Outcome;
 use dlqctl::core::topology::parse_topology;
 use dlqctl::handler::{handler_fn, HandlerMessage};

@@ -61,7 +61,7 @@ impl Error {
     pub fn broker(context: impl Into<String>, e: &lapin::Error) -> Self {
         Error::Broker {
             context: context.into(),
-            message: crate::broker::describe_lapin_error(e),
+            message: crate::amqp::connection::describe_lapin_error(e),
         }
     }
 }

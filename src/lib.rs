@@ -5,11 +5,9 @@
 //! shell around it ([`broker`], [`provision`], [`handler`]) talks to the
 //! broker and to handlers.
 
-pub mod broker;
+pub mod amqp;
 pub mod core;
 pub mod error;
 pub mod handler;
-pub mod metrics;
-pub mod mgmt;
-pub mod provision;
+pub mod ops;
 pub mod worker;

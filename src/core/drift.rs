@@ -3,7 +3,9 @@
 //! to list every difference by redeclaring with the broker's value
 //! substituted (rabbitmq-facts.md, "Checking without creating").
 
-use crate::core::topology::ArgValue;
+use crate::core::finding::{Finding, ObjectKind};
+use crate::core::topology::plan::{ExchangeSpec, QueueSpec};
+use crate::core::topology::{ArgValue, Arguments};
 
 /// The broker's side of one argument, as its error text describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +105,179 @@ pub fn describe(current: &BrokerValue) -> String {
         },
         BrokerValue::Untyped(t) => t.clone(),
     }
+}
+
+// ---------------------------------------------------------------------------
+// The drift search, one refusal at a time
+
+/// What a declaration says about an exchange or queue; the drift search
+/// substitutes the broker's values into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// The exchange type; `None` for a queue.
+    pub kind: Option<String>,
+    /// The `x-` arguments.
+    pub arguments: Arguments,
+    /// Durable.
+    pub durable: bool,
+    /// Auto-delete.
+    pub auto_delete: bool,
+    /// Internal (exchanges).
+    pub internal: bool,
+    /// Exclusive (queues).
+    pub exclusive: bool,
+}
+
+impl Shape {
+    /// The shape the plan wants for an exchange.
+    pub fn exchange(e: &ExchangeSpec) -> Self {
+        Shape {
+            kind: Some(e.kind.as_str().to_string()),
+            arguments: Arguments::new(),
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            exclusive: false,
+        }
+    }
+
+    /// The shape the plan wants for a queue.
+    pub fn queue(q: &QueueSpec) -> Self {
+        Shape {
+            kind: None,
+            arguments: q.arguments.clone(),
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            exclusive: false,
+        }
+    }
+
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        match name {
+            "durable" => Some(&mut self.durable),
+            "auto_delete" => Some(&mut self.auto_delete),
+            "internal" => Some(&mut self.internal),
+            "exclusive" => Some(&mut self.exclusive),
+            _ => None,
+        }
+    }
+}
+
+fn show(v: Option<&ArgValue>) -> String {
+    v.map(ToString::to_string).unwrap_or_else(|| "none".into())
+}
+
+fn push_diff(
+    out: &mut Vec<Finding>,
+    object: ObjectKind,
+    name: &str,
+    arg: &str,
+    wanted: String,
+    actual: String,
+) {
+    // A string/integer switch names the same argument twice: keep the first.
+    let seen = out
+        .iter()
+        .any(|f| matches!(f, Finding::Differs { argument, .. } if argument == arg));
+    if !seen {
+        out.push(Finding::Differs {
+            object,
+            name: name.to_string(),
+            argument: arg.to_string(),
+            wanted,
+            actual,
+        });
+    }
+}
+
+/// What one 406 told the drift search.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeStep {
+    /// A difference was recorded and the probe now carries the broker's
+    /// value: declare it again to find the next difference.
+    Next,
+    /// The refusal was not an "inequivalent arg" text this search can read.
+    Unreadable,
+    /// The broker's value cannot be sent back (a type dlqctl does not send):
+    /// the search stops here, with this finding recorded.
+    Stuck,
+}
+
+/// The "406 text → next probe" step of the drift search
+/// (rabbitmq-facts.md, "Checking without creating"): reads the broker's
+/// refusal of `probe`, records the named difference against `wanted` in
+/// `out` (once per argument), and substitutes the broker's value into
+/// `probe` so that the next declaration gets past it.
+pub fn next_probe(
+    wanted: &Shape,
+    probe: &mut Shape,
+    object: ObjectKind,
+    name: &str,
+    text: &str,
+    out: &mut Vec<Finding>,
+) -> ProbeStep {
+    let Some(ineq) = parse_inequivalent(text) else {
+        return ProbeStep::Unreadable;
+    };
+    let arg = ineq.argument.clone();
+    let actual = describe(&ineq.current);
+    let progressed = if arg == "type" && object == ObjectKind::Exchange {
+        let w = wanted.kind.clone().unwrap_or_default();
+        push_diff(out, object, name, &arg, w, actual.clone());
+        let new = Some(actual.trim_matches('"').to_string());
+        let changed = probe.kind != new;
+        probe.kind = new;
+        changed
+    } else if let Some(flag) = probe.flag(&arg) {
+        let w = match arg.as_str() {
+            "durable" => wanted.durable,
+            "auto_delete" => wanted.auto_delete,
+            "internal" => wanted.internal,
+            _ => wanted.exclusive,
+        };
+        push_diff(out, object, name, &arg, w.to_string(), actual.clone());
+        let new = actual == "true";
+        let changed = *flag != new;
+        *flag = new;
+        changed
+    } else {
+        let sub = substitute(probe.arguments.get(&arg), &ineq.current);
+        // Shown with its type where known: the string "1000" and the
+        // integer 1000 print alike in the broker's text.
+        let shown = match &sub {
+            Some(v) => show(v.as_ref()),
+            None => actual.clone(),
+        };
+        push_diff(
+            out,
+            object,
+            name,
+            &arg,
+            show(wanted.arguments.get(&arg)),
+            shown,
+        );
+        match sub {
+            Some(Some(v)) => {
+                let changed = probe.arguments.get(&arg) != Some(&v);
+                probe.arguments.insert(arg.clone(), v);
+                changed
+            }
+            Some(None) => probe.arguments.remove(&arg).is_some(),
+            None => false,
+        }
+    };
+    if progressed {
+        return ProbeStep::Next;
+    }
+    out.push(Finding::Failed {
+        object,
+        name: name.to_string(),
+        message: format!(
+            "cannot list further differences after `{arg}` (broker has {actual} of a type dlqctl does not send)"
+        ),
+    });
+    ProbeStep::Stuck
 }
 
 #[cfg(test)]

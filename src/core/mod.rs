@@ -9,6 +9,7 @@
 pub mod breaker;
 pub mod drift;
 pub mod duration;
+pub mod finding;
 pub mod outcome;
 pub mod retry;
 pub mod text;

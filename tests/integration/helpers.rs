@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// The broker URL the tests use.
 pub fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::broker::DEFAULT_URL.to_string())
+    std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::amqp::connection::DEFAULT_URL.to_string())
 }
 
 /// The management API the tests use.
@@ -92,11 +92,11 @@ impl Broker {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => panic!(
                     "no RabbitMQ answers at {}: {e}\n{START_HINT}",
-                    dlqctl::broker::redact(&url)
+                    dlqctl::amqp::connection::redact(&url)
                 ),
                 Err(_) => panic!(
                     "no RabbitMQ answers at {} within 10s\n{START_HINT}",
-                    dlqctl::broker::redact(&url)
+                    dlqctl::amqp::connection::redact(&url)
                 ),
             };
         let mgmt = Mgmt::new();
@@ -265,7 +265,8 @@ impl Mgmt {
     /// A client for [`management_url`], with the credentials of [`amqp_url`].
     pub fn new() -> Mgmt {
         let base = reqwest::Url::parse(&management_url()).expect("a valid DLQCTL_MANAGEMENT_URL");
-        let amqp = dlqctl::broker::BrokerUrl::parse(&amqp_url()).expect("a valid AMQP_URL");
+        let amqp =
+            dlqctl::amqp::connection::BrokerUrl::parse(&amqp_url()).expect("a valid AMQP_URL");
         Mgmt {
             base,
             user: amqp.user().to_string(),

@@ -701,7 +701,7 @@ async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
     let dir = Scratch::new();
     let file = dir.write("t.yaml", &topology(&unique_prefix()));
     let url = amqp_url();
-    let parsed = dlqctl::broker::BrokerUrl::parse(&url).unwrap();
+    let parsed = dlqctl::amqp::connection::BrokerUrl::parse(&url).unwrap();
     let bad = format!(
         "amqp://{}:wrongpw123@{}/{}",
         parsed.user(),

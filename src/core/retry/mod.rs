@@ -37,7 +37,6 @@ pub use decision::{decide, DeadLetterReason, Decision};
 pub use headers_json::headers_to_json;
 pub use jitter::jitter_expiration;
 
-
 /// dlqctl's own attempt counter: handler runs already made.
 pub const ATTEMPT_HEADER: &str = "dlqctl-attempt";
 /// When the first handler run of this message failed.

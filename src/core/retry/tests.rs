@@ -7,9 +7,11 @@ use super::headers_json::*;
 use super::jitter::*;
 use super::*;
 use crate::core::outcome::Outcome;
-use crate::core::topology::RetryPolicy;
 use crate::core::text::*;
-use lapin::types::{AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString};
+use crate::core::topology::RetryPolicy;
+use lapin::types::{
+    AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
+};
 use lapin::BasicProperties;
 use std::time::Duration;
 
@@ -1201,9 +1203,8 @@ fn written_headers_stay_under_eight_kib() {
                 only_written.insert(k.clone(), v.clone());
             }
         }
-        let encoded =
-            lapin::types::generation::gen_field_table(&only_written)(Vec::new().into())
-                .expect("encodes");
+        let encoded = lapin::types::generation::gen_field_table(&only_written)(Vec::new().into())
+            .expect("encodes");
         assert_eq!(usize::try_from(encoded.position).ok(), Some(size + 4));
     }
 }

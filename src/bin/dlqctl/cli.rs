@@ -27,7 +27,7 @@ pub enum LogFormat {
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
     /// Broker URL (amqp:// or amqps://).
-    #[arg(long, env = "AMQP_URL", default_value = dlqctl::broker::DEFAULT_URL, hide_env_values = true)]
+    #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true)]
     pub url: String,
 }
 

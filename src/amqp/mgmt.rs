@@ -40,7 +40,7 @@ impl Management {
         let mut url = Url::parse(base).map_err(|e| {
             Error::Usage(format!(
                 "invalid --management-url {}: {e}",
-                crate::broker::redact(base)
+                crate::amqp::connection::redact(base)
             ))
         })?;
         let (user, password) = if url.username().is_empty() {

@@ -1,16 +1,16 @@
 //! `dlqctl work`: wires the CLI to the library's [`Worker`].
 
+use super::load;
 use crate::cli::{DeadLetterMode, WorkArgs};
-use crate::commands::load;
 use crate::exit::Outcome;
 use anyhow::Result;
-use dlqctl::broker::BrokerUrl;
+use dlqctl::amqp::connection::BrokerUrl;
 use dlqctl::core::topology::QueueType;
 use dlqctl::error::Error;
 use dlqctl::handler::exec::{check_program, ExecHandler};
 use dlqctl::handler::http::HttpHandler;
 use dlqctl::handler::Handler;
-use dlqctl::metrics::Metrics;
+use dlqctl::worker::metrics::Metrics;
 use dlqctl::worker::{self, Worker, WorkerConfig};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,7 @@ async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Resul
         drop(listener_check);
         let (m, stop) = (metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = dlqctl::metrics::serve(addr, m, stop).await {
+            if let Err(e) = dlqctl::worker::metrics::serve(addr, m, stop).await {
                 error!(error = %e, "metrics server stopped");
             }
         });

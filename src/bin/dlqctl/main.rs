@@ -2,9 +2,9 @@
 
 mod cli;
 mod commands;
+mod dispatch;
 mod exit;
 mod output;
-mod work;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -25,13 +25,7 @@ fn main() -> ExitCode {
             return exit::Outcome::Failure.into();
         }
     };
-    let result = rt.block_on(async {
-        match &args.command {
-            cli::Command::Validate { file } => commands::validate(file),
-            cli::Command::Provision(a) => commands::provision(a).await,
-            cli::Command::Work(a) => work::run(a).await,
-        }
-    });
+    let result = rt.block_on(dispatch::run(&args.command));
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {

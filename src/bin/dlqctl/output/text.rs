@@ -1,8 +1,8 @@
-//! What a person (or a machine, with --json) sees. Logic never prints.
+//! What a person sees: plans, findings and reports as text.
 
+use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
-use dlqctl::provision::{Finding, Report};
 
 fn role(r: Role) -> &'static str {
     match r {
@@ -62,22 +62,6 @@ pub fn plan_text(plan: &Plan) -> String {
         plan.bindings.len()
     );
     out
-}
-
-/// The plan as JSON.
-pub fn plan_json(plan: &Plan) -> String {
-    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-}
-
-/// A provision or check report as JSON.
-pub fn report_json(report: &Report, status: &str) -> String {
-    let v = serde_json::json!({
-        "status": status,
-        "ok": report.ok,
-        "elapsed_ms": report.elapsed.as_millis() as u64,
-        "findings": report.findings,
-    });
-    serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
 /// Findings as text lines.

@@ -1,39 +1,14 @@
 //! The work of each command; returns an exit outcome, prints through
 //! `output`.
 
+use super::load;
 use crate::cli::ProvisionArgs;
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::broker::BrokerUrl;
-use dlqctl::core::topology::{parse_topology, plan, Topology};
-use dlqctl::error::Error;
-use dlqctl::mgmt::Management;
-use std::path::Path;
-
-/// Reads and validates a topology file.
-pub fn load(path: &Path) -> Result<Topology, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
-    Ok(parse_topology(&text, &path.display().to_string())?)
-}
-
-/// `dlqctl validate`.
-pub fn validate(file: &Path) -> Result<Outcome> {
-    let t = load(file)?;
-    let p = plan(&t);
-    println!(
-        "{}: valid, {} pipeline(s), {} exchanges, {} queues, {} bindings",
-        file.display(),
-        t.pipelines.len(),
-        p.exchanges.len(),
-        p.queues.len(),
-        p.bindings.len()
-    );
-    Ok(Outcome::Success)
-}
+use dlqctl::amqp::connection::BrokerUrl;
+use dlqctl::amqp::mgmt::Management;
+use dlqctl::core::topology::plan;
 
 /// `dlqctl provision` (with --dry-run and --check).
 pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
@@ -41,9 +16,9 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     let p = plan(&t);
     if a.dry_run {
         if a.json {
-            println!("{}", output::plan_json(&p));
+            println!("{}", output::json::plan_json(&p));
         } else {
-            print!("{}", output::plan_text(&p));
+            print!("{}", output::text::plan_text(&p));
         }
         return Ok(Outcome::Success);
     }
@@ -61,9 +36,9 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
             .clone()
             .unwrap_or_else(|| url.default_management_url());
         let mgmt = Management::new(&mgmt_url, url.user(), url.password())?;
-        dlqctl::provision::check(&conn, &p, Some(&mgmt), url.vhost(), parallelism).await
+        dlqctl::ops::provision::check(&conn, &p, Some(&mgmt), url.vhost(), parallelism).await
     } else {
-        dlqctl::provision::provision(&conn, &p, parallelism).await
+        dlqctl::ops::provision::provision(&conn, &p, parallelism).await
     };
     let _ = conn.close(200, "bye".into()).await;
     let report = result?;
@@ -79,7 +54,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
             _ if a.check => "differs",
             _ => "drift",
         };
-        println!("{}", output::report_json(&report, status));
+        println!("{}", output::json::report_json(&report, status));
     } else if a.check {
         if differs {
             println!(
@@ -95,15 +70,15 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
                 report.elapsed.as_secs_f64()
             );
         }
-        print!("{}", output::findings_text(&report.findings));
+        print!("{}", output::text::findings_text(&report.findings));
     } else if differs {
         eprintln!(
             "{}: {} object(s) declared; these differ from the topology and were left as they are:",
             a.file.display(),
             report.ok
         );
-        eprint!("{}", output::findings_text(&report.findings));
-        eprintln!("{}", output::DRIFT_HINT);
+        eprint!("{}", output::text::findings_text(&report.findings));
+        eprintln!("{}", output::text::DRIFT_HINT);
     } else {
         println!(
             "{}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s",

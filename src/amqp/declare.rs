@@ -1,0 +1,340 @@
+//! Declaring exchanges, queues and bindings on pooled channels, and
+//! listing every difference of an existing object.
+
+use crate::amqp::connection::{amqp_reply, describe_lapin_error, field_table};
+use crate::core::drift::{next_probe, ProbeStep, Shape};
+use crate::core::finding::{binding_name, Finding, ObjectKind};
+use crate::core::topology::plan::{BindingSpec, ExchangeSpec, Plan, QueueSpec};
+use crate::core::topology::ExchangeType;
+use crate::error::{Error, Result};
+use futures_util::stream::{self, StreamExt};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ExchangeKind};
+use std::sync::Mutex;
+
+/// Channels reused between declarations; a channel the broker closed is
+/// simply not returned.
+struct Pool<'c> {
+    conn: &'c Connection,
+    free: Mutex<Vec<Channel>>,
+}
+
+impl Pool<'_> {
+    async fn take(&self) -> Result<Channel> {
+        let reused = self.free.lock().ok().and_then(|mut v| v.pop());
+        match reused {
+            Some(c) if c.status().connected() => Ok(c),
+            _ => self
+                .conn
+                .create_channel()
+                .await
+                .map_err(|e| Error::broker("cannot open a channel", &e)),
+        }
+    }
+
+    fn give(&self, c: Channel) {
+        if c.status().connected() {
+            if let Ok(mut v) = self.free.lock() {
+                v.push(c);
+            }
+        }
+    }
+}
+
+fn exchange_kind(s: &str) -> ExchangeKind {
+    match ExchangeType::parse(s) {
+        Some(ExchangeType::Direct) => ExchangeKind::Direct,
+        Some(ExchangeType::Topic) => ExchangeKind::Topic,
+        Some(ExchangeType::Fanout) => ExchangeKind::Fanout,
+        Some(ExchangeType::Headers) => ExchangeKind::Headers,
+        None => ExchangeKind::Custom(s.to_string()),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Exchange(&'a ExchangeSpec),
+    Queue(&'a QueueSpec),
+}
+
+impl Target<'_> {
+    fn object(&self) -> ObjectKind {
+        match self {
+            Target::Exchange(_) => ObjectKind::Exchange,
+            Target::Queue(_) => ObjectKind::Queue,
+        }
+    }
+    fn name(&self) -> &str {
+        match self {
+            Target::Exchange(e) => &e.name,
+            Target::Queue(q) => &q.name,
+        }
+    }
+    fn shape(&self) -> Shape {
+        match self {
+            Target::Exchange(e) => Shape::exchange(e),
+            Target::Queue(q) => Shape::queue(q),
+        }
+    }
+}
+
+async fn declare(ch: &Channel, t: Target<'_>, s: &Shape, passive: bool) -> lapin::Result<()> {
+    match t {
+        Target::Exchange(e) => {
+            ch.exchange_declare(
+                e.name.as_str().into(),
+                exchange_kind(s.kind.as_deref().unwrap_or("direct")),
+                ExchangeDeclareOptions {
+                    passive,
+                    durable: s.durable,
+                    auto_delete: s.auto_delete,
+                    internal: s.internal,
+                    nowait: false,
+                },
+                field_table(&s.arguments),
+            )
+            .await
+        }
+        Target::Queue(q) => ch
+            .queue_declare(
+                q.name.as_str().into(),
+                QueueDeclareOptions {
+                    passive,
+                    durable: s.durable,
+                    exclusive: s.exclusive,
+                    auto_delete: s.auto_delete,
+                    nowait: false,
+                },
+                if passive {
+                    FieldTable::default()
+                } else {
+                    field_table(&s.arguments)
+                },
+            )
+            .await
+            .map(|_| ()),
+    }
+}
+
+/// Lists every difference of an existing object by redeclaring it, on
+/// fresh channels, with each argument the broker names set to the broker's
+/// value, until the declaration matches.
+async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
+    let wanted = t.shape();
+    let mut probe = wanted.clone();
+    let mut out: Vec<Finding> = Vec::new();
+    let (object, name) = (t.object(), t.name().to_string());
+    // Each round fixes one argument; a shape has few, so this bounds the loop.
+    for _ in 0..64 {
+        let ch = pool.take().await?;
+        let Err(e) = declare(&ch, t, &probe, false).await else {
+            pool.give(ch);
+            return Ok(out);
+        };
+        let step = match amqp_reply(&e) {
+            Some((406, text)) => next_probe(&wanted, &mut probe, object, &name, &text, &mut out),
+            _ => ProbeStep::Unreadable,
+        };
+        match step {
+            ProbeStep::Next => continue,
+            ProbeStep::Stuck => return Ok(out),
+            ProbeStep::Unreadable => {
+                out.push(Finding::Failed {
+                    object,
+                    name,
+                    message: describe_lapin_error(&e),
+                });
+                return Ok(out);
+            }
+        }
+    }
+    out.push(Finding::Failed {
+        object,
+        name,
+        message: "too many differences to list".into(),
+    });
+    Ok(out)
+}
+
+/// Declares one exchange or queue; on a 406, lists its differences.
+async fn apply(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
+    let ch = pool.take().await?;
+    match declare(&ch, t, &t.shape(), false).await {
+        Ok(()) => {
+            pool.give(ch);
+            Ok(vec![])
+        }
+        Err(e) => match amqp_reply(&e) {
+            Some((406, _)) => differences(pool, t).await,
+            _ => refused(pool, t, &e),
+        },
+    }
+}
+
+/// Checks one exchange or queue without creating it.
+async fn inspect(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
+    let ch = pool.take().await?;
+    match declare(&ch, t, &t.shape(), true).await {
+        Ok(()) => {
+            pool.give(ch);
+            // It exists: an active declare with the wanted shape is a no-op
+            // when it matches and names one difference when it does not.
+            differences(pool, t).await
+        }
+        Err(e) => match amqp_reply(&e) {
+            Some((404, _)) => Ok(vec![Finding::Missing {
+                object: t.object(),
+                name: t.name().to_string(),
+            }]),
+            _ => refused(pool, t, &e),
+        },
+    }
+}
+
+/// A refusal other than the expected 406/404: a finding, unless the whole
+/// connection is gone.
+fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Finding>> {
+    check_connection(pool, e)?;
+    Ok(vec![Finding::Failed {
+        object: t.object(),
+        name: t.name().to_string(),
+        message: describe_lapin_error(e),
+    }])
+}
+
+fn check_connection(pool: &Pool<'_>, e: &lapin::Error) -> Result<()> {
+    if pool.conn.status().connected() {
+        Ok(())
+    } else {
+        Err(Error::broker("the connection to the broker was lost", e))
+    }
+}
+
+async fn bind(pool: &Pool<'_>, b: &BindingSpec) -> Result<Vec<Finding>> {
+    let ch = pool.take().await?;
+    let res = ch
+        .queue_bind(
+            b.queue.as_str().into(),
+            b.exchange.as_str().into(),
+            b.routing_key.as_str().into(),
+            QueueBindOptions::default(),
+            field_table(&b.arguments),
+        )
+        .await;
+    match res {
+        Ok(()) => {
+            pool.give(ch);
+            Ok(vec![])
+        }
+        Err(e) => {
+            check_connection(pool, &e)?;
+            Ok(vec![Finding::Failed {
+                object: ObjectKind::Binding,
+                name: binding_name(b),
+                message: describe_lapin_error(&e),
+            }])
+        }
+    }
+}
+
+async fn run_all<'a, F, Fut>(items: Vec<F>, parallelism: usize) -> Result<(usize, Vec<Finding>)>
+where
+    F: FnOnce() -> Fut + 'a,
+    Fut: std::future::Future<Output = Result<Vec<Finding>>> + 'a,
+{
+    // Unordered, so one slow declaration does not hold back the others;
+    // findings are put back in plan order afterwards.
+    let mut results: Vec<(usize, Result<Vec<Finding>>)> = stream::iter(
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| async move { (i, f().await) }),
+    )
+    .buffer_unordered(parallelism.max(1))
+    .collect()
+    .await;
+    results.sort_by_key(|(i, _)| *i);
+    let results = results.into_iter().map(|(_, r)| r);
+    let mut ok = 0;
+    let mut findings = Vec::new();
+    for r in results {
+        let f = r?;
+        if f.is_empty() {
+            ok += 1;
+        }
+        findings.extend(f);
+    }
+    Ok((ok, findings))
+}
+
+async fn close_pool(pool: &Pool<'_>) {
+    let chans: Vec<Channel> = pool
+        .free
+        .lock()
+        .map(|mut v| v.drain(..).collect())
+        .unwrap_or_default();
+    for c in chans {
+        let _ = c.close(200, "done".into()).await;
+    }
+}
+
+/// Declares every object of the plan: exchanges, then queues, then
+/// bindings, `parallelism` at a time, each phase on pooled channels.
+/// Never deletes or purges. An object that exists with other arguments is
+/// left as it is and reported with every difference. Returns the number of
+/// objects as wanted and the findings, in plan order.
+pub async fn declare_plan(
+    conn: &Connection,
+    plan: &Plan,
+    parallelism: usize,
+) -> Result<(usize, Vec<Finding>)> {
+    let pool = Pool {
+        conn,
+        free: Mutex::new(Vec::new()),
+    };
+    let p = &pool;
+    let mut ok = 0;
+    let mut findings = Vec::new();
+    let mut absorb = |(n, f): (usize, Vec<Finding>)| {
+        ok += n;
+        findings.extend(f);
+    };
+    let ex: Vec<_> = plan
+        .exchanges
+        .iter()
+        .map(|e| move || apply(p, Target::Exchange(e)))
+        .collect();
+    absorb(run_all(ex, parallelism).await?);
+    let qs: Vec<_> = plan
+        .queues
+        .iter()
+        .map(|q| move || apply(p, Target::Queue(q)))
+        .collect();
+    absorb(run_all(qs, parallelism).await?);
+    let bs: Vec<_> = plan.bindings.iter().map(|b| move || bind(p, b)).collect();
+    absorb(run_all(bs, parallelism).await?);
+    close_pool(&pool).await;
+    Ok((ok, findings))
+}
+
+/// Checks the plan's exchanges and queues without creating them (a passive
+/// declare, then the drift search on those that exist). Bindings are not
+/// looked at: AMQP has no passive bind.
+pub async fn inspect_plan(
+    conn: &Connection,
+    plan: &Plan,
+    parallelism: usize,
+) -> Result<(usize, Vec<Finding>)> {
+    let pool = Pool {
+        conn,
+        free: Mutex::new(Vec::new()),
+    };
+    let p = &pool;
+    let mut items: Vec<Target<'_>> = plan.exchanges.iter().map(Target::Exchange).collect();
+    items.extend(plan.queues.iter().map(Target::Queue));
+    let tasks: Vec<_> = items.into_iter().map(|t| move || inspect(p, t)).collect();
+    let result = run_all(tasks, parallelism).await;
+    close_pool(&pool).await;
+    result
+}

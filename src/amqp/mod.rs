@@ -1,0 +1,10 @@
+//! Talking AMQP (and the management API) to RabbitMQ: connecting without
+//! leaking passwords, declaring and inspecting a plan, publishing copies
+//! with publisher confirms.
+
+pub mod connection;
+pub mod declare;
+pub mod mgmt;
+pub mod publisher;
+
+pub use connection::BrokerUrl;

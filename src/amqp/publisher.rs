@@ -1,0 +1,347 @@
+//! Confirmed, `mandatory` publishing of copies on confirm-mode channels.
+
+use crate::amqp::connection::describe_lapin_error;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// Why a copy did not make it.
+#[derive(Debug)]
+pub enum Refusal {
+    /// `basic.nack` from the broker (a full queue with reject-publish).
+    Nacked,
+    /// Returned as unroutable (`mandatory`).
+    Returned(String),
+    /// No confirm in time.
+    Timeout,
+    /// The channel failed (404 on a missing exchange, closed, ...).
+    Channel(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Nacked => {
+                f.write_str("the broker nacked the copy (is the target queue full?)")
+            }
+            Refusal::Returned(why) => {
+                write!(f, "the broker returned the copy as unroutable: {why}")
+            }
+            Refusal::Timeout => f.write_str("no publisher confirm in time"),
+            Refusal::Channel(e) => write!(f, "publishing channel error: {e}"),
+        }
+    }
+}
+
+/// The verdict on one copy.
+pub type Verdict = std::result::Result<(), Refusal>;
+
+/// Confirm-mode publishing channels ("lanes"), each with many copies in
+/// flight and a collector task that owns their confirms.
+///
+/// lapin does not tie a `basic.return` to the publish it belongs to: it
+/// hands the oldest waiting return to the next confirm it completes (a
+/// multiple ack completes its tags in no set order). So a returned copy
+/// can read as `Ack(None)` while another copy's confirm carries its return.
+/// What holds: the broker sends a copy's return before its ack, and the
+/// confirm that takes that return is resolved no later than the copy's own
+/// (earlier in the same frame, or in an earlier frame). So the collector
+/// decides in batches: it takes the lane's gate (held by publishers from
+/// `basic.publish` until the confirm is handed over, so every published
+/// confirm is known), takes every confirm that is ready, and when any of
+/// them carries a return, no verdict on that lane can be trusted: every
+/// copy of the batch and every copy still in flight is refused, and the
+/// lane is retired (its copies are published again elsewhere; a duplicate
+/// is possible, a loss is not).
+pub struct Publisher {
+    conn: Arc<Connection>,
+    lanes: Vec<tokio::sync::Mutex<Option<Arc<Lane>>>>,
+    next: AtomicUsize,
+    confirm_timeout: Duration,
+}
+
+/// One publishing channel, as publishers see it.
+struct Lane {
+    channel: Channel,
+    /// Registers a published confirm with the collector.
+    register: mpsc::UnboundedSender<Pending>,
+    state: Arc<LaneState>,
+}
+
+/// What a lane's publishers and its collector share.
+struct LaneState {
+    /// Held from `basic.publish` until its confirm is registered, and by
+    /// the collector while it takes a batch.
+    gate: tokio::sync::Mutex<()>,
+    /// No new copy goes to a retired lane; it is closed once answered.
+    retired: AtomicBool,
+    /// Why it was retired (a return, a confirm timeout).
+    retired_because: Mutex<String>,
+    /// Wakes the collector when a publisher retires the lane.
+    retire: Notify,
+}
+
+impl LaneState {
+    fn retire(&self, because: &str) {
+        if let Ok(mut b) = self.retired_because.lock() {
+            if b.is_empty() {
+                *b = because.to_string();
+            }
+        }
+        self.retired.store(true, Ordering::SeqCst);
+        self.retire.notify_one();
+    }
+
+    fn because(&self) -> String {
+        self.retired_because
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A confirm as the collector holds it: (its number, the confirm).
+type Done = (u64, lapin::Result<Confirmation>);
+
+/// A published copy waiting for its confirm.
+struct Pending {
+    confirm: PublisherConfirm,
+    reply: oneshot::Sender<Verdict>,
+}
+
+impl Publisher {
+    /// A publisher on `channels` confirm-mode channels of `conn`, each
+    /// copy answered within `confirm_timeout`.
+    pub fn new(conn: Arc<Connection>, channels: usize, confirm_timeout: Duration) -> Self {
+        Publisher {
+            conn,
+            lanes: (0..channels.max(1))
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            next: AtomicUsize::new(0),
+            confirm_timeout,
+        }
+    }
+
+    /// The next lane, round-robin, opening a channel where none is usable.
+    async fn lane(&self) -> std::result::Result<Arc<Lane>, String> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.lanes.len();
+        let mut slot = self.lanes[i].lock().await;
+        if let Some(l) = slot.as_ref() {
+            if !l.state.retired.load(Ordering::SeqCst) && l.channel.status().connected() {
+                return Ok(l.clone());
+            }
+        }
+        let channel = self
+            .conn
+            .create_channel()
+            .await
+            .map_err(|e| describe_lapin_error(&e))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| describe_lapin_error(&e))?;
+        let (register, registered) = mpsc::unbounded_channel();
+        let state = Arc::new(LaneState {
+            gate: tokio::sync::Mutex::new(()),
+            retired: AtomicBool::new(false),
+            retired_because: Mutex::new(String::new()),
+            retire: Notify::new(),
+        });
+        tokio::spawn(collect(channel.clone(), state.clone(), registered));
+        let lane = Arc::new(Lane {
+            channel,
+            register,
+            state,
+        });
+        *slot = Some(lane.clone());
+        Ok(lane)
+    }
+
+    /// Checks that a publishing channel can be opened.
+    pub async fn warm_up(&self) -> std::result::Result<(), String> {
+        self.lane().await.map(|_| ())
+    }
+
+    /// Publishes `mandatory` and waits for the verdict, the whole within
+    /// the confirm timeout.
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+    ) -> std::result::Result<(), Refusal> {
+        let deadline = tokio::time::Instant::now() + self.confirm_timeout;
+        let mut tries = 0;
+        let (lane, verdict) = loop {
+            tries += 1;
+            let lane = tokio::time::timeout_at(deadline, self.lane())
+                .await
+                .map_err(|_| Refusal::Timeout)?
+                .map_err(Refusal::Channel)?;
+            let gate = tokio::time::timeout_at(deadline, lane.state.gate.lock())
+                .await
+                .map_err(|_| Refusal::Timeout)?;
+            if lane.state.retired.load(Ordering::SeqCst) {
+                drop(gate);
+                if tries <= self.lanes.len() {
+                    continue;
+                }
+                return Err(Refusal::Channel(format!(
+                    "publishing channel retired: {}",
+                    lane.state.because()
+                )));
+            }
+            let published = tokio::time::timeout_at(
+                deadline,
+                lane.channel.basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    body,
+                    props.clone(),
+                ),
+            )
+            .await;
+            let confirm = match published {
+                Err(_) => {
+                    // Its confirm may exist but is lost to the collector:
+                    // nothing on this lane can be trusted any more.
+                    lane.state.retire("a publish timed out");
+                    return Err(Refusal::Timeout);
+                }
+                Ok(Err(e)) => {
+                    lane.state.retire("a publish failed");
+                    return Err(Refusal::Channel(describe_lapin_error(&e)));
+                }
+                Ok(Ok(c)) => c,
+            };
+            let (reply, verdict) = oneshot::channel();
+            if lane.register.send(Pending { confirm, reply }).is_err() {
+                lane.state.retire("its collector stopped");
+                return Err(Refusal::Channel(
+                    "the publishing channel's collector stopped".into(),
+                ));
+            }
+            drop(gate);
+            break (lane, verdict);
+        };
+        match tokio::time::timeout_at(deadline, verdict).await {
+            Err(_) => {
+                // A confirm may still come for this copy: retire the lane.
+                lane.state.retire("a confirm timed out");
+                Err(Refusal::Timeout)
+            }
+            Ok(Err(_)) => Err(Refusal::Channel(
+                "the publishing channel's collector stopped".into(),
+            )),
+            Ok(Ok(v)) => v,
+        }
+    }
+}
+
+/// A lane's collector: answers each copy once its confirm, and every
+/// confirm that could carry its return, has been seen (see [`Publisher`]).
+async fn collect(
+    channel: Channel,
+    state: Arc<LaneState>,
+    mut registered: mpsc::UnboundedReceiver<Pending>,
+) {
+    let mut confirms: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
+    let mut replies: HashMap<u64, oneshot::Sender<Verdict>> = HashMap::new();
+    let mut next_id: u64 = 0;
+    let mut add = |p: Pending,
+                   confirms: &mut FuturesUnordered<BoxFuture<'static, Done>>,
+                   replies: &mut HashMap<u64, oneshot::Sender<Verdict>>| {
+        let id = next_id;
+        next_id += 1;
+        replies.insert(id, p.reply);
+        confirms.push(p.confirm.map(move |r| (id, r)).boxed());
+    };
+    let mut open = true;
+    loop {
+        // Every publisher is gone and every copy answered.
+        if !open && confirms.is_empty() {
+            break;
+        }
+        let first: Option<Done> = tokio::select! {
+            _ = state.retire.notified() => None,
+            p = registered.recv(), if open => {
+                match p {
+                    Some(p) => add(p, &mut confirms, &mut replies),
+                    None => open = false,
+                }
+                continue;
+            }
+            Some(d) = confirms.next(), if !confirms.is_empty() => Some(d),
+        };
+        // Under the gate: every published confirm is registered, then
+        // every ready one is taken (a confirm that carries the return of a
+        // copy taken here is resolved before that copy's).
+        let gate = state.gate.lock().await;
+        while let Ok(p) = registered.try_recv() {
+            add(p, &mut confirms, &mut replies);
+        }
+        let mut batch: Vec<Done> = first.into_iter().collect();
+        while let Some(Some(d)) = confirms.next().now_or_never() {
+            batch.push(d);
+        }
+        let returned = batch.iter().find_map(|(_, r)| match r {
+            Ok(Confirmation::Ack(Some(m))) | Ok(Confirmation::Nack(Some(m))) => {
+                Some(format!("{} {}", m.reply_code, m.reply_text))
+            }
+            _ => None,
+        });
+        if let Some(why) = &returned {
+            state.retire(&format!("a copy was returned ({why})"));
+        }
+        let retired = state.retired.load(Ordering::SeqCst);
+        drop(gate);
+        if retired {
+            let because = state.because();
+            let why = match returned {
+                Some(r) => format!("{r}; returned on this channel, which is retired"),
+                None => format!("channel retired: {because}"),
+            };
+            for (_, reply) in replies.drain() {
+                let _ = reply.send(Err(if because.starts_with("a copy was returned") {
+                    Refusal::Returned(why.clone())
+                } else {
+                    Refusal::Channel(why.clone())
+                }));
+            }
+            break;
+        }
+        for (id, r) in batch {
+            let verdict = match r {
+                Ok(Confirmation::Ack(None)) => Ok(()),
+                Ok(Confirmation::Nack(None)) => Err(Refusal::Nacked),
+                Ok(Confirmation::NotRequested) => {
+                    Err(Refusal::Channel("publisher confirms are off".into()))
+                }
+                // Not reached: a returned copy retires the lane above.
+                Ok(Confirmation::Ack(Some(m))) | Ok(Confirmation::Nack(Some(m))) => Err(
+                    Refusal::Returned(format!("{} {}", m.reply_code, m.reply_text)),
+                ),
+                Err(e) => Err(Refusal::Channel(describe_lapin_error(&e))),
+            };
+            if let Some(reply) = replies.remove(&id) {
+                let _ = reply.send(verdict);
+            }
+        }
+    }
+    drop(confirms);
+    let close = channel.close(200, "dlqctl publishing channel retired".into());
+    let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+}

@@ -1,0 +1,22 @@
+//! `dlqctl validate`.
+
+use super::load;
+use crate::exit::Outcome;
+use anyhow::Result;
+use dlqctl::core::topology::plan;
+use std::path::Path;
+
+/// `dlqctl validate`.
+pub fn validate(file: &Path) -> Result<Outcome> {
+    let t = load(file)?;
+    let p = plan(&t);
+    println!(
+        "{}: valid, {} pipeline(s), {} exchanges, {} queues, {} bindings",
+        file.display(),
+        t.pipelines.len(),
+        p.exchanges.len(),
+        p.queues.len(),
+        p.bindings.len()
+    );
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,15 @@
+//! Which command runs for which subcommand.
+
+use crate::cli::Command;
+use crate::commands;
+use crate::exit::Outcome;
+use anyhow::Result;
+
+/// Runs the parsed command to its outcome.
+pub async fn run(command: &Command) -> Result<Outcome> {
+    match command {
+        Command::Validate { file } => commands::validate::validate(file),
+        Command::Provision(a) => commands::provision::provision(a).await,
+        Command::Work(a) => commands::work::run(a).await,
+    }
+}

@@ -1,0 +1,112 @@
+//! What a provision or a check found about one object.
+
+use crate::core::topology::plan::BindingSpec;
+
+/// What kind of object a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectKind {
+    /// An exchange.
+    Exchange,
+    /// A queue.
+    Queue,
+    /// A binding.
+    Binding,
+}
+
+impl ObjectKind {
+    /// `exchange`, `queue` or `binding`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Exchange => "exchange",
+            ObjectKind::Queue => "queue",
+            ObjectKind::Binding => "binding",
+        }
+    }
+}
+
+/// One thing that is not as the topology wants it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "finding", rename_all = "snake_case")]
+pub enum Finding {
+    /// The object does not exist (`--check` only).
+    Missing {
+        /// Object kind.
+        object: ObjectKind,
+        /// Object name (a binding: `exchange -> queue [key]`).
+        name: String,
+    },
+    /// An argument or property differs.
+    Differs {
+        /// Object kind.
+        object: ObjectKind,
+        /// Object name.
+        name: String,
+        /// The argument (`x-message-ttl`) or property (`type`, `durable`).
+        argument: String,
+        /// What the topology wants (`none`: the argument should be absent).
+        wanted: String,
+        /// What the broker has (`none`: it is absent there).
+        actual: String,
+    },
+    /// A binding that could not be checked (no management API).
+    Unverified {
+        /// Object kind.
+        object: ObjectKind,
+        /// Binding description.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The broker refused the operation for another reason (permissions...).
+    Failed {
+        /// Object kind.
+        object: ObjectKind,
+        /// Object name.
+        name: String,
+        /// The broker's words.
+        message: String,
+    },
+}
+
+impl Finding {
+    /// True for findings that mean "the broker is not as wanted" (not
+    /// merely unverified).
+    pub fn is_difference(&self) -> bool {
+        !matches!(self, Finding::Unverified { .. })
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::Missing { object, name } => write!(f, "missing {} {name}", object.as_str()),
+            Finding::Differs {
+                object,
+                name,
+                argument,
+                wanted,
+                actual,
+            } => write!(
+                f,
+                "{} {name}: {argument} differs: wanted {wanted}, broker has {actual}",
+                object.as_str()
+            ),
+            Finding::Unverified {
+                object,
+                name,
+                reason,
+            } => write!(f, "unverified {} {name}: {reason}", object.as_str()),
+            Finding::Failed {
+                object,
+                name,
+                message,
+            } => write!(f, "{} {name}: {message}", object.as_str()),
+        }
+    }
+}
+
+/// The name a binding is reported under.
+pub fn binding_name(b: &BindingSpec) -> String {
+    format!("{} -> {} [{}]", b.exchange, b.queue, b.routing_key)
+}

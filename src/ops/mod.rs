@@ -1,0 +1,4 @@
+//! The operations behind the commands, as library code that returns typed
+//! reports and never prints: provisioning and checking a topology.
+
+pub mod provision;

@@ -1,0 +1,299 @@
+//! One delivery: run the handler, then ack, retry or dead-letter.
+
+use super::{DeadLetterMode, Shared, WorkerConfig};
+use crate::amqp::connection::describe_lapin_error;
+use crate::amqp::publisher::{Publisher, Refusal};
+use crate::core::duration::tier_name;
+use crate::core::outcome::Outcome;
+use crate::core::retry::{
+    count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
+    original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
+};
+use crate::core::topology::QueueType;
+use crate::handler::{Handler, HandlerMessage};
+use crate::worker::metrics::Metrics;
+use futures_util::FutureExt;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+use lapin::{BasicProperties, Channel};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Everything one delivery needs.
+pub(super) struct DeliveryTask<H: Handler> {
+    pub(super) cfg: Arc<WorkerConfig>,
+    pub(super) handler: Arc<H>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) publisher: Arc<Publisher>,
+    pub(super) consume: Channel,
+    pub(super) user: String,
+    pub(super) shutdown: CancellationToken,
+    pub(super) lost: CancellationToken,
+}
+
+/// What became of a copy after retries.
+enum Published {
+    /// Confirmed.
+    Done,
+    /// A quorum pipeline's DLQ refused it: fall back to nack(requeue=false).
+    FallBackToNack,
+    /// The delivery's channel is gone or we are stopping: the original
+    /// returns to the queue by itself.
+    Abandoned,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl<H: Handler> DeliveryTask<H> {
+    pub(super) async fn process(self, d: Delivery) {
+        let p = &self.cfg.pipeline;
+        let headers = d.properties.headers().as_ref();
+        let count = count_attempt(headers, &self.shared.retry_queues);
+        for w in &count.warnings {
+            self.shared.warn_once(w);
+        }
+        let attempt = count.attempt;
+        let (orig_exchange, orig_key) =
+            original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
+        let message_id = d.properties.message_id().as_ref().map(|m| m.to_string());
+
+        // A message that arrives with its runs already used up (max_attempts
+        // was lowered, or another tool counted them) is not run again.
+        let (outcome, ran) = if attempt > p.retry.max_attempts {
+            (
+                Outcome::transient(format!(
+                    "attempts already used up ({} of {}) when delivered",
+                    attempt - 1,
+                    p.retry.max_attempts
+                )),
+                false,
+            )
+        } else {
+            let msg = HandlerMessage {
+                body: d.data.clone(),
+                queue: p.name.clone(),
+                message_id: message_id.clone(),
+                content_type: d.properties.content_type().as_ref().map(|c| c.to_string()),
+                attempt,
+                max_attempts: p.retry.max_attempts,
+                exchange: orig_exchange.clone(),
+                routing_key: orig_key.clone(),
+                headers: headers_to_json(headers),
+            };
+            self.metrics.in_flight.inc();
+            let t0 = Instant::now();
+            let run = AssertUnwindSafe(self.handler.handle(&msg)).catch_unwind();
+            let outcome = tokio::select! {
+                o = run => o.unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Outcome::transient(format!("the handler panicked: {what}"))
+                }),
+                _ = self.lost.cancelled() => {
+                    self.metrics.in_flight.dec();
+                    debug!(queue = %p.name, "connection lost during the handler run; its message is redelivered");
+                    return;
+                }
+            };
+            self.metrics
+                .handler_seconds
+                .observe(t0.elapsed().as_secs_f64());
+            self.metrics.in_flight.dec();
+            self.shared.counters.outcome(outcome.label());
+            if let Some(b) = &self.shared.breaker {
+                let transient = matches!(outcome, Outcome::Transient { .. });
+                if let Ok(mut b) = b.lock() {
+                    if b.record(self.shared.now_ms(), transient) {
+                        warn!(queue = %p.name, "circuit breaker open: pausing consumption");
+                    }
+                }
+            }
+            (outcome, true)
+        };
+        let decision = if ran {
+            decide(&p.retry, attempt, &outcome)
+        } else {
+            Decision::DeadLetter {
+                reason: DeadLetterReason::Exhausted,
+            }
+        };
+        let error = match &outcome {
+            Outcome::Success => "",
+            Outcome::Transient { error, .. } | Outcome::Permanent { error } => error.as_str(),
+        };
+        let ctx = CopyContext {
+            attempt: if ran { attempt } else { attempt - 1 },
+            error,
+            now_unix_ms: now_unix_ms(),
+            delivery_exchange: d.exchange.as_str(),
+            delivery_routing_key: d.routing_key.as_str(),
+            connection_user: &self.user,
+        };
+        let label = match decision {
+            Decision::Ack => {
+                self.ack(&d).await;
+                "ack"
+            }
+            Decision::Retry { delay_ms } => {
+                let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
+                let props = retry_copy(&d.properties, &ctx, expiration);
+                match self
+                    .publish_until_confirmed(
+                        &p.retry_exchange(),
+                        &tier_name(delay_ms),
+                        &d,
+                        props,
+                        false,
+                    )
+                    .await
+                {
+                    Published::Done => {
+                        self.ack(&d).await;
+                        "retry"
+                    }
+                    _ => "abandoned",
+                }
+            }
+            Decision::DeadLetter { reason } => match self.cfg.dead_letter {
+                DeadLetterMode::Nack => {
+                    self.nack_to_dlx(&d).await;
+                    "dead_letter_nack"
+                }
+                DeadLetterMode::Republish => {
+                    let props = dead_letter_copy(&d.properties, &ctx, reason, &p.name, ran);
+                    let quorum = p.queue_type == QueueType::Quorum;
+                    match self
+                        .publish_until_confirmed(
+                            &p.dead_letter_exchange(),
+                            &p.name,
+                            &d,
+                            props,
+                            quorum,
+                        )
+                        .await
+                    {
+                        Published::Done => {
+                            self.ack(&d).await;
+                            "dead_letter"
+                        }
+                        Published::FallBackToNack => {
+                            warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""),
+                                "the DLQ refused the copy; nacking so the broker holds the message for its DLX until the DLQ has room");
+                            self.nack_to_dlx(&d).await;
+                            "dead_letter_nack"
+                        }
+                        Published::Abandoned => "abandoned",
+                    }
+                }
+            },
+        };
+        self.shared.counters.decision(label);
+        let tier = match decision {
+            Decision::Retry { delay_ms } => tier_name(delay_ms),
+            _ => String::new(),
+        };
+        let reason = match decision {
+            Decision::DeadLetter { reason } => reason.as_str(),
+            _ => "",
+        };
+        info!(
+            queue = %p.name,
+            message_id = message_id.as_deref().unwrap_or(""),
+            attempt,
+            max_attempts = p.retry.max_attempts,
+            outcome = outcome.label(),
+            decision = label,
+            tier = %tier,
+            reason,
+            error = %crate::core::text::truncate_utf8(error, 300),
+            "message handled"
+        );
+    }
+
+    async fn ack(&self, d: &Delivery) {
+        match d.acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => {}
+            Ok(false) => debug!("ack on a closed channel: the broker redelivers the message"),
+            Err(e) => {
+                warn!(error = %describe_lapin_error(&e), "ack failed: the broker redelivers the message")
+            }
+        }
+    }
+
+    async fn nack_to_dlx(&self, d: &Delivery) {
+        if let Err(e) = d
+            .acker
+            .nack(BasicNackOptions {
+                multiple: false,
+                requeue: false,
+            })
+            .await
+        {
+            warn!(error = %describe_lapin_error(&e), "nack failed: the broker redelivers the message");
+        }
+    }
+
+    /// Publishes a copy until the broker confirms it. While it refuses, the
+    /// original stays unacked and the worker starts no new handler.
+    async fn publish_until_confirmed(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        d: &Delivery,
+        props: BasicProperties,
+        dlq_fallback: bool,
+    ) -> Published {
+        let mut backoff = Duration::from_millis(100);
+        let mut refusing = false;
+        let result = loop {
+            match self
+                .publisher
+                .publish(exchange, routing_key, &d.data, props.clone())
+                .await
+            {
+                Ok(()) => break Published::Done,
+                Err(Refusal::Nacked) if dlq_fallback => break Published::FallBackToNack,
+                Err(r) => {
+                    self.metrics.publish_refusals.inc();
+                    if !refusing {
+                        refusing = true;
+                        self.shared.refusing.fetch_add(1, Ordering::SeqCst);
+                        warn!(queue = %self.cfg.pipeline.name, exchange, routing_key, refusal = %r,
+                            "the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish");
+                    } else {
+                        debug!(refusal = %r, "publish still refused");
+                    }
+                }
+            }
+            if !self.consume.status().connected() {
+                break Published::Abandoned;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => break Published::Abandoned,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.cfg.max_publish_backoff);
+        };
+        if refusing {
+            self.shared.refusing.fetch_sub(1, Ordering::SeqCst);
+            self.shared.unblocked.notify_waiters();
+            if matches!(result, Published::Done) {
+                info!(queue = %self.cfg.pipeline.name, exchange, "the broker accepts copies again");
+            }
+        }
+        result
+    }
+}

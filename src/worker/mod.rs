@@ -1,0 +1,398 @@
+//! The worker: consumes a pipeline's main queue, runs a [`Handler`] per
+//! message, and acks, retries through a delay tier, or dead-letters, never
+//! losing a message (DESIGN.md, "Attempts and decisions").
+//!
+//! Deliveries come on one channel; copies are published on another, in
+//! confirm mode, with many confirms in flight. A copy is `mandatory` and
+//! persistent, and the original is acked only once the broker confirmed
+//! the copy without returning it. When the broker refuses a copy the
+//! original stays unacked, no new handler starts, and the publish is
+//! retried with capped backoff. A delivery is never requeued to retry it:
+//! messages go back to the queue only when their channel closes (shutdown,
+//! lost connection).
+
+mod delivery;
+pub mod metrics;
+mod verify;
+
+pub use verify::verify_topology;
+
+use crate::amqp::connection::{describe_lapin_error, BrokerUrl};
+use crate::amqp::publisher::Publisher;
+use crate::core::breaker::{Breaker, State as BreakerState};
+use crate::core::topology::Pipeline;
+use crate::error::{Error, Result};
+use crate::handler::Handler;
+use crate::worker::metrics::{Metrics, QueueCounters};
+use delivery::DeliveryTask;
+use futures_util::StreamExt;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::Channel;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+/// How a dead-letter is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterMode {
+    /// Publish a copy with the final diagnosis to the DLX, then ack.
+    Republish,
+    /// `basic.nack(requeue=false)`: the main queue's DLX moves the message
+    /// (the final error is not recorded).
+    Nack,
+}
+
+/// Settings of a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The pipeline to consume (its main queue).
+    pub pipeline: Pipeline,
+    /// The broker.
+    pub url: BrokerUrl,
+    /// Unacked deliveries the broker may push ahead of the handlers.
+    pub prefetch: u16,
+    /// Handler runs at once.
+    pub concurrency: usize,
+    /// How to dead-letter.
+    pub dead_letter: DeadLetterMode,
+    /// At shutdown, how long in-flight handlers may take.
+    pub grace: Duration,
+    /// How long to wait for a publisher confirm before counting the copy
+    /// as refused.
+    pub confirm_timeout: Duration,
+    /// Publishing channels, each with many copies in flight (at most
+    /// `concurrency` are used).
+    pub publish_channels: usize,
+    /// The largest pause between two tries of a refused publish.
+    pub max_publish_backoff: Duration,
+    /// The largest pause between two reconnection attempts.
+    pub max_reconnect_backoff: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for a pipeline: prefetch 50, one handler at a time,
+    /// republish dead-letters, 30 s grace.
+    pub fn new(pipeline: Pipeline, url: BrokerUrl) -> Self {
+        WorkerConfig {
+            pipeline,
+            url,
+            prefetch: 50,
+            concurrency: 1,
+            dead_letter: DeadLetterMode::Republish,
+            grace: Duration::from_secs(30),
+            confirm_timeout: Duration::from_secs(30),
+            publish_channels: 4,
+            max_publish_backoff: Duration::from_secs(5),
+            max_reconnect_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A worker for one pipeline and one handler.
+pub struct Worker<H: Handler> {
+    cfg: Arc<WorkerConfig>,
+    handler: Arc<H>,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+}
+
+/// State shared by every delivery task.
+struct Shared {
+    retry_queues: Vec<String>,
+    /// Tasks currently retrying a refused publish: no new handler starts
+    /// while this is above zero.
+    refusing: AtomicUsize,
+    unblocked: Notify,
+    breaker: Option<Mutex<Breaker>>,
+    started: Instant,
+    warned: Mutex<HashSet<String>>,
+    counters: QueueCounters,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Logs a header warning once per distinct text.
+    fn warn_once(&self, text: &str) {
+        let first = self
+            .warned
+            .lock()
+            .map(|mut w| w.len() < 1000 && w.insert(text.to_string()))
+            .unwrap_or(false);
+        if first {
+            warn!(warning = text, "malformed header, treated as absent");
+        }
+    }
+}
+
+enum SessionEnd {
+    Shutdown,
+    Lost(String),
+}
+
+impl<H: Handler> Worker<H> {
+    /// A worker with its own metrics.
+    pub fn new(cfg: WorkerConfig, handler: H) -> Self {
+        Self::with_metrics(cfg, handler, Arc::new(Metrics::new()))
+    }
+
+    /// A worker that counts into `metrics`.
+    pub fn with_metrics(cfg: WorkerConfig, handler: H, metrics: Arc<Metrics>) -> Self {
+        let shared = Shared {
+            retry_queues: cfg.pipeline.retry_queues(),
+            refusing: AtomicUsize::new(0),
+            unblocked: Notify::new(),
+            breaker: cfg
+                .pipeline
+                .circuit_breaker
+                .clone()
+                .map(|c| Mutex::new(Breaker::new(c))),
+            started: Instant::now(),
+            warned: Mutex::new(HashSet::new()),
+            counters: metrics.queue_counters(&cfg.pipeline.name),
+        };
+        Worker {
+            cfg: Arc::new(cfg),
+            handler: Arc::new(handler),
+            metrics,
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The worker's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled. The first connection and the
+    /// topology check must succeed (else the error is returned); after that,
+    /// a lost connection is retried with capped exponential backoff.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
+        let mut backoff = Duration::from_millis(200);
+        let mut first = true;
+        let mut last_error: Option<String> = None;
+        loop {
+            let started = Instant::now();
+            let end = self.session(&shutdown).await;
+            let end = match end {
+                Ok(SessionEnd::Shutdown) => return Ok(()),
+                Err(e) if first => return Err(e),
+                other => other,
+            };
+            match &end {
+                Ok(SessionEnd::Shutdown) => {}
+                Ok(SessionEnd::Lost(reason)) => {
+                    warn!(queue = %self.cfg.pipeline.name, reason = %reason, "connection lost; reconnecting");
+                }
+                Err(e) => {
+                    // The same failure again is not a new transition.
+                    let text = e.to_string();
+                    if last_error.as_deref() == Some(text.as_str()) {
+                        debug!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "still cannot resume");
+                    } else {
+                        warn!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "cannot resume; retrying with backoff");
+                    }
+                    last_error = Some(text);
+                }
+            }
+            if matches!(end, Ok(SessionEnd::Lost(_))) {
+                last_error = None;
+            }
+            first = false;
+            if started.elapsed() > Duration::from_secs(30) {
+                backoff = Duration::from_millis(200);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.cfg.max_reconnect_backoff);
+            self.metrics.reconnects.inc();
+        }
+    }
+
+    async fn session(&self, shutdown: &CancellationToken) -> Result<SessionEnd> {
+        let p = &self.cfg.pipeline;
+        let conn = Arc::new(
+            self.cfg
+                .url
+                .connect(&format!("dlqctl work {}", p.name))
+                .await?,
+        );
+        verify_topology(&conn, p).await?;
+        let consume = conn
+            .create_channel()
+            .await
+            .map_err(|e| Error::broker("cannot open the consuming channel", &e))?;
+        consume
+            .basic_qos(self.cfg.prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
+        let publisher = Arc::new(Publisher::new(
+            conn.clone(),
+            self.cfg.publish_channels.min(self.cfg.concurrency),
+            self.cfg.confirm_timeout,
+        ));
+        publisher.warm_up().await.map_err(|e| Error::Broker {
+            context: "cannot open the publishing channel".into(),
+            message: e,
+        })?;
+        let mut consumer = consume
+            .basic_consume(
+                p.name.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| Error::broker(format!("cannot consume from queue {}", p.name), &e))?;
+        info!(queue = %p.name, prefetch = self.cfg.prefetch, concurrency = self.cfg.concurrency, "consuming");
+
+        let permits = Arc::new(Semaphore::new(self.cfg.concurrency.max(1)));
+        let tracker = TaskTracker::new();
+        // Cancelled when the session is lost: handlers still running then
+        // could neither ack nor publish, and their messages are already
+        // back in the queue; stopping them keeps the concurrency bound.
+        let lost = CancellationToken::new();
+        let end = loop {
+            // Gates before the next handler may start. Waiting at one of
+            // them, the worker is not reading the consumer, which is where
+            // a lost connection shows: watch the channel too, so that busy
+            // handlers or an open breaker do not delay the reconnection.
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                _ = channel_closed(&consume) => break SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break SessionEnd::Shutdown,
+                },
+            };
+            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
+                break end;
+            }
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                n = consumer.next() => n,
+            };
+            let delivery = match next {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => break SessionEnd::Lost(describe_lapin_error(&e)),
+                None => break SessionEnd::Lost("the broker cancelled the consumer".into()),
+            };
+            // Again: a copy may have been refused (or the breaker opened)
+            // while we waited for this delivery. On shutdown the delivery,
+            // left unacked, returns to the queue when the channel closes.
+            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
+                break end;
+            }
+            let task = DeliveryTask {
+                cfg: self.cfg.clone(),
+                handler: self.handler.clone(),
+                metrics: self.metrics.clone(),
+                shared: self.shared.clone(),
+                publisher: publisher.clone(),
+                consume: consume.clone(),
+                user: self.cfg.url.user().to_string(),
+                shutdown: shutdown.clone(),
+                lost: lost.clone(),
+            };
+            tracker.spawn(async move {
+                task.process(delivery).await;
+                drop(permit);
+            });
+        };
+        tracker.close();
+        const NETWORK_STEP: Duration = Duration::from_secs(5);
+        match &end {
+            SessionEnd::Shutdown => {
+                info!(queue = %p.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
+                let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+                let _ = tokio::time::timeout(NETWORK_STEP, cancel).await;
+                if tokio::time::timeout(self.cfg.grace, tracker.wait())
+                    .await
+                    .is_err()
+                {
+                    warn!(queue = %p.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
+                }
+            }
+            SessionEnd::Lost(_) => {
+                lost.cancel();
+                let _ = tokio::time::timeout(NETWORK_STEP, tracker.wait()).await;
+            }
+        }
+        // Closing returns every unacked delivery to the queue.
+        let close = conn.close(200, "dlqctl worker stopping".into());
+        let _ = tokio::time::timeout(NETWORK_STEP, close).await;
+        Ok(end)
+    }
+
+    /// [`Self::wait_gates`], ending the session when the consuming channel
+    /// closes meanwhile.
+    async fn wait_gates_or_loss(
+        &self,
+        shutdown: &CancellationToken,
+        consume: &Channel,
+    ) -> Option<SessionEnd> {
+        tokio::select! {
+            _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
+            end = self.wait_gates(shutdown) => end,
+        }
+    }
+
+    /// Waits while copies are being refused or the breaker is open.
+    async fn wait_gates(&self, shutdown: &CancellationToken) -> Option<SessionEnd> {
+        loop {
+            if self.shared.refusing.load(Ordering::SeqCst) > 0 {
+                let notified = self.shared.unblocked.notified();
+                if self.shared.refusing.load(Ordering::SeqCst) == 0 {
+                    continue;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
+                    _ = notified => continue,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
+            let state = match &self.shared.breaker {
+                Some(b) => b
+                    .lock()
+                    .map(|mut b| b.state(self.shared.now_ms()))
+                    .unwrap_or(BreakerState::Closed),
+                None => BreakerState::Closed,
+            };
+            match state {
+                BreakerState::Closed => {
+                    self.metrics.circuit_open.set(0);
+                    return None;
+                }
+                BreakerState::Open { remaining_ms } => {
+                    self.metrics.circuit_open.set(1);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
+                        _ = tokio::time::sleep(Duration::from_millis(remaining_ms.max(1))) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+const CLOSED_WHILE_WAITING: &str =
+    "the connection or the consuming channel closed while no handler could start";
+
+/// Resolves once `ch` is no longer usable: its connection is gone or the
+/// broker closed it. Nothing signals that on a consumer that is not being
+/// read, so the status is polled.
+async fn channel_closed(ch: &Channel) {
+    while ch.status().connected() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
