@@ -6,6 +6,7 @@
 //! random numbers (the current time and random draws are parameters), so
 //! every rule is unit tested without a broker.
 
+pub mod backoff;
 pub mod breaker;
 pub mod drift;
 pub mod duration;

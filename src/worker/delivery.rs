@@ -3,6 +3,7 @@
 use super::{DeadLetterMode, Shared, WorkerConfig};
 use crate::amqp::connection::describe_lapin_error;
 use crate::amqp::publisher::{Publisher, Refusal};
+use crate::core::backoff::Backoff;
 use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
 use crate::core::retry::{
@@ -256,7 +257,7 @@ impl<H: Handler> DeliveryTask<H> {
         props: BasicProperties,
         dlq_fallback: bool,
     ) -> Published {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), self.cfg.max_publish_backoff);
         let mut refusing = false;
         let result = loop {
             match self
@@ -283,9 +284,8 @@ impl<H: Handler> DeliveryTask<H> {
             }
             tokio::select! {
                 _ = self.shutdown.cancelled() => break Published::Abandoned,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(backoff.next_wait()) => {}
             }
-            backoff = (backoff * 2).min(self.cfg.max_publish_backoff);
         };
         if refusing {
             self.shared.refusing.fetch_sub(1, Ordering::SeqCst);

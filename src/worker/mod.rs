@@ -19,6 +19,7 @@ pub use verify::verify_topology;
 
 use crate::amqp::connection::{describe_lapin_error, BrokerUrl};
 use crate::amqp::publisher::Publisher;
+use crate::core::backoff::Backoff;
 use crate::core::breaker::{Breaker, State as BreakerState};
 use crate::core::topology::Pipeline;
 use crate::error::{Error, Result};
@@ -176,7 +177,7 @@ impl<H: Handler> Worker<H> {
     /// topology check must succeed (else the error is returned); after that,
     /// a lost connection is retried with capped exponential backoff.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), self.cfg.max_reconnect_backoff);
         let mut first = true;
         let mut last_error: Option<String> = None;
         loop {
@@ -196,9 +197,9 @@ impl<H: Handler> Worker<H> {
                     // The same failure again is not a new transition.
                     let text = e.to_string();
                     if last_error.as_deref() == Some(text.as_str()) {
-                        debug!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "still cannot resume");
+                        debug!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.peek().as_millis() as u64, "still cannot resume");
                     } else {
-                        warn!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.as_millis() as u64, "cannot resume; retrying with backoff");
+                        warn!(queue = %self.cfg.pipeline.name, error = %text, retry_in_ms = backoff.peek().as_millis() as u64, "cannot resume; retrying with backoff");
                     }
                     last_error = Some(text);
                 }
@@ -208,13 +209,12 @@ impl<H: Handler> Worker<H> {
             }
             first = false;
             if started.elapsed() > Duration::from_secs(30) {
-                backoff = Duration::from_millis(200);
+                backoff.reset();
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(backoff.next_wait()) => {}
             }
-            backoff = (backoff * 2).min(self.cfg.max_reconnect_backoff);
             self.metrics.reconnects.inc();
         }
     }
