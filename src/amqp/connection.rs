@@ -23,7 +23,7 @@ pub struct BrokerUrl {
 impl BrokerUrl {
     /// Parses an `amqp://` or `amqps://` URL.
     pub fn parse(url: &str) -> Result<Self> {
-        let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
+            let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
             url: redact(url),
             reason: redact_in(&e, url),
         })?;
@@ -95,38 +95,90 @@ impl BrokerUrl {
 
     fn connect_error(&self, e: &lapin::Error) -> Error {
         let endpoint = self.endpoint();
-        let user = self.user().to_string();
         let text = redact_in(&describe_lapin_error(e), self.password());
-        let lower = text.to_lowercase();
-        if lower.contains("access_refused") || lower.contains("403") || lower.contains("login") {
-            return Error::Connect {
-                endpoint,
-                reason: format!("the broker refused the login of user `{user}` ({text})"),
-                hint: "check the user name and password in --url / AMQP_URL, and that the user may use the virtual host".into(),
-            };
-        }
-        if lower.contains("not_allowed") || lower.contains("530") || lower.contains("vhost") {
-            return Error::Connect {
-                endpoint,
-                reason: format!("virtual host `{}` refused ({text})", self.vhost()),
-                hint: "check the virtual host in the URL (`/%2f` is the default vhost `/`)".into(),
-            };
-        }
-        let reason = if lower.contains("refused") {
-            "connection refused (nothing listens there)".to_string()
-        } else if lower.contains("invalidconnectionstate")
-            || lower.contains("reset")
-            || lower.contains("eof")
-        {
-            format!("the connection was closed during the handshake ({text}); a wrong password or vhost, or a TLS/plain mismatch, can cause this")
-        } else {
-            text
+        let (reason, hint) = match classify_connect_error(e) {
+            ConnectFailure::LoginRefused => (
+                format!("the broker refused the login of user `{}` ({text})", self.user()),
+                "check the user name and password in --url / AMQP_URL, and that the user may use the virtual host".to_string(),
+            ),
+            ConnectFailure::VhostRefused => (
+                format!("virtual host `{}` refused ({text})", self.vhost()),
+                "check the virtual host in the URL (`/%2f` is the default vhost `/`) and the user's permissions on it".to_string(),
+            ),
+            ConnectFailure::Refused => (
+                "connection refused (nothing listens there)".to_string(),
+                start_hint(),
+            ),
+            ConnectFailure::NotTls if self.is_tls() => (
+                format!("the TLS handshake failed ({text})"),
+                "the port may speak plain AMQP: use amqp:// for it, or the broker's TLS port (5671 by default); with a private CA, give --tls-ca".to_string(),
+            ),
+            ConnectFailure::ClosedInHandshake | ConnectFailure::NotTls => (
+                format!("the connection was closed during the handshake ({text})"),
+                if self.is_tls() {
+                    "check the TLS settings, the password and the virtual host".to_string()
+                } else {
+                    "a wrong password or vhost, a TLS port reached with amqp://, or connection \
+                     parameters the broker refuses (such as a frame_max under 4096 in the URL) \
+                     can cause this"
+                        .to_string()
+                },
+            ),
+            ConnectFailure::Protocol(code) => (
+                format!("the broker closed the connection with {code} ({text})"),
+                "check the connection parameters in the URL (frame_max, channel_max, heartbeat)".to_string(),
+            ),
+            ConnectFailure::Other => (text, start_hint()),
         };
         Error::Connect {
             endpoint,
             reason,
-            hint: start_hint(),
+            hint,
         }
+    }
+}
+
+/// Why a connection attempt failed, from lapin's error kinds and the
+/// broker's reply codes (never from the words of a message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectFailure {
+    /// 403 ACCESS_REFUSED: user name or password.
+    LoginRefused,
+    /// 530 NOT_ALLOWED: the virtual host.
+    VhostRefused,
+    /// Nothing listens on the port.
+    Refused,
+    /// A TLS-level failure (or bytes that are not TLS).
+    NotTls,
+    /// The peer closed or reset the socket during the handshake.
+    ClosedInHandshake,
+    /// Another AMQP reply code.
+    Protocol(u16),
+    /// Anything else.
+    Other,
+}
+
+fn classify_connect_error(e: &lapin::Error) -> ConnectFailure {
+    use std::io::ErrorKind as Io;
+    if let Some((code, _)) = amqp_reply(e) {
+        return match code {
+            403 => ConnectFailure::LoginRefused,
+            530 => ConnectFailure::VhostRefused,
+            c => ConnectFailure::Protocol(c),
+        };
+    }
+    match e.kind() {
+        lapin::ErrorKind::IOError(io) => match io.kind() {
+            Io::ConnectionRefused => ConnectFailure::Refused,
+            Io::InvalidData => ConnectFailure::NotTls,
+            Io::ConnectionReset
+            | Io::ConnectionAborted
+            | Io::UnexpectedEof
+            | Io::BrokenPipe => ConnectFailure::ClosedInHandshake,
+            _ => ConnectFailure::Other,
+        },
+        lapin::ErrorKind::InvalidConnectionState(_) => ConnectFailure::ClosedInHandshake,
+        _ => ConnectFailure::Other,
     }
 }
 
@@ -137,24 +189,30 @@ fn start_hint() -> String {
 }
 
 /// The URL with its password replaced by `***`.
+///
+/// Works on the text as given, so it also hides the password of a URL
+/// that does not parse: the user-info is everything between `://` and the
+/// last `@` (a password may hold `/`, `@`, `:`, `#` or `%` unencoded); the
+/// user name before its first `:` is kept, the rest becomes `***`. When in
+/// doubt it hides more, never less.
 pub fn redact(url: &str) -> String {
-    // scheme://user:pass@host...
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        let auth_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..auth_end].rfind('@') {
-            let userinfo = &rest[..at];
-            if let Some(colon) = userinfo.find(':') {
-                return format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &rest[at..]
-                );
-            }
-        }
-    }
-    url.to_string()
+    let Some(scheme_end) = url.find("://") else {
+        return match url.rfind('@') {
+            // No scheme but an `@`: hide everything before it.
+            Some(at) => format!("***{}", &url[at..]),
+            None => url.to_string(),
+        };
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let user = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        None => userinfo.to_string(),
+    };
+    format!("{}{user}{}", &url[..scheme_end + 3], &rest[at..])
 }
 
 /// `text` with every occurrence of `secret` (and of the URL's password)
@@ -164,6 +222,15 @@ pub fn redact_in(text: &str, secret_or_url: &str) -> String {
     let mut secrets = vec![secret_or_url.to_string()];
     if let Ok(u) = secret_or_url.parse::<AMQPUri>() {
         secrets.push(u.authority.userinfo.password);
+    }
+    // The password as typed, also when the URL does not parse.
+    if let Some(scheme_end) = secret_or_url.find("://") {
+        let rest = &secret_or_url[scheme_end + 3..];
+        if let Some(at) = rest.rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                secrets.push(rest[colon + 1..at].to_string());
+            }
+        }
     }
     for s in secrets {
         if s.len() >= 3 {
@@ -247,6 +314,36 @@ mod tests {
         assert_eq!(u.endpoint(), "rabbit.example:5671");
         assert_eq!(u.vhost(), "prod");
         assert_eq!(u.default_management_url(), "https://rabbit.example:15671");
+    }
+
+    #[test]
+    fn redacts_passwords_with_url_delimiters_in_them() {
+        for pw in [
+            "S3c/retPW", "p@ss", "a:b:c", "50%off", "p#rt", "q?x=1", "x", "ab", "/", "@@", "%2F",
+        ] {
+            for url in [
+                format!("amqp://guest:{pw}@127.0.0.1:5673/%2f"),
+                format!("amqps://guest:{pw}@host"),
+                format!("http://guest:{pw}@127.0.0.1:15672"),
+                format!("amqp://guest:{pw}@"),
+            ] {
+                let r = redact(&url);
+                assert!(r.starts_with(&url[..url.find("://").unwrap() + 3]), "{r}");
+                assert!(r.contains("guest:***@"), "{url} -> {r}");
+                let after_user = &r[r.find("guest:").unwrap() + 6..];
+                let hidden = &after_user[..after_user.rfind('@').unwrap()];
+                assert_eq!(hidden, "***", "{url} -> {r}");
+                // A URL that does not parse must not echo it either.
+                if let Err(e) = BrokerUrl::parse(&url) {
+                    let text = e.to_string();
+                    if pw.len() >= 3 {
+                        assert!(!text.contains(pw), "{url} -> {text}");
+                    }
+                    assert!(!text.contains(&format!(":{pw}@")), "{url} -> {text}");
+                }
+            }
+        }
+        assert_eq!(redact("guest:pw@host"), "***@host");
     }
 
     #[test]

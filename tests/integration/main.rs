@@ -4,6 +4,7 @@
 mod chaos_support;
 mod helpers;
 mod provision;
+mod secrets;
 mod worker;
 mod worker_chaos;
 mod worker_support;
