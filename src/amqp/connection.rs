@@ -23,7 +23,7 @@ pub struct BrokerUrl {
 impl BrokerUrl {
     /// Parses an `amqp://` or `amqps://` URL.
     pub fn parse(url: &str) -> Result<Self> {
-            let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
+        let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
             url: redact(url),
             reason: redact_in(&e, url),
         })?;
@@ -171,15 +171,23 @@ fn classify_connect_error(e: &lapin::Error) -> ConnectFailure {
         lapin::ErrorKind::IOError(io) => match io.kind() {
             Io::ConnectionRefused => ConnectFailure::Refused,
             Io::InvalidData => ConnectFailure::NotTls,
-            Io::ConnectionReset
-            | Io::ConnectionAborted
-            | Io::UnexpectedEof
-            | Io::BrokenPipe => ConnectFailure::ClosedInHandshake,
+            Io::ConnectionReset | Io::ConnectionAborted | Io::UnexpectedEof | Io::BrokenPipe => {
+                ConnectFailure::ClosedInHandshake
+            }
             _ => ConnectFailure::Other,
         },
         lapin::ErrorKind::InvalidConnectionState(_) => ConnectFailure::ClosedInHandshake,
         _ => ConnectFailure::Other,
     }
+}
+
+/// How long closing a connection may take before dlqctl stops waiting.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Closes a connection politely, waiting at most [`CLOSE_TIMEOUT`] (a
+/// broker that stopped answering must not hold a one-shot command).
+pub async fn close(conn: &Connection) {
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, conn.close(200, "bye".into())).await;
 }
 
 fn start_hint() -> String {
@@ -319,7 +327,17 @@ mod tests {
     #[test]
     fn redacts_passwords_with_url_delimiters_in_them() {
         for pw in [
-            "S3c/retPW", "p@ss", "a:b:c", "50%off", "p#rt", "q?x=1", "x", "ab", "/", "@@", "%2F",
+            "S3c/retPW",
+            "p@ss",
+            "a:b:c",
+            "50%off",
+            "p#rt",
+            "q?x=1",
+            "x",
+            "ab",
+            "/",
+            "@@",
+            "%2F",
         ] {
             for url in [
                 format!("amqp://guest:{pw}@127.0.0.1:5673/%2f"),

@@ -2,6 +2,7 @@
 //! running RabbitMQ with the management plugin; see `helpers`.
 
 mod chaos_support;
+mod cli_io;
 mod helpers;
 mod provision;
 mod secrets;

@@ -6,7 +6,15 @@ use std::process::Command;
 
 /// Passwords with every URL delimiter, percent signs, and very short ones.
 const PASSWORDS: [&str; 9] = [
-    "S3c/retPW", "p@ssw0rd", "pa:ss:wd", "50%offpw", "pw#frag1", "q?x=1&y", "/@:%#", "x", "ab",
+    "S3c/retPW",
+    "p@ssw0rd",
+    "pa:ss:wd",
+    "50%offpw",
+    "pw#frag1",
+    "q?x=1&y",
+    "/@:%#",
+    "x",
+    "ab",
 ];
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -53,18 +61,36 @@ fn passwords_with_url_delimiters_never_appear_in_errors() {
         // Port 1: nothing listens, so every command fails after reading the URL.
         let url = format!("amqp://guest:{pw}@127.0.0.1:1/%2f");
         let (code, text) = run(&["provision", file, "--url", &url], &[]);
-        assert!(matches!(code, Some(1 | 2)), "--url {pw:?}: exit {code:?}\n{text}");
+        assert!(
+            matches!(code, Some(1 | 2)),
+            "--url {pw:?}: exit {code:?}\n{text}"
+        );
         assert_hidden(pw, "provision --url", &text);
 
         let (code, text) = run(&["provision", file], &[("AMQP_URL", &url)]);
-        assert!(matches!(code, Some(1 | 2)), "AMQP_URL {pw:?}: exit {code:?}\n{text}");
+        assert!(
+            matches!(code, Some(1 | 2)),
+            "AMQP_URL {pw:?}: exit {code:?}\n{text}"
+        );
         assert_hidden(pw, "provision with AMQP_URL", &text);
 
         let (code, text) = run(
-            &["work", file, "--queue", &format!("{p}orders"), "--url", &url, "--", "true"],
+            &[
+                "work",
+                file,
+                "--queue",
+                &format!("{p}orders"),
+                "--url",
+                &url,
+                "--",
+                "true",
+            ],
             &[],
         );
-        assert!(matches!(code, Some(1 | 2)), "work {pw:?}: exit {code:?}\n{text}");
+        assert!(
+            matches!(code, Some(1 | 2)),
+            "work {pw:?}: exit {code:?}\n{text}"
+        );
         assert_hidden(pw, "work --url", &text);
 
         let mgmt = format!("http://guest:{pw}@127.0.0.1:1");

@@ -21,18 +21,20 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            output::stderr_line(&format!("error: cannot start the async runtime: {e}"));
             return exit::Outcome::Failure.into();
         }
     };
     let result = rt.block_on(dispatch::run(&args.command));
     match result {
         Ok(outcome) => outcome.into(),
+        // A closed pipe on stdout (`| head`) is a normal end.
+        Err(e) if output::is_broken_pipe(&e) => exit::Outcome::Success.into(),
         Err(e) => {
             match e.downcast_ref::<dlqctl::error::Error>() {
                 // `FILE:LINE:COL: message` lines, as editors and CI parse them.
-                Some(dlqctl::error::Error::Invalid(_)) => eprintln!("{e}"),
-                _ => eprintln!("error: {e}"),
+                Some(dlqctl::error::Error::Invalid(_)) => output::stderr_line(&e.to_string()),
+                _ => output::stderr_line(&format!("error: {e}")),
             }
             exit::for_error(&e).into()
         }

@@ -16,9 +16,9 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     let p = plan(&t);
     if a.dry_run {
         if a.json {
-            println!("{}", output::json::plan_json(&p));
+            output::stdout_line(&output::json::plan_json(&p))?;
         } else {
-            print!("{}", output::text::plan_text(&p));
+            output::stdout(&output::text::plan_text(&p))?;
         }
         return Ok(Outcome::Success);
     }
@@ -40,7 +40,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     } else {
         dlqctl::ops::provision::provision(&conn, &p, parallelism).await
     };
-    let _ = conn.close(200, "bye".into()).await;
+    dlqctl::amqp::connection::close(&conn).await;
     let report = result?;
     let differs = report.has_differences();
     let outcome = match (a.check, differs) {
@@ -48,46 +48,26 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
         (true, true) => Outcome::Difference,
         (false, true) => Outcome::Failure,
     };
+    let file = a.file.display().to_string();
     if a.json {
         let status = match outcome {
             Outcome::Success => "ok",
             _ if a.check => "differs",
             _ => "drift",
         };
-        println!("{}", output::json::report_json(&report, status));
+        output::stdout_line(&output::json::report_json(&report, status))?;
     } else if a.check {
-        if differs {
-            println!(
-                "{}: the broker differs from the topology ({} finding(s)):",
-                a.file.display(),
-                report.findings.iter().filter(|f| f.is_difference()).count()
-            );
-        } else {
-            println!(
-                "{}: the broker matches the topology ({} objects checked in {:.2}s)",
-                a.file.display(),
-                report.ok,
-                report.elapsed.as_secs_f64()
-            );
-        }
-        print!("{}", output::text::findings_text(&report.findings));
+        output::stdout(&output::text::check_text(&file, &report))?;
     } else if differs {
-        eprintln!(
-            "{}: {} object(s) declared; these differ from the topology and were left as they are:",
-            a.file.display(),
-            report.ok
-        );
-        eprint!("{}", output::text::findings_text(&report.findings));
-        eprintln!("{}", output::text::DRIFT_HINT);
+        output::stderr_line(&output::text::drift_text(&file, &report));
     } else {
-        println!(
-            "{}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s",
-            a.file.display(),
+        output::stdout_line(&format!(
+            "{file}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s",
             p.exchanges.len(),
             p.queues.len(),
             p.bindings.len(),
             report.elapsed.as_secs_f64()
-        );
+        ))?;
     }
     Ok(outcome)
 }

@@ -2,6 +2,7 @@
 
 use super::load;
 use crate::exit::Outcome;
+use crate::output;
 use anyhow::Result;
 use dlqctl::core::topology::plan;
 use std::path::Path;
@@ -10,13 +11,13 @@ use std::path::Path;
 pub fn validate(file: &Path) -> Result<Outcome> {
     let t = load(file)?;
     let p = plan(&t);
-    println!(
+    output::stdout_line(&format!(
         "{}: valid, {} pipeline(s), {} exchanges, {} queues, {} bindings",
         file.display(),
         t.pipelines.len(),
         p.exchanges.len(),
         p.queues.len(),
         p.bindings.len()
-    );
+    ))?;
     Ok(Outcome::Success)
 }

@@ -1,5 +1,42 @@
 //! What the commands show: one renderer per output kind. Logic never
-//! prints; commands hand typed reports to these.
+//! prints; commands hand typed reports to these, and write through
+//! [`stdout`] and [`stderr`], which return errors instead of panicking.
+//!
+//! A closed pipe (`dlqctl provision --dry-run | head -1`) is a normal end
+//! for a one-shot command: `main` exits 0 quietly on `BrokenPipe`. Other
+//! write errors (`> /dev/full`) are reported and exit 1.
 
 pub mod json;
 pub mod text;
+
+use std::io::Write;
+
+/// Writes `text` to standard output and flushes it.
+pub fn stdout(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write to standard output: {e}")))
+}
+
+/// Writes `text` to standard output with a newline.
+pub fn stdout_line(text: &str) -> std::io::Result<()> {
+    stdout(&format!("{text}\n"))
+}
+
+/// Writes `text` to standard error with a newline. A failed write to
+/// standard error cannot be reported anywhere: it is ignored, never a
+/// panic.
+pub fn stderr_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(format!("{text}\n").as_bytes());
+    let _ = err.flush();
+}
+
+/// Whether an error (anywhere in its chain) is a write to a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

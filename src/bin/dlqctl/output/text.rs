@@ -3,6 +3,7 @@
 use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
+use dlqctl::ops::provision::Report;
 
 fn role(r: Role) -> &'static str {
     match r {
@@ -73,3 +74,36 @@ pub fn findings_text(findings: &[Finding]) -> String {
 pub const DRIFT_HINT: &str = "hint: RabbitMQ cannot change a queue's arguments or an exchange's type in place. \
 Migrate: create the new object under another name (or delete and recreate it), after moving its messages \
 (e.g. with a shovel); deleting a queue loses the messages it holds. dlqctl never deletes or purges anything.";
+
+/// The result of `provision --check` as text: a headline, then a line per
+/// finding. The headline says "matches" only when nothing differs and
+/// nothing went unverified.
+pub fn check_text(file: &str, report: &Report) -> String {
+    let differences = report.findings.iter().filter(|f| f.is_difference()).count();
+    let unverified = report.findings.len() - differences;
+    let headline = if differences > 0 {
+        format!("{file}: the broker differs from the topology ({differences} finding(s)):")
+    } else if unverified > 0 {
+        format!(
+            "{file}: no difference in the {} objects checked in {:.2}s, but {unverified} could not be verified:",
+            report.ok,
+            report.elapsed.as_secs_f64()
+        )
+    } else {
+        format!(
+            "{file}: the broker matches the topology ({} objects checked in {:.2}s)",
+            report.ok,
+            report.elapsed.as_secs_f64()
+        )
+    };
+    format!("{headline}\n{}", findings_text(&report.findings))
+}
+
+/// What `provision` says when existing objects differ from the file.
+pub fn drift_text(file: &str, report: &Report) -> String {
+    format!(
+        "{file}: {} object(s) declared; these differ from the topology and were left as they are:\n{}{DRIFT_HINT}",
+        report.ok,
+        findings_text(&report.findings)
+    )
+}
