@@ -144,6 +144,7 @@ async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
                     object,
                     name,
                     message: describe_lapin_error(&e),
+                    reply_code: amqp_reply(&e).map(|(code, _)| code),
                 });
                 return Ok(out);
             }
@@ -153,6 +154,7 @@ async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
         object,
         name,
         message: "too many differences to list".into(),
+        reply_code: None,
     });
     Ok(out)
 }
@@ -200,6 +202,7 @@ fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Findi
         object: t.object(),
         name: t.name().to_string(),
         message: describe_lapin_error(e),
+        reply_code: amqp_reply(e).map(|(code, _)| code),
     }])
 }
 
@@ -233,6 +236,7 @@ async fn bind(pool: &Pool<'_>, b: &BindingSpec) -> Result<Vec<Finding>> {
                 object: ObjectKind::Binding,
                 name: binding_name(b),
                 message: describe_lapin_error(&e),
+                reply_code: amqp_reply(&e).map(|(code, _)| code),
             }])
         }
     }

@@ -276,6 +276,7 @@ pub fn next_probe(
         message: format!(
             "cannot list further differences after `{arg}` (broker has {actual} of a type dlqctl does not send)"
         ),
+        reply_code: None,
     });
     ProbeStep::Stuck
 }

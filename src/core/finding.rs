@@ -66,6 +66,10 @@ pub enum Finding {
         name: String,
         /// The broker's words.
         message: String,
+        /// The AMQP reply code of the refusal, when the broker sent one
+        /// (403 ACCESS_REFUSED: no permission).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reply_code: Option<u16>,
     },
 }
 
@@ -101,6 +105,7 @@ impl std::fmt::Display for Finding {
                 object,
                 name,
                 message,
+                ..
             } => write!(f, "{} {name}: {message}", object.as_str()),
         }
     }

@@ -1,5 +1,6 @@
 //! Exit codes, one place (README, "Exit codes").
 
+use dlqctl::error::Error;
 use std::process::ExitCode;
 
 /// How a command ended.
@@ -27,12 +28,48 @@ impl From<Outcome> for ExitCode {
 }
 
 /// The exit code of an error that ended a command.
+///
+/// Errors of the library are mapped variant by variant, with no wildcard:
+/// a new variant of [`Error`] does not compile until it is given its code
+/// here. Anything else (an I/O error of the binary's own output, say) is a
+/// runtime failure.
 pub fn for_error(e: &anyhow::Error) -> Outcome {
-    match e.downcast_ref::<dlqctl::error::Error>() {
-        Some(dlqctl::error::Error::Invalid(_)) | Some(dlqctl::error::Error::Usage(_)) => {
-            Outcome::Usage
-        }
-        Some(dlqctl::error::Error::Url { .. }) => Outcome::Usage,
-        _ => Outcome::Failure,
+    match e.downcast_ref::<Error>() {
+        Some(e) => for_library_error(e),
+        None => Outcome::Failure,
+    }
+}
+
+/// The exit code of each library error.
+pub fn for_library_error(e: &Error) -> Outcome {
+    match e {
+        Error::Invalid(_) | Error::Usage(_) | Error::Url { .. } => Outcome::Usage,
+        Error::Read { .. }
+        | Error::Connect { .. }
+        | Error::Broker { .. }
+        | Error::Management { .. } => Outcome::Failure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_usage_and_the_world_failing_is_failure() {
+        let usage = Error::Usage("x".into());
+        assert_eq!(for_library_error(&usage), Outcome::Usage);
+        let url = Error::Url {
+            url: "u".into(),
+            reason: "r".into(),
+        };
+        assert_eq!(for_library_error(&url), Outcome::Usage);
+        let broker = Error::Broker {
+            context: "c".into(),
+            message: "m".into(),
+        };
+        assert_eq!(for_error(&anyhow::Error::new(broker)), Outcome::Failure);
+        let io = std::io::Error::other("disk");
+        assert_eq!(for_error(&anyhow::Error::new(io)), Outcome::Failure);
     }
 }
