@@ -3,7 +3,6 @@
 //! parameter (milliseconds on any monotonic clock).
 
 use crate::core::topology::CircuitBreaker;
-use std::collections::VecDeque;
 
 /// Whether handlers may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,36 +16,51 @@ pub enum State {
     },
 }
 
+/// How many time buckets the window is cut into.
+pub const BUCKETS: usize = 20;
+
+/// Calls and transient failures seen in one slice of the window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// Which slice of time (`now / width`) the counts belong to.
+    slice: u64,
+    calls: u64,
+    failures: u64,
+}
+
 /// Failure-rate breaker over a sliding window of calls.
+///
+/// The window is kept as [`BUCKETS`] fixed time buckets of `window / 20`
+/// each (at least 1 ms), so memory does not depend on traffic or on the
+/// window's length. The rate is computed over the buckets of the last
+/// window: calls leave it one bucket (a twentieth of the window) at a time.
 #[derive(Debug, Clone)]
 pub struct Breaker {
     cfg: CircuitBreaker,
-    calls: VecDeque<(u64, bool)>,
-    failures: usize,
+    width: u64,
+    buckets: [Bucket; BUCKETS],
     open_until: Option<u64>,
 }
 
 impl Breaker {
     /// A closed breaker.
     pub fn new(cfg: CircuitBreaker) -> Self {
+        let width = cfg.window.div_ceil(BUCKETS as u64).max(1);
         Breaker {
             cfg,
-            calls: VecDeque::new(),
-            failures: 0,
+            width,
+            buckets: [Bucket::default(); BUCKETS],
             open_until: None,
         }
     }
 
-    fn expire(&mut self, now: u64) {
-        while let Some(&(t, failed)) = self.calls.front() {
-            if now.saturating_sub(t) < self.cfg.window {
-                break;
-            }
-            self.calls.pop_front();
-            if failed {
-                self.failures -= 1;
-            }
-        }
+    /// Calls and failures in the buckets of the window ending at `slice`.
+    fn totals(&self, slice: u64) -> (u64, u64) {
+        let oldest = slice.saturating_sub(BUCKETS as u64 - 1);
+        self.buckets
+            .iter()
+            .filter(|b| b.calls > 0 && b.slice >= oldest && b.slice <= slice)
+            .fold((0, 0), |(c, f), b| (c + b.calls, f + b.failures))
     }
 
     /// Records one handler run: `transient` when it failed transiently
@@ -56,18 +70,24 @@ impl Breaker {
         if self.open_until.is_some_and(|u| now < u) {
             return false;
         }
-        self.expire(now);
-        self.calls.push_back((now, transient));
-        if transient {
-            self.failures += 1;
+        let slice = now / self.width;
+        let bucket = &mut self.buckets[(slice % BUCKETS as u64) as usize];
+        if bucket.slice != slice {
+            *bucket = Bucket {
+                slice,
+                ..Bucket::default()
+            };
         }
-        let n = self.calls.len();
-        if n >= self.cfg.min_calls as usize
-            && self.failures as f64 / n as f64 >= self.cfg.failure_rate
+        bucket.calls += 1;
+        if transient {
+            bucket.failures += 1;
+        }
+        let (calls, failures) = self.totals(slice);
+        if calls >= u64::from(self.cfg.min_calls)
+            && failures as f64 / calls as f64 >= self.cfg.failure_rate
         {
             self.open_until = Some(now.saturating_add(self.cfg.open_for));
-            self.calls.clear();
-            self.failures = 0;
+            self.buckets = [Bucket::default(); BUCKETS];
             return true;
         }
         false
@@ -138,6 +158,45 @@ mod tests {
         assert!(!b.record(5002, true));
         assert!(!b.record(5003, false));
         assert_eq!(b.state(5003), State::Closed);
+    }
+
+    #[test]
+    fn memory_does_not_grow_with_traffic_or_a_long_window() {
+        let mut b = Breaker::new(CircuitBreaker {
+            failure_rate: 0.5,
+            window: 14 * 24 * 3_600_000, // two weeks
+            min_calls: 10,
+            open_for: 300,
+        });
+        // No heap: its state is a fixed array, whatever the traffic.
+        assert!(!std::mem::needs_drop::<Breaker>());
+        for t in 0..1_000_000u64 {
+            b.record(t, t % 4 == 0);
+        }
+        assert_eq!(b.state(1_000_000), State::Closed);
+        // A failure burst still opens it.
+        for t in 0..3_000_000u64 {
+            if b.record(1_000_000 + t, true) {
+                return;
+            }
+        }
+        panic!("a burst of failures never opened the breaker");
+    }
+
+    #[test]
+    fn calls_leave_the_window_one_bucket_at_a_time() {
+        let mut b = Breaker::new(cfg()); // window 1000 ms: buckets of 50 ms
+        b.record(0, true);
+        b.record(0, true);
+        b.record(0, true);
+        // 999 ms later the failures are still in the window: 3 of 4.
+        assert!(b.record(999, false));
+        let mut b = Breaker::new(cfg());
+        b.record(0, true);
+        b.record(0, true);
+        b.record(0, true);
+        // 1000 ms later their bucket has left the window: 0 of 1.
+        assert!(!b.record(1000, false));
     }
 
     #[test]

@@ -8,7 +8,6 @@ use crate::core::finding::{binding_name, Finding, ObjectKind};
 use crate::core::topology::plan::Plan;
 use crate::core::topology::{ArgValue, Arguments};
 use crate::error::Result;
-use lapin::types::FieldTable;
 use lapin::Connection;
 use std::time::{Duration, Instant};
 
@@ -82,10 +81,8 @@ pub async fn check(
         };
         match m.bindings(vhost, &b.exchange, &b.queue).await {
             Ok(list) => {
-                let wanted = crate::amqp::connection::field_table(&b.arguments);
                 let found = list.iter().any(|x| {
-                    x.routing_key == b.routing_key
-                        && args_match(&x.arguments, &b.arguments, &wanted)
+                    x.routing_key == b.routing_key && args_match(&x.arguments, &b.arguments)
                 });
                 if found {
                     report.ok += 1;
@@ -107,11 +104,7 @@ pub async fn check(
     Ok(report)
 }
 
-fn args_match(
-    api: &serde_json::Map<String, serde_json::Value>,
-    wanted: &Arguments,
-    _t: &FieldTable,
-) -> bool {
+fn args_match(api: &serde_json::Map<String, serde_json::Value>, wanted: &Arguments) -> bool {
     if api.len() != wanted.len() {
         return false;
     }

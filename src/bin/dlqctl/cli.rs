@@ -63,7 +63,7 @@ pub struct ProvisionArgs {
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL")]
     pub management_url: Option<String>,
     /// Declarations in flight at once, each on its own channel.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = dlqctl::ops::provision::DEFAULT_PARALLELISM as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallelism: u16,
     #[command(flatten)]
     pub connection: Connection,
