@@ -1,9 +1,23 @@
 //! dlqctl: delayed retries through TTL queues and a dead-letter queue for
 //! RabbitMQ consumers.
 //!
-//! The pure core ([`duration`], [`topology`], [`drift`], [`retry`]) does no I/O; the
-//! shell around it ([`broker`], [`provision`], [`handler`]) talks to the
-//! broker and to handlers.
+//! The layout says what is pure and what talks to the world:
+//!
+//! - [`core`]: pure rules, no I/O, no clock, no randomness: the topology
+//!   model, its validation and the plan of objects; attempts, decisions,
+//!   jitter and the properties of copies; the drift search's reading of
+//!   the broker's refusals; the circuit breaker and backoff.
+//! - [`amqp`]: the broker: connecting, declaring, confirmed publishing,
+//!   the management API.
+//! - [`handler`]: what runs per message: a program, an HTTP endpoint, or
+//!   your own [`handler::Handler`].
+//! - [`worker`]: the consume loop around a handler: sessions, deliveries,
+//!   reconnects, metrics.
+//! - [`ops`]: the operations behind the commands, returning typed reports;
+//!   they never print. The `dlqctl` binary (`src/bin/dlqctl`) parses
+//!   arguments, calls them and renders their reports.
+
+#![deny(missing_docs)]
 
 pub mod amqp;
 pub mod core;
