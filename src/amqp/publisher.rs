@@ -12,36 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-/// Why a copy did not make it.
-#[derive(Debug)]
-pub enum Refusal {
-    /// `basic.nack` from the broker (a full queue with reject-publish).
-    Nacked,
-    /// Returned as unroutable (`mandatory`).
-    Returned(String),
-    /// No confirm in time.
-    Timeout,
-    /// The channel failed (404 on a missing exchange, closed, ...).
-    Channel(String),
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::Nacked => {
-                f.write_str("the broker nacked the copy (is the target queue full?)")
-            }
-            Refusal::Returned(why) => {
-                write!(f, "the broker returned the copy as unroutable: {why}")
-            }
-            Refusal::Timeout => f.write_str("no publisher confirm in time"),
-            Refusal::Channel(e) => write!(f, "publishing channel error: {e}"),
-        }
-    }
-}
-
-/// The verdict on one copy.
-pub type Verdict = std::result::Result<(), Refusal>;
+use crate::core::confirm::{judge_batch, BatchOutcome, Confirm};
+pub use crate::core::confirm::{Refusal, Verdict};
 
 /// Confirm-mode publishing channels ("lanes"), each with many copies in
 /// flight and a collector task that owns their confirms.
@@ -297,51 +269,49 @@ async fn collect(
         while let Some(Some(d)) = confirms.next().now_or_never() {
             batch.push(d);
         }
-        let returned = batch.iter().find_map(|(_, r)| match r {
-            Ok(Confirmation::Ack(Some(m))) | Ok(Confirmation::Nack(Some(m))) => {
-                Some(format!("{} {}", m.reply_code, m.reply_text))
-            }
-            _ => None,
-        });
-        if let Some(why) = &returned {
+        let batch: Vec<(u64, Confirm)> = batch
+            .into_iter()
+            .map(|(id, r)| (id, confirm_of(r)))
+            .collect();
+        let retired_because = state
+            .retired
+            .load(Ordering::SeqCst)
+            .then(|| state.because());
+        let outcome = judge_batch(&batch, retired_because.as_deref());
+        if let BatchOutcome::Retire(Refusal::Returned(why)) = &outcome {
             state.retire(&format!("a copy was returned ({why})"));
         }
-        let retired = state.retired.load(Ordering::SeqCst);
         drop(gate);
-        if retired {
-            let because = state.because();
-            let why = match returned {
-                Some(r) => format!("{r}; returned on this channel, which is retired"),
-                None => format!("channel retired: {because}"),
-            };
-            for (_, reply) in replies.drain() {
-                let _ = reply.send(Err(if because.starts_with("a copy was returned") {
-                    Refusal::Returned(why.clone())
-                } else {
-                    Refusal::Channel(why.clone())
-                }));
-            }
-            break;
-        }
-        for (id, r) in batch {
-            let verdict = match r {
-                Ok(Confirmation::Ack(None)) => Ok(()),
-                Ok(Confirmation::Nack(None)) => Err(Refusal::Nacked),
-                Ok(Confirmation::NotRequested) => {
-                    Err(Refusal::Channel("publisher confirms are off".into()))
+        match outcome {
+            BatchOutcome::Retire(refusal) => {
+                for (_, reply) in replies.drain() {
+                    let _ = reply.send(Err(refusal.clone()));
                 }
-                // Not reached: a returned copy retires the lane above.
-                Ok(Confirmation::Ack(Some(m))) | Ok(Confirmation::Nack(Some(m))) => Err(
-                    Refusal::Returned(format!("{} {}", m.reply_code, m.reply_text)),
-                ),
-                Err(e) => Err(Refusal::Channel(describe_lapin_error(&e))),
-            };
-            if let Some(reply) = replies.remove(&id) {
-                let _ = reply.send(verdict);
+                break;
+            }
+            BatchOutcome::Answer(verdicts) => {
+                for (id, verdict) in verdicts {
+                    if let Some(reply) = replies.remove(&id) {
+                        let _ = reply.send(verdict);
+                    }
+                }
             }
         }
     }
     drop(confirms);
     let close = channel.close(200, "dlqctl publishing channel retired".into());
     let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+}
+
+/// A lapin confirm in the collector's terms.
+fn confirm_of(r: lapin::Result<Confirmation>) -> Confirm {
+    match r {
+        Ok(Confirmation::Ack(None)) => Confirm::Ack,
+        Ok(Confirmation::Nack(None)) => Confirm::Nack,
+        Ok(Confirmation::Ack(Some(m))) | Ok(Confirmation::Nack(Some(m))) => {
+            Confirm::Returned(format!("{} {}", m.reply_code, m.reply_text))
+        }
+        Ok(Confirmation::NotRequested) => Confirm::NotRequested,
+        Err(e) => Confirm::Failed(describe_lapin_error(&e)),
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod confirm;
 pub mod drift;
 pub mod duration;
 pub mod finding;

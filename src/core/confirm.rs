@@ -1,0 +1,163 @@
+//! The publisher's confirm collector, as a pure state machine: from a
+//! batch of publisher confirms to a verdict on each copy.
+//!
+//! lapin does not tie a `basic.return` to the publish it belongs to: it
+//! hands the oldest waiting return to the next confirm it completes. So a
+//! returned copy can read as a plain ack while another copy's confirm
+//! carries its return. What holds is that the broker sends a copy's return
+//! before its ack, and the confirm that takes that return resolves no later
+//! than the copy's own. So the collector judges a channel's confirms in
+//! batches (every confirm that is ready at once), and when any confirm of a
+//! batch carries a return, no verdict on that channel can be trusted: the
+//! channel is retired and every copy of the batch and every copy still in
+//! flight on it is refused (to be published again elsewhere; a duplicate
+//! is possible, a loss is not).
+
+/// One publisher confirm as the collector sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirm {
+    /// `basic.ack`, no return attached.
+    Ack,
+    /// `basic.nack`, no return attached (a full queue with reject-publish).
+    Nack,
+    /// A confirm (ack or nack) that carries a `basic.return`: reply code
+    /// and text.
+    Returned(String),
+    /// The channel was not in confirm mode.
+    NotRequested,
+    /// The confirm failed (channel closed, connection lost).
+    Failed(String),
+}
+
+/// Why a copy was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `basic.nack` from the broker (a full queue with reject-publish).
+    Nacked,
+    /// Returned as unroutable (`mandatory`).
+    Returned(String),
+    /// No confirm in time.
+    Timeout,
+    /// The channel failed (404 on a missing exchange, closed, retired, ...).
+    Channel(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Nacked => {
+                f.write_str("the broker nacked the copy (is the target queue full?)")
+            }
+            Refusal::Returned(why) => {
+                write!(f, "the broker returned the copy as unroutable: {why}")
+            }
+            Refusal::Timeout => f.write_str("no publisher confirm in time"),
+            Refusal::Channel(e) => write!(f, "publishing channel error: {e}"),
+        }
+    }
+}
+
+/// The verdict on one copy.
+pub type Verdict = Result<(), Refusal>;
+
+/// What the collector does after judging a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Answer each copy of the batch (by its number) and go on.
+    Answer(Vec<(u64, Verdict)>),
+    /// Refuse every copy of the batch and every copy in flight on the
+    /// channel with this refusal, and retire the channel.
+    Retire(Refusal),
+}
+
+/// Judges one batch of confirms of a channel.
+///
+/// `retired_because` is set when the channel was already retired (a
+/// publish timed out or failed on it): nothing on it can be trusted
+/// either. A return anywhere in the batch retires it now.
+pub fn judge_batch(batch: &[(u64, Confirm)], retired_because: Option<&str>) -> BatchOutcome {
+    let returned = batch.iter().find_map(|(_, c)| match c {
+        Confirm::Returned(why) => Some(why.as_str()),
+        _ => None,
+    });
+    if let Some(why) = returned {
+        return BatchOutcome::Retire(Refusal::Returned(format!(
+            "{why}; returned on this channel, which is retired"
+        )));
+    }
+    if let Some(because) = retired_because {
+        return BatchOutcome::Retire(Refusal::Channel(format!("channel retired: {because}")));
+    }
+    BatchOutcome::Answer(
+        batch
+            .iter()
+            .map(|(id, c)| {
+                let verdict = match c {
+                    Confirm::Ack => Ok(()),
+                    Confirm::Nack => Err(Refusal::Nacked),
+                    Confirm::NotRequested => {
+                        Err(Refusal::Channel("publisher confirms are off".into()))
+                    }
+                    Confirm::Failed(e) => Err(Refusal::Channel(e.clone())),
+                    // Not reached: a return retires the channel above.
+                    Confirm::Returned(why) => Err(Refusal::Returned(why.clone())),
+                };
+                (*id, verdict)
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clean_batch_answers_each_copy_by_its_confirm() {
+        let batch = [
+            (1, Confirm::Ack),
+            (2, Confirm::Nack),
+            (3, Confirm::Failed("channel closed".into())),
+            (4, Confirm::NotRequested),
+        ];
+        let BatchOutcome::Answer(v) = judge_batch(&batch, None) else {
+            panic!("retired a clean batch");
+        };
+        assert_eq!(v[0], (1, Ok(())));
+        assert_eq!(v[1], (2, Err(Refusal::Nacked)));
+        assert!(matches!(&v[2], (3, Err(Refusal::Channel(e))) if e == "channel closed"));
+        assert!(matches!(&v[3], (4, Err(Refusal::Channel(_)))));
+    }
+
+    #[test]
+    fn a_return_anywhere_refuses_the_whole_batch_even_the_acks() {
+        // The return rode on copy 2's confirm, but may belong to copy 1
+        // or 3: none of them may be answered as accepted.
+        let batch = [
+            (1, Confirm::Ack),
+            (2, Confirm::Returned("312 NO_ROUTE".into())),
+            (3, Confirm::Ack),
+        ];
+        match judge_batch(&batch, None) {
+            BatchOutcome::Retire(Refusal::Returned(why)) => assert!(why.contains("312 NO_ROUTE")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_retired_channel_answers_nothing_as_accepted() {
+        let batch = [(7, Confirm::Ack)];
+        match judge_batch(&batch, Some("a confirm timed out")) {
+            BatchOutcome::Retire(Refusal::Channel(why)) => {
+                assert!(why.contains("a confirm timed out"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // An empty batch on a retired channel (woken by the retire signal).
+        assert!(matches!(
+            judge_batch(&[], Some("a publish failed")),
+            BatchOutcome::Retire(_)
+        ));
+        assert_eq!(judge_batch(&[], None), BatchOutcome::Answer(vec![]));
+    }
+}
