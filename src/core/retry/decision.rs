@@ -55,14 +55,10 @@ impl std::fmt::Display for DeadLetterReason {
 /// - transient failure with `attempt ≥ max_attempts`: dead-letter
 ///   (`exhausted`);
 /// - transient failure otherwise: retry through tier
-///   `delays[min(attempt, len) − 1]`; with a retry-after T (rounded up to
-///   whole ms), through the smallest distinct tier d whose shortest jittered
-///   wait `d × (1 − jitter)` is at least max(T, that tier), else through the
-///   largest tier.
-///
-/// Note the rule's consequence: with jitter > 0, any retry-after moves the
-/// message at least one tier up, since no tier's jittered wait reaches its
-/// own delay.
+///   `delays[min(attempt, len) − 1]` (the row's delay); with a retry-after
+///   T (rounded up to whole ms), through the smallest distinct tier d at
+///   least the row's delay whose shortest jittered wait
+///   `floor(d × (1 − jitter))` is at least T, else through the largest tier.
 ///
 /// Defensive on input the topology validation already refuses: attempt 0
 /// counts as 1; an empty delay list dead-letters (`exhausted`); a jitter
