@@ -12,6 +12,25 @@ use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptio
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ExchangeKind};
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long one declaration, binding or channel opening may wait for the
+/// broker's answer: a broker that stops answering must not hold a one-shot
+/// command forever.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits for `fut` at most [`OP_TIMEOUT`]; past it, an error naming `what`.
+async fn answered<T>(what: &str, fut: impl std::future::Future<Output = T>) -> Result<T> {
+    tokio::time::timeout(OP_TIMEOUT, fut)
+        .await
+        .map_err(|_| Error::Broker {
+            context: format!("declaring {what}"),
+            message: format!(
+                "the broker did not answer within {}s (is it overloaded, or the network silent?)",
+                OP_TIMEOUT.as_secs()
+            ),
+        })
+}
 
 /// Channels reused between declarations; a channel the broker closed is
 /// simply not returned.
@@ -25,10 +44,8 @@ impl Pool<'_> {
         let reused = self.free.lock().ok().and_then(|mut v| v.pop());
         match reused {
             Some(c) if c.status().connected() => Ok(c),
-            _ => self
-                .conn
-                .create_channel()
-                .await
+            _ => answered("a channel", self.conn.create_channel())
+                .await?
                 .map_err(|e| Error::broker("cannot open a channel", &e)),
         }
     }
@@ -128,7 +145,7 @@ async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
     // Each round fixes one argument; a shape has few, so this bounds the loop.
     for _ in 0..64 {
         let ch = pool.take().await?;
-        let Err(e) = declare(&ch, t, &probe, false).await else {
+        let Err(e) = answered(t.name(), declare(&ch, t, &probe, false)).await? else {
             pool.give(ch);
             return Ok(out);
         };
@@ -162,7 +179,7 @@ async fn differences(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
 /// Declares one exchange or queue; on a 406, lists its differences.
 async fn apply(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
     let ch = pool.take().await?;
-    match declare(&ch, t, &t.shape(), false).await {
+    match answered(t.name(), declare(&ch, t, &t.shape(), false)).await? {
         Ok(()) => {
             pool.give(ch);
             Ok(vec![])
@@ -177,7 +194,7 @@ async fn apply(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
 /// Checks one exchange or queue without creating it.
 async fn inspect(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
     let ch = pool.take().await?;
-    match declare(&ch, t, &t.shape(), true).await {
+    match answered(t.name(), declare(&ch, t, &t.shape(), true)).await? {
         Ok(()) => {
             pool.give(ch);
             // It exists: an active declare with the wanted shape is a no-op
@@ -216,15 +233,17 @@ fn check_connection(pool: &Pool<'_>, e: &lapin::Error) -> Result<()> {
 
 async fn bind(pool: &Pool<'_>, b: &BindingSpec) -> Result<Vec<Finding>> {
     let ch = pool.take().await?;
-    let res = ch
-        .queue_bind(
+    let res = answered(
+        &binding_name(b),
+        ch.queue_bind(
             b.queue.as_str().into(),
             b.exchange.as_str().into(),
             b.routing_key.as_str().into(),
             QueueBindOptions::default(),
             field_table(&b.arguments),
-        )
-        .await;
+        ),
+    )
+    .await?;
     match res {
         Ok(()) => {
             pool.give(ch);
@@ -341,4 +360,21 @@ pub async fn inspect_plan(
     let result = run_all(tasks, parallelism).await;
     close_pool(&pool).await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_that_never_answers_is_an_error_after_the_timeout() {
+        let never = std::future::pending::<()>();
+        let e = answered("queue orders", never)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("declaring queue orders"), "{e}");
+        assert!(e.contains("did not answer within 30s"), "{e}");
+        assert_eq!(answered("x", async { 7 }).await.unwrap(), 7);
+    }
 }

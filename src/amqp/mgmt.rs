@@ -99,6 +99,14 @@ impl Management {
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(err(format!(
+                "HTTP {status}: the management API refused user `{}`; give credentials in \
+                 --management-url (http://USER:PASSWORD@HOST:15672) or use a user with the \
+                 `monitoring` tag",
+                self.user
+            )));
+        }
         if !status.is_success() {
             return Err(err(format!("HTTP {status}")));
         }
@@ -108,9 +116,16 @@ impl Management {
             .map_err(|e| err(without_url(&e)))
     }
 
-    /// Whether the API answers (an authenticated `GET /api/overview`).
-    pub async fn available(&self) -> bool {
-        matches!(self.get(&["overview"]).await, Ok(Some(_)))
+    /// Whether the API answers an authenticated `GET /api/overview`, and
+    /// if not, why (unreachable, refused credentials, ...).
+    pub async fn probe(&self) -> Result<()> {
+        match self.get(&["overview"]).await? {
+            Some(_) => Ok(()),
+            None => Err(Error::Management {
+                url: self.url(&["overview"]).to_string(),
+                message: "HTTP 404: is this the management API's base URL?".into(),
+            }),
+        }
     }
 
     /// Bindings from an exchange to a queue.

@@ -66,18 +66,21 @@ pub async fn check(
     report.absorb(inspect_plan(conn, plan, parallelism).await?);
 
     let api = match mgmt {
-        Some(m) if m.available().await => Some(m),
-        _ => None,
+        Some(m) => m.probe().await.map(|()| m).map_err(|e| e.to_string()),
+        None => Err("no management API was given".to_string()),
     };
     for b in &plan.bindings {
         let name = binding_name(b);
-        let Some(m) = api else {
-            report.findings.push(Finding::Unverified {
-                object: ObjectKind::Binding,
-                name,
-                reason: "the management API does not answer (AMQP cannot check a binding without creating it)".into(),
-            });
-            continue;
+        let m = match &api {
+            Ok(m) => m,
+            Err(why) => {
+                report.findings.push(Finding::Unverified {
+                    object: ObjectKind::Binding,
+                    name,
+                    reason: format!("{why} (AMQP cannot check a binding without creating it)"),
+                });
+                continue;
+            }
         };
         match m.bindings(vhost, &b.exchange, &b.queue).await {
             Ok(list) => {

@@ -398,6 +398,42 @@ async fn an_exchange_of_another_type_is_reported() {
 }
 
 #[tokio::test]
+async fn check_with_refused_management_credentials_says_so_and_does_not_claim_a_match() {
+    let _b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let mut url = reqwest::Url::parse(&management_url()).unwrap();
+    url.set_username("guest").unwrap();
+    url.set_password(Some("not-the-password")).unwrap();
+    let run = provision(&file, &["--check", "--management-url", url.as_str()]).await;
+    run.assert_code(0);
+    assert!(run.stdout.contains("401"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("refused user `guest`"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("does not answer"), "{}", run.stdout);
+    assert!(
+        !run.stdout.contains("matches the topology"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("could not be verified"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.output().contains("not-the-password"),
+        "{}",
+        run.output()
+    );
+}
+
+#[tokio::test]
 async fn check_without_the_management_api_leaves_bindings_unverified() {
     let b = Broker::connect().await;
     let c = Cleanup::new();
