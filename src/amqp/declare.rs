@@ -39,7 +39,14 @@ struct Pool<'c> {
     free: Mutex<Vec<Channel>>,
 }
 
-impl Pool<'_> {
+impl<'c> Pool<'c> {
+    fn new(conn: &'c Connection) -> Self {
+        Pool {
+            conn,
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
     async fn take(&self) -> Result<Channel> {
         let reused = self.free.lock().ok().and_then(|mut v| v.pop());
         match reused {
@@ -312,10 +319,7 @@ pub async fn declare_plan(
     plan: &Plan,
     parallelism: usize,
 ) -> Result<(usize, Vec<Finding>)> {
-    let pool = Pool {
-        conn,
-        free: Mutex::new(Vec::new()),
-    };
+    let pool = Pool::new(conn);
     let p = &pool;
     let mut ok = 0;
     let mut findings = Vec::new();
@@ -349,10 +353,7 @@ pub async fn inspect_plan(
     plan: &Plan,
     parallelism: usize,
 ) -> Result<(usize, Vec<Finding>)> {
-    let pool = Pool {
-        conn,
-        free: Mutex::new(Vec::new()),
-    };
+    let pool = Pool::new(conn);
     let p = &pool;
     let mut items: Vec<Target<'_>> = plan.exchanges.iter().map(Target::Exchange).collect();
     items.extend(plan.queues.iter().map(Target::Queue));

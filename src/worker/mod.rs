@@ -49,6 +49,20 @@ pub enum DeadLetterMode {
     Nack,
 }
 
+impl DeadLetterMode {
+    /// The names the command line takes, in order.
+    pub const NAMES: [&'static str; 2] = ["republish", "nack"];
+
+    /// The mode of a command-line name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "republish" => Some(DeadLetterMode::Republish),
+            "nack" => Some(DeadLetterMode::Nack),
+            _ => None,
+        }
+    }
+}
+
 /// Settings of a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {

@@ -69,15 +69,6 @@ pub struct ProvisionArgs {
     pub connection: Connection,
 }
 
-/// How a dead-letter is done.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum DeadLetterMode {
-    /// Publish a copy with the final diagnosis to the DLX, then ack.
-    Republish,
-    /// `basic.nack(requeue=false)`: the broker's DLX moves it (no final error).
-    Nack,
-}
-
 /// `dlqctl work`.
 #[derive(Debug, Args)]
 pub struct WorkArgs {
@@ -96,8 +87,11 @@ pub struct WorkArgs {
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
-    #[arg(long, value_enum, default_value_t = DeadLetterMode::Republish)]
-    pub dead_letter: DeadLetterMode,
+    /// `republish`: a copy with the final diagnosis to the DLX, then ack;
+    /// `nack`: basic.nack(requeue=false), the broker's DLX moves it (no
+    /// final error recorded).
+    #[arg(long, default_value = "republish", value_parser = dead_letter_mode)]
+    pub dead_letter: dlqctl::worker::DeadLetterMode,
     /// At shutdown, how long in-flight handlers may take before their
     /// messages are left to return to the queue.
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
@@ -113,4 +107,13 @@ pub struct WorkArgs {
     /// The handler program and its arguments (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
+    dlqctl::worker::DeadLetterMode::from_name(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not a dead-letter mode; use one of: {}",
+            dlqctl::worker::DeadLetterMode::NAMES.join(", ")
+        )
+    })
 }

@@ -56,16 +56,6 @@ pub const DEAD_LETTERED_AT_HEADER: &str = "dlqctl-dead-lettered-at";
 /// The queue the message was dead-lettered from.
 pub const SOURCE_QUEUE_HEADER: &str = "dlqctl-source-queue";
 
-/// The headers every copy (re)writes.
-pub(crate) const COPY_HEADERS: [&str; 6] = [
-    ATTEMPT_HEADER,
-    FIRST_FAILED_AT_HEADER,
-    LAST_ERROR_HEADER,
-    ERRORS_HEADER,
-    ORIGINAL_EXCHANGE_HEADER,
-    ORIGINAL_ROUTING_KEY_HEADER,
-];
-
 /// Every header a copy (re)writes: a retry copy the first six, a
 /// dead-letter copy all. The bound [`MAX_ADDED_HEADERS_BYTES`] covers these.
 pub const WRITTEN_HEADERS: [&str; 9] = [
@@ -79,6 +69,9 @@ pub const WRITTEN_HEADERS: [&str; 9] = [
     DEAD_LETTERED_AT_HEADER,
     SOURCE_QUEUE_HEADER,
 ];
+
+/// The headers every copy (re)writes: the first six of [`WRITTEN_HEADERS`].
+pub(crate) const COPY_HEADERS: &[&str] = WRITTEN_HEADERS.split_at(6).0;
 
 /// Longest `dlqctl-last-error`, in bytes.
 pub const MAX_LAST_ERROR_BYTES: usize = 1024;

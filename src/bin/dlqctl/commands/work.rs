@@ -1,7 +1,7 @@
 //! `dlqctl work`: wires the CLI to the library's [`Worker`].
 
 use super::load;
-use crate::cli::{DeadLetterMode, WorkArgs};
+use crate::cli::WorkArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
 use dlqctl::amqp::connection::BrokerUrl;
@@ -29,7 +29,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         ))
         .into());
     };
-    if a.dead_letter == DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
+    if a.dead_letter == worker::DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
         return Err(Error::Usage(format!(
             "--dead-letter nack on classic pipeline `{}`: classic dead-lettering is at-most-once, \
              so a missing or full DLQ would silently drop the message; use the default \
@@ -43,10 +43,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.prefetch = a.prefetch;
     cfg.concurrency = a.concurrency as usize;
     cfg.grace = a.grace;
-    cfg.dead_letter = match a.dead_letter {
-        DeadLetterMode::Republish => worker::DeadLetterMode::Republish,
-        DeadLetterMode::Nack => worker::DeadLetterMode::Nack,
-    };
+    cfg.dead_letter = a.dead_letter;
     match (&a.http, a.command.split_first()) {
         (Some(url), _) => {
             let h = HttpHandler::new(url, a.handler_timeout)
