@@ -70,7 +70,12 @@ pub struct WorkerConfig {
     pub pipeline: Pipeline,
     /// The broker.
     pub url: BrokerUrl,
-    /// Unacked deliveries the broker may push ahead of the handlers.
+    /// Unacked deliveries the broker may push to this worker. Keep it at
+    /// `concurrency` unless handlers are very short: a delivery beyond the
+    /// concurrency waits unstarted, and every reconnect or shutdown returns
+    /// it to the queue, which on a quorum queue counts toward
+    /// `x-delivery-limit` (so a flapping connection could dead-letter
+    /// messages no handler saw).
     pub prefetch: u16,
     /// Handler runs at once.
     pub concurrency: usize,
@@ -91,13 +96,13 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// Defaults for a pipeline: prefetch 50, one handler at a time,
+    /// Defaults for a pipeline: one handler at a time with prefetch 1,
     /// republish dead-letters, 30 s grace.
     pub fn new(pipeline: Pipeline, url: BrokerUrl) -> Self {
         WorkerConfig {
             pipeline,
             url,
-            prefetch: 50,
+            prefetch: 1,
             concurrency: 1,
             dead_letter: DeadLetterMode::Republish,
             grace: Duration::from_secs(30),

@@ -1240,3 +1240,39 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     assert_eq!(ids.len(), N);
     assert_empty(&f.broker, &f.main_and_retry_queues()).await;
 }
+
+/// Without `--prefetch`, the broker pushes only as many deliveries as the
+/// worker has handlers (`--concurrency`): the rest stay ready in the queue,
+/// where a reconnect cannot count them toward `x-delivery-limit`.
+#[tokio::test]
+async fn default_prefetch_follows_the_concurrency() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "sleep 23\nexit 0");
+    for n in 0..10 {
+        publish(
+            &f.broker,
+            "",
+            &f.pipe.name,
+            b"x",
+            with_id(&format!("m-{n}")),
+        )
+        .await;
+    }
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--concurrency", "2", "--grace", "1s"],
+    );
+    let consuming = w.wait_event("consuming", 1, SECS_20).await;
+    assert_eq!(consuming[0]["prefetch"], 2, "{}", w.output());
+    script.wait_calls(2, SECS_20).await;
+    // Two deliveries in the handlers, eight still ready in the queue.
+    f.broker.wait_for_count(&f.pipe.name, 8, SECS_20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(8));
+    assert_eq!(script.calls().len(), 2);
+    w.sigterm();
+    assert!(w.wait_exit(SECS_20).await.is_some(), "{}", w.output());
+}

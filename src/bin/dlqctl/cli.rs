@@ -77,9 +77,12 @@ pub struct WorkArgs {
     /// The pipeline (its main queue's name).
     #[arg(long)]
     pub queue: String,
-    /// Unacked messages the broker may push ahead of the handlers.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..))]
-    pub prefetch: u16,
+    /// Unacked deliveries the broker may push to this worker [default: the
+    /// concurrency]. More than the concurrency leaves deliveries waiting
+    /// unstarted; every reconnect or shutdown returns them, and on a quorum
+    /// queue each return counts toward `x-delivery-limit`.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub prefetch: Option<u16>,
     /// Handler runs at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub concurrency: u16,

@@ -40,8 +40,8 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     }
     let url = BrokerUrl::parse(&a.connection.url)?;
     let mut cfg = WorkerConfig::new(pipeline, url);
-    cfg.prefetch = a.prefetch;
     cfg.concurrency = a.concurrency as usize;
+    cfg.prefetch = a.prefetch.unwrap_or(a.concurrency);
     cfg.grace = a.grace;
     cfg.dead_letter = a.dead_letter;
     match (&a.http, a.command.split_first()) {
