@@ -1,7 +1,6 @@
 //! Durations as the topology file and the command line write them:
 //! `500ms`, `30s`, `10m`, `2h`, `14d`.
 
-use std::fmt;
 
 /// Largest duration dlqctl accepts anywhere: the broker bound on
 /// `x-message-ttl` and per-message `expiration` (2^32 − 1 ms).
@@ -67,23 +66,6 @@ pub fn tier_name(millis: u64) -> String {
         }
     }
     unreachable!("the ms unit divides every integer")
-}
-
-/// A duration in milliseconds that displays itself as a tier name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Millis(pub u64);
-
-impl fmt::Display for Millis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&tier_name(self.0))
-    }
-}
-
-impl Millis {
-    /// As a `std::time::Duration`.
-    pub fn as_duration(self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.0)
-    }
 }
 
 /// A clap `value_parser` for durations given on the command line.
