@@ -363,6 +363,32 @@ pub async fn inspect_plan(
     result
 }
 
+/// A queue's ready messages, fresh from a passive declare (the management
+/// API's counts lag by seconds); `None` when the queue is gone or the
+/// broker did not answer.
+pub async fn ready_messages(conn: &Connection, queue: &str) -> Option<u32> {
+    let ch = answered("a channel", conn.create_channel())
+        .await
+        .ok()?
+        .ok()?;
+    let ok = answered(
+        &format!("queue {queue}"),
+        ch.queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let _ = answered("a channel close", ch.close(200, "done".into())).await;
+    Some(ok.message_count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! A small client of RabbitMQ's management HTTP API, for what AMQP cannot
 //! tell: bindings, and the messages a quorum queue holds for its DLX.
 
+use crate::core::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
 use std::time::Duration;
@@ -150,6 +151,61 @@ impl Management {
     /// A queue's description (`arguments`, `messages`, `messages_dlx`, ...).
     pub async fn queue(&self, vhost: &str, name: &str) -> Result<Option<serde_json::Value>> {
         self.get(&["queues", vhost, name]).await
+    }
+
+    /// Every queue of the vhost, with its depth where the statistics have
+    /// it.
+    pub async fn list_queues(&self, vhost: &str) -> Result<Vec<ListedQueue>> {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            name: String,
+            messages: Option<u64>,
+            messages_unacknowledged: Option<u64>,
+        }
+        let rows: Vec<Row> = self.list(&["queues", vhost]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ListedQueue {
+                name: r.name,
+                messages: r.messages,
+                unacked: r.messages_unacknowledged,
+            })
+            .collect())
+    }
+
+    /// Every binding of the vhost.
+    pub async fn list_bindings(&self, vhost: &str) -> Result<Vec<ListedBinding>> {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            source: String,
+            destination: String,
+            destination_type: String,
+            routing_key: String,
+            #[serde(default)]
+            arguments: serde_json::Map<String, serde_json::Value>,
+        }
+        let rows: Vec<Row> = self.list(&["bindings", vhost]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ListedBinding {
+                source: r.source,
+                destination: r.destination,
+                to_queue: r.destination_type == "queue",
+                routing_key: r.routing_key,
+                arguments: r.arguments,
+            })
+            .collect())
+    }
+
+    /// A JSON list; a 404 (no such vhost) is an empty list.
+    async fn list<T: serde::de::DeserializeOwned>(&self, segments: &[&str]) -> Result<Vec<T>> {
+        match self.get(segments).await? {
+            None => Ok(vec![]),
+            Some(v) => serde_json::from_value(v).map_err(|e| Error::Management {
+                url: self.url(segments).to_string(),
+                message: format!("unexpected answer: {e}"),
+            }),
+        }
     }
 }
 

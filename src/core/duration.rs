@@ -1,7 +1,6 @@
 //! Durations as the topology file and the command line write them:
 //! `500ms`, `30s`, `10m`, `2h`, `14d`.
 
-
 /// Largest duration dlqctl accepts anywhere: the broker bound on
 /// `x-message-ttl` and per-message `expiration` (2^32 − 1 ms).
 pub const MAX_MILLIS: u64 = 4_294_967_295;

@@ -58,6 +58,18 @@ pub enum Finding {
         /// Why.
         reason: String,
     },
+    /// An object with dlqctl's generated names for a pipeline of the file
+    /// that the file no longer describes (`--check` only; see
+    /// [`crate::core::stale`]). `provision` never deletes it.
+    NotInTopology {
+        /// Object kind.
+        object: ObjectKind,
+        /// Object name (a binding: `exchange -> queue [key]`).
+        name: String,
+        /// Messages it holds (queues, when the broker said).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        messages: Option<u64>,
+    },
     /// The broker refused the operation for another reason (permissions...).
     Failed {
         /// Object kind.
@@ -101,6 +113,19 @@ impl std::fmt::Display for Finding {
                 name,
                 reason,
             } => write!(f, "unverified {} {name}: {reason}", object.as_str()),
+            Finding::NotInTopology {
+                object,
+                name,
+                messages,
+            } => {
+                write!(f, "not in the topology: {} {name}", object.as_str())?;
+                match messages {
+                    Some(1) => write!(f, " (1 message)"),
+                    Some(n) => write!(f, " ({n} messages)"),
+                    None if *object == ObjectKind::Queue => write!(f, " (depth unknown)"),
+                    None => Ok(()),
+                }
+            }
             Finding::Failed {
                 object,
                 name,

@@ -2,11 +2,11 @@
 //! anything. Every difference of every object is listed, although the
 //! broker names only one per refusal (rabbitmq-facts.md, "Declaring").
 
-use crate::amqp::declare::{declare_plan, inspect_plan};
+use crate::amqp::declare::{declare_plan, inspect_plan, ready_messages};
 use crate::amqp::mgmt::Management;
 use crate::core::finding::{binding_name, Finding, ObjectKind};
+use crate::core::stale::{args_match, stale_objects};
 use crate::core::topology::plan::Plan;
-use crate::core::topology::{ArgValue, Arguments};
 use crate::error::Result;
 use lapin::Connection;
 use std::time::{Duration, Instant};
@@ -103,20 +103,51 @@ pub async fn check(
             }),
         }
     }
+    report.findings.extend(match &api {
+        Ok(m) => stale(conn, m, plan, vhost).await,
+        Err(why) => vec![Finding::Unverified {
+            object: ObjectKind::Queue,
+            name: "(objects the topology no longer describes)".into(),
+            reason: format!("{why} (AMQP cannot list queues)"),
+        }],
+    });
     report.elapsed = start.elapsed();
     Ok(report)
 }
 
-fn args_match(api: &serde_json::Map<String, serde_json::Value>, wanted: &Arguments) -> bool {
-    if api.len() != wanted.len() {
-        return false;
-    }
-    wanted.iter().all(|(k, v)| {
-        let Some(a) = api.get(k) else { return false };
-        match v {
-            ArgValue::Int(i) => a.as_i64() == Some(*i),
-            ArgValue::Str(s) => a.as_str() == Some(s.as_str()),
-            ArgValue::Bool(b) => a.as_bool() == Some(*b),
+/// Objects with dlqctl's names that the plan no longer describes, listed
+/// through the management API; a queue's depth is its ready messages, read
+/// fresh over AMQP, plus the unacked ones the API counted.
+async fn stale(conn: &Connection, m: &Management, plan: &Plan, vhost: &str) -> Vec<Finding> {
+    let listing = async {
+        Ok::<_, crate::error::Error>((m.list_queues(vhost).await?, m.list_bindings(vhost).await?))
+    };
+    match listing.await {
+        Ok((queues, bindings)) => {
+            let mut found = stale_objects(plan, &queues, &bindings);
+            for f in &mut found {
+                if let Finding::NotInTopology {
+                    object: ObjectKind::Queue,
+                    name,
+                    messages,
+                } = f
+                {
+                    if let Some(ready) = ready_messages(conn, name).await {
+                        let unacked = queues
+                            .iter()
+                            .find(|q| &q.name == name)
+                            .and_then(|q| q.unacked)
+                            .unwrap_or(0);
+                        *messages = Some(u64::from(ready) + unacked);
+                    }
+                }
+            }
+            found
         }
-    })
+        Err(e) => vec![Finding::Unverified {
+            object: ObjectKind::Queue,
+            name: "(objects the topology no longer describes)".into(),
+            reason: e.to_string(),
+        }],
+    }
 }

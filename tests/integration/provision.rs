@@ -757,3 +757,59 @@ async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
     assert!(!run.output().contains("wrongpw123"), "{}", run.output());
     assert!(run.stdout.is_empty(), "{}", run.stdout);
 }
+
+/// A tier removed from the file and a producer binding dropped from it
+/// stay on the broker (provision never deletes): `--check` lists them as
+/// not in the topology and exits 3, and touches nothing.
+#[tokio::test]
+async fn check_lists_objects_the_file_no_longer_describes() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+
+    let smaller = topology(&c.prefix)
+        .replace("delays: [200ms, 1s]", "delays: [200ms]")
+        .replace(
+            r#"bindings: ["order.created", "order.#"]"#,
+            r#"bindings: ["order.#"]"#,
+        );
+    let file = dir.write("t.yaml", &smaller);
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    let old_tier = c.name("orders.retry.1s");
+    for line in [
+        format!("not in the topology: queue {old_tier} ("),
+        format!(
+            "not in the topology: binding {} -> {old_tier} [1s]",
+            c.name("orders.retry")
+        ),
+        format!(
+            "not in the topology: binding {} -> {} [order.created]",
+            c.name("orders-in"),
+            c.name("orders")
+        ),
+    ] {
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    assert_eq!(
+        run.stdout.matches("not in the topology:").count(),
+        3,
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("never deletes"), "{}", run.stdout);
+    // Nothing was deleted, and the JSON report names the same objects.
+    assert!(b.mgmt.queue(&old_tier).await.is_some());
+    let run = provision(&file, &["--check", "--json"]).await;
+    run.assert_code(3);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("one JSON document");
+    let stale: Vec<&Value> = doc["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["finding"] == "not_in_topology")
+        .collect();
+    assert_eq!(stale.len(), 3, "{doc:#}");
+}

@@ -96,8 +96,22 @@ pub fn check_text(file: &str, report: &Report) -> String {
             report.elapsed.as_secs_f64()
         )
     };
-    format!("{headline}\n{}", findings_text(&report.findings))
+    let mut out = format!("{headline}\n{}", findings_text(&report.findings));
+    if report
+        .findings
+        .iter()
+        .any(|f| matches!(f, Finding::NotInTopology { .. }))
+    {
+        out += RETIRE_HINT;
+        out.push('\n');
+    }
+    out
 }
+
+/// The hint printed after objects the topology no longer describes.
+pub const RETIRE_HINT: &str =
+    "hint: dlqctl never deletes anything. Once a queue that is not in the topology is empty \
+and nothing routes to it, retire it (README, \"Retiring old objects\"); a binding, unbind it.";
 
 /// What `provision` says when existing objects differ from the file.
 pub fn drift_text(file: &str, report: &Report) -> String {
