@@ -363,15 +363,24 @@ pub async fn inspect_plan(
     result
 }
 
-/// A queue's ready messages, fresh from a passive declare (the management
-/// API's counts lag by seconds); `None` when the queue is gone or the
-/// broker did not answer.
-pub async fn ready_messages(conn: &Connection, queue: &str) -> Option<u32> {
+/// What a passive declare tells of a queue: ready messages and consumers,
+/// fresh (the management API's counts lag by seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Ready messages (not unacked ones, nor a quorum queue's `messages_dlx`).
+    pub ready: u32,
+    /// Consumers.
+    pub consumers: u32,
+}
+
+/// A passive declare of a queue on a channel of its own: `Ok(None)` when
+/// the queue does not exist (404), an error when the broker refuses
+/// otherwise or does not answer.
+pub async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<QueueCounts>> {
     let ch = answered("a channel", conn.create_channel())
-        .await
-        .ok()?
-        .ok()?;
-    let ok = answered(
+        .await?
+        .map_err(|e| Error::broker("cannot open a channel", &e))?;
+    let res = answered(
         &format!("queue {queue}"),
         ch.queue_declare(
             queue.into(),
@@ -382,11 +391,60 @@ pub async fn ready_messages(conn: &Connection, queue: &str) -> Option<u32> {
             FieldTable::default(),
         ),
     )
-    .await
-    .ok()?
-    .ok()?;
-    let _ = answered("a channel close", ch.close(200, "done".into())).await;
-    Some(ok.message_count())
+    .await?;
+    match res {
+        Ok(ok) => {
+            let _ = answered("a channel close", ch.close(200, "done".into())).await;
+            Ok(Some(QueueCounts {
+                ready: ok.message_count(),
+                consumers: ok.consumer_count(),
+            }))
+        }
+        Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(None),
+        Err(e) => Err(Error::broker(&format!("cannot look at queue {queue}"), &e)),
+    }
+}
+
+/// A passive declare of an exchange on a channel of its own: whether it
+/// exists.
+pub async fn passive_exchange(conn: &Connection, exchange: &str) -> Result<bool> {
+    let ch = answered("a channel", conn.create_channel())
+        .await?
+        .map_err(|e| Error::broker("cannot open a channel", &e))?;
+    let res = answered(
+        &format!("exchange {exchange}"),
+        ch.exchange_declare(
+            exchange.into(),
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    match res {
+        Ok(()) => {
+            let _ = answered("a channel close", ch.close(200, "done".into())).await;
+            Ok(true)
+        }
+        Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(false),
+        Err(e) => Err(Error::broker(
+            &format!("cannot look at exchange {exchange}"),
+            &e,
+        )),
+    }
+}
+
+/// A queue's ready messages, fresh from a passive declare; `None` when the
+/// queue is gone or the broker did not answer.
+pub async fn ready_messages(conn: &Connection, queue: &str) -> Option<u32> {
+    passive_queue(conn, queue)
+        .await
+        .ok()
+        .flatten()
+        .map(|c| c.ready)
 }
 
 #[cfg(test)]

@@ -84,7 +84,10 @@ impl Management {
 
     /// GET a JSON document; `Ok(None)` on 404.
     pub async fn get(&self, segments: &[&str]) -> Result<Option<serde_json::Value>> {
-        let url = self.url(segments);
+        self.get_url(self.url(segments)).await
+    }
+
+    async fn get_url(&self, url: Url) -> Result<Option<serde_json::Value>> {
         let err = |message: String| Error::Management {
             url: url.to_string(),
             message,
@@ -161,14 +164,27 @@ impl Management {
             name: String,
             messages: Option<u64>,
             messages_unacknowledged: Option<u64>,
+            messages_dlx: Option<u64>,
         }
-        let rows: Vec<Row> = self.list(&["queues", vhost]).await?;
+        let mut url = self.url(&["queues", vhost]);
+        url.query_pairs_mut().append_pair(
+            "columns",
+            "name,messages,messages_unacknowledged,messages_dlx",
+        );
+        let rows: Vec<Row> = match self.get_url(url.clone()).await? {
+            None => vec![],
+            Some(v) => serde_json::from_value(v).map_err(|e| Error::Management {
+                url: url.to_string(),
+                message: format!("unexpected answer: {e}"),
+            })?,
+        };
         Ok(rows
             .into_iter()
             .map(|r| ListedQueue {
                 name: r.name,
                 messages: r.messages,
                 unacked: r.messages_unacknowledged,
+                messages_dlx: r.messages_dlx,
             })
             .collect())
     }

@@ -30,6 +30,8 @@ pub struct ListedQueue {
     pub messages: Option<u64>,
     /// Unacked messages, when the broker said.
     pub unacked: Option<u64>,
+    /// Messages a quorum queue holds for its refused dead-letter target.
+    pub messages_dlx: Option<u64>,
 }
 
 /// A binding as the broker lists it (the management API's
@@ -153,6 +155,7 @@ mod tests {
             name: name.into(),
             messages,
             unacked: None,
+            messages_dlx: None,
         }
     }
 

@@ -1,4 +1,6 @@
 //! The operations behind the commands, as library code that returns typed
-//! reports and never prints: provisioning and checking a topology.
+//! reports and never prints: provisioning and checking a topology, and the
+//! status of its queues.
 
 pub mod provision;
+pub mod status;

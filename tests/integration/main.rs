@@ -6,6 +6,7 @@ mod cli_io;
 mod helpers;
 mod provision;
 mod secrets;
+mod status;
 mod worker;
 mod worker_chaos;
 mod worker_support;

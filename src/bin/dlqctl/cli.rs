@@ -43,6 +43,28 @@ pub enum Command {
     Provision(ProvisionArgs),
     /// Consume a pipeline's main queue and run a handler per message.
     Work(Box<WorkArgs>),
+    /// Depth and consumers of every queue; exit 3 on a missing object or
+    /// a DLQ over --max-dlq.
+    Status(StatusArgs),
+}
+
+/// `dlqctl status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 3 when any DLQ holds more than N messages (ready + unacked).
+    #[arg(long, value_name = "N")]
+    pub max_dlq: Option<u64>,
+    /// Management API for unacked counts and `messages_dlx` [default: the
+    /// AMQP host, port 15672].
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL")]
+    pub management_url: Option<String>,
+    #[command(flatten)]
+    pub connection: Connection,
 }
 
 /// `dlqctl provision`.

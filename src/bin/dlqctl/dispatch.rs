@@ -11,5 +11,6 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Validate { file } => commands::validate::validate(file),
         Command::Provision(a) => commands::provision::provision(a).await,
         Command::Work(a) => commands::work::run(a).await,
+        Command::Status(a) => commands::status::status(a).await,
     }
 }

@@ -2,6 +2,7 @@
 //! own; it calls the library and hands the report to `output`.
 
 pub mod provision;
+pub mod status;
 pub mod validate;
 pub mod work;
 

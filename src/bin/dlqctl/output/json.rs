@@ -2,6 +2,7 @@
 
 use dlqctl::core::topology::plan::Plan;
 use dlqctl::ops::provision::Report;
+use dlqctl::ops::status::{OverThreshold, StatusReport};
 
 /// The plan as JSON.
 pub fn plan_json(plan: &Plan) -> String {
@@ -15,6 +16,33 @@ pub fn report_json(report: &Report, status: &str) -> String {
         "ok": report.ok,
         "elapsed_ms": report.elapsed.as_millis() as u64,
         "findings": report.findings,
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}
+
+/// `status --json`: the report, what is missing and what is over the
+/// threshold; `status` is `ok`, `missing` or `over_threshold`.
+pub fn status_json(
+    report: &StatusReport,
+    missing: &[String],
+    max_dlq: Option<u64>,
+    over: &[OverThreshold],
+) -> String {
+    let status = if !missing.is_empty() {
+        "missing"
+    } else if !over.is_empty() {
+        "over_threshold"
+    } else {
+        "ok"
+    };
+    let v = serde_json::json!({
+        "status": status,
+        "missing": missing,
+        "max_dlq": max_dlq,
+        "over_threshold": over,
+        "pipelines": report.pipelines,
+        "missing_exchanges": report.missing_exchanges,
+        "management_unavailable": report.management_unavailable,
     });
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }

@@ -4,6 +4,7 @@ use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
 use dlqctl::ops::provision::Report;
+use dlqctl::ops::status::{OverThreshold, QueueStatus, StatusReport};
 
 fn role(r: Role) -> &'static str {
     match r {
@@ -120,4 +121,98 @@ pub fn drift_text(file: &str, report: &Report) -> String {
         report.ok,
         findings_text(&report.findings)
     )
+}
+
+/// `status` as a table: a row per queue, then what is missing, what is
+/// over the threshold and what is unknown.
+pub fn status_text(
+    report: &StatusReport,
+    missing: &[String],
+    max_dlq: Option<u64>,
+    over: &[OverThreshold],
+) -> String {
+    let num = |q: &QueueStatus, v: Option<u64>| match (q.exists, v) {
+        (false, _) => "-".to_string(),
+        (true, Some(n)) => n.to_string(),
+        (true, None) => "unknown".to_string(),
+    };
+    let mut rows: Vec<[String; 7]> = vec![[
+        "PIPELINE".into(),
+        "QUEUE".into(),
+        "ROLE".into(),
+        "READY".into(),
+        "UNACKED".into(),
+        "CONSUMERS".into(),
+        "HELD-FOR-DLX".into(),
+    ]];
+    for p in &report.pipelines {
+        let mut row = |pipeline: &str, role: String, q: &QueueStatus| {
+            rows.push([
+                pipeline.to_string(),
+                q.name.clone(),
+                role,
+                if q.exists {
+                    num(q, q.ready)
+                } else {
+                    "MISSING".into()
+                },
+                num(q, q.unacked),
+                num(q, q.consumers),
+                if q.quorum {
+                    num(q, q.messages_dlx)
+                } else {
+                    "-".into()
+                },
+            ]);
+        };
+        row(&p.name, "main".into(), &p.main);
+        for t in &p.tiers {
+            row("", format!("retry {}", t.tier), &t.queue);
+        }
+        row("", "dlq".into(), &p.dlq);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i >= 3 {
+                line += &" ".repeat(pad);
+                line += cell;
+            } else {
+                line += cell;
+                line += &" ".repeat(pad);
+            }
+            line += "  ";
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    for e in &report.missing_exchanges {
+        out += &format!("MISSING exchange {e}\n");
+    }
+    if let Some(why) = &report.management_unavailable {
+        out += &format!(
+            "unacked and held-for-DLX counts are unknown (the management API: {why}); \
+             --max-dlq counts ready messages only\n"
+        );
+    }
+    if !missing.is_empty() {
+        out += &format!(
+            "{} object(s) missing: run `dlqctl provision` on the file (see `provision --check`)\n",
+            missing.len()
+        );
+    }
+    if let Some(n) = max_dlq {
+        for o in over {
+            out += &format!(
+                "over --max-dlq {n}: {} holds {} message(s) (ready + unacked)\n",
+                o.queue, o.messages
+            );
+        }
+    }
+    out
 }

@@ -1,0 +1,44 @@
+//! `dlqctl status`.
+
+use super::load;
+use crate::cli::StatusArgs;
+use crate::exit::Outcome;
+use crate::output;
+use anyhow::Result;
+use dlqctl::amqp::connection::BrokerUrl;
+use dlqctl::amqp::mgmt::Management;
+use dlqctl::core::topology::plan;
+
+/// Reads every queue of the file; exit 3 on a missing object or a DLQ over
+/// `--max-dlq`.
+pub async fn status(a: &StatusArgs) -> Result<Outcome> {
+    let t = load(&a.file)?;
+    let p = plan(&t);
+    let url = BrokerUrl::parse(&a.connection.url)?;
+    let mgmt_url = a
+        .management_url
+        .clone()
+        .unwrap_or_else(|| url.default_management_url());
+    let mgmt = Management::new(&mgmt_url, url.user(), url.password())?;
+    let conn = url.connect("dlqctl status").await?;
+    let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
+    dlqctl::amqp::connection::close(&conn).await;
+    let report = result?;
+    let missing = report.missing();
+    let over = a.max_dlq.map(|n| report.dlqs_over(n)).unwrap_or_default();
+    let outcome = if missing.is_empty() && over.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Difference
+    };
+    if a.json {
+        output::stdout_line(&output::json::status_json(
+            &report, &missing, a.max_dlq, &over,
+        ))?;
+    } else {
+        output::stdout(&output::text::status_text(
+            &report, &missing, a.max_dlq, &over,
+        ))?;
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,308 @@
+//! `dlqctl status`: every pipeline's queues with their depths and
+//! consumers, fresh from AMQP, plus what only the management API knows
+//! (unacked messages, a quorum queue's `messages_dlx`).
+
+use crate::amqp::declare::{passive_exchange, passive_queue};
+use crate::amqp::mgmt::Management;
+use crate::core::stale::ListedQueue;
+use crate::core::topology::plan::{Plan, QueueSpec, Role};
+use crate::core::topology::ArgValue;
+use crate::error::Result;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use lapin::Connection;
+use std::collections::HashMap;
+
+/// How many passive declares run at once.
+const PARALLEL: usize = 16;
+
+/// One queue of a pipeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QueueStatus {
+    /// Queue name.
+    pub name: String,
+    /// False when the queue does not exist (every count is then absent).
+    pub exists: bool,
+    /// Ready messages, from AMQP's declare-ok (fresh).
+    pub ready: Option<u64>,
+    /// Consumers, from AMQP's declare-ok.
+    pub consumers: Option<u64>,
+    /// Delivered and not yet acked, from the management API (lags by about
+    /// 5 s; `None`: unknown).
+    pub unacked: Option<u64>,
+    /// Messages a quorum queue holds because its dead-letter target refused
+    /// them, from the management API (`None`: unknown or not a quorum queue).
+    pub messages_dlx: Option<u64>,
+    /// A quorum queue (only those hold messages for their DLX).
+    pub quorum: bool,
+}
+
+impl QueueStatus {
+    /// Ready plus unacked, counting unknown unacked as 0.
+    pub fn total(&self) -> u64 {
+        self.ready.unwrap_or(0) + self.unacked.unwrap_or(0)
+    }
+}
+
+/// One retry tier.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TierStatus {
+    /// The tier's name (`10s`).
+    pub tier: String,
+    /// Its queue.
+    #[serde(flatten)]
+    pub queue: QueueStatus,
+}
+
+/// One pipeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PipelineStatus {
+    /// The pipeline (its main queue's name).
+    pub name: String,
+    /// The main queue.
+    pub main: QueueStatus,
+    /// The retry tiers, shortest first.
+    pub tiers: Vec<TierStatus>,
+    /// The dead-letter queue.
+    pub dlq: QueueStatus,
+}
+
+/// Everything `status` found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatusReport {
+    /// Each pipeline of the file, in file order.
+    pub pipelines: Vec<PipelineStatus>,
+    /// Exchanges of the file that do not exist.
+    pub missing_exchanges: Vec<String>,
+    /// Why the management API's numbers are unknown, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub management_unavailable: Option<String>,
+}
+
+/// A DLQ over the `--max-dlq` threshold.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OverThreshold {
+    /// The DLQ.
+    pub queue: String,
+    /// Ready plus unacked.
+    pub messages: u64,
+}
+
+impl StatusReport {
+    /// Every missing object: exchanges, then queues, by name.
+    pub fn missing(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .missing_exchanges
+            .iter()
+            .map(|e| format!("exchange {e}"))
+            .collect();
+        for p in &self.pipelines {
+            let queues = std::iter::once(&p.main)
+                .chain(p.tiers.iter().map(|t| &t.queue))
+                .chain(std::iter::once(&p.dlq));
+            out.extend(
+                queues
+                    .filter(|q| !q.exists)
+                    .map(|q| format!("queue {}", q.name)),
+            );
+        }
+        out
+    }
+
+    /// The DLQs holding more than `max` messages, ready plus unacked.
+    pub fn dlqs_over(&self, max: u64) -> Vec<OverThreshold> {
+        self.pipelines
+            .iter()
+            .filter(|p| p.dlq.total() > max)
+            .map(|p| OverThreshold {
+                queue: p.dlq.name.clone(),
+                messages: p.dlq.total(),
+            })
+            .collect()
+    }
+}
+
+/// Reads every queue of the plan (a passive declare each, `PARALLEL` at a
+/// time) and, when `mgmt` answers, the vhost's queue statistics.
+pub async fn status(
+    conn: &Connection,
+    plan: &Plan,
+    mgmt: Option<&Management>,
+    vhost: &str,
+) -> Result<StatusReport> {
+    let counts: HashMap<String, Option<crate::amqp::declare::QueueCounts>> =
+        stream::iter(plan.queues.iter())
+            .map(|q| async move {
+                Ok::<_, crate::error::Error>((q.name.clone(), passive_queue(conn, &q.name).await?))
+            })
+            .buffer_unordered(PARALLEL)
+            .try_collect()
+            .await?;
+    let exists: Vec<(String, bool)> = stream::iter(plan.exchanges.iter())
+        .map(|e| async move {
+            Ok::<_, crate::error::Error>((e.name.clone(), passive_exchange(conn, &e.name).await?))
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await?;
+    let mut missing_exchanges: Vec<String> = exists
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n)
+        .collect();
+    missing_exchanges.sort();
+
+    let (stats, management_unavailable) = match mgmt {
+        None => (
+            HashMap::new(),
+            Some("no management API was given".to_string()),
+        ),
+        Some(m) => match m.list_queues(vhost).await {
+            Ok(list) => (
+                list.into_iter()
+                    .map(|q| (q.name.clone(), q))
+                    .collect::<HashMap<String, ListedQueue>>(),
+                None,
+            ),
+            Err(e) => (HashMap::new(), Some(e.to_string())),
+        },
+    };
+    let known = management_unavailable.is_none();
+    let queue = |spec: &QueueSpec| -> QueueStatus {
+        let name = spec.name.as_str();
+        let quorum = spec.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
+        let c = counts.get(name).copied().flatten();
+        let s = stats.get(name);
+        // A queue the API does not list yet (just created) holds nothing
+        // unacked or held.
+        let listed_or_zero = |v: Option<u64>| match (c, s) {
+            (None, _) => None,
+            (Some(_), Some(_)) => v.or(Some(0).filter(|_| known)),
+            (Some(_), None) => Some(0).filter(|_| known),
+        };
+        QueueStatus {
+            name: name.to_string(),
+            exists: c.is_some(),
+            ready: c.map(|c| u64::from(c.ready)),
+            consumers: c.map(|c| u64::from(c.consumers)),
+            unacked: listed_or_zero(s.and_then(|s| s.unacked)),
+            messages_dlx: if quorum {
+                listed_or_zero(s.and_then(|s| s.messages_dlx))
+            } else {
+                None
+            },
+            quorum,
+        }
+    };
+
+    let mut pipelines: Vec<PipelineStatus> = Vec::new();
+    for q in &plan.queues {
+        match q.role {
+            Role::MainQueue => pipelines.push(PipelineStatus {
+                name: q.pipeline.clone(),
+                main: queue(q),
+                tiers: vec![],
+                dlq: queue(q),
+            }),
+            Role::RetryQueue | Role::DeadLetterQueue => {
+                let Some(p) = pipelines.iter_mut().find(|p| p.name == q.pipeline) else {
+                    continue;
+                };
+                if q.role == Role::DeadLetterQueue {
+                    p.dlq = queue(q);
+                } else {
+                    let tier = q
+                        .name
+                        .rsplit_once(".retry.")
+                        .map(|(_, t)| t.to_string())
+                        .unwrap_or_default();
+                    p.tiers.push(TierStatus {
+                        tier,
+                        queue: queue(q),
+                    });
+                }
+            }
+            Role::ProducerExchange | Role::RetryExchange | Role::DeadLetterExchange => {}
+        }
+    }
+    Ok(StatusReport {
+        pipelines,
+        missing_exchanges,
+        management_unavailable,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(name: &str, exists: bool, ready: u64, unacked: Option<u64>) -> QueueStatus {
+        QueueStatus {
+            name: name.into(),
+            exists,
+            ready: exists.then_some(ready),
+            consumers: exists.then_some(0),
+            unacked,
+            messages_dlx: None,
+            quorum: true,
+        }
+    }
+
+    fn report(dlqs: Vec<QueueStatus>) -> StatusReport {
+        StatusReport {
+            pipelines: dlqs
+                .into_iter()
+                .enumerate()
+                .map(|(i, dlq)| PipelineStatus {
+                    name: format!("p{i}"),
+                    main: q(&format!("p{i}"), true, 0, Some(0)),
+                    tiers: vec![TierStatus {
+                        tier: "1s".into(),
+                        queue: q(&format!("p{i}.retry.1s"), true, 0, Some(0)),
+                    }],
+                    dlq,
+                })
+                .collect(),
+            missing_exchanges: vec![],
+            management_unavailable: None,
+        }
+    }
+
+    #[test]
+    fn the_threshold_counts_ready_plus_unacked_and_is_strictly_more() {
+        let r = report(vec![
+            q("a.dlq", true, 3, Some(2)),
+            q("b.dlq", true, 5, None),
+            q("c.dlq", true, 4, Some(0)),
+        ]);
+        assert_eq!(
+            r.dlqs_over(4),
+            vec![
+                OverThreshold {
+                    queue: "a.dlq".into(),
+                    messages: 5
+                },
+                OverThreshold {
+                    queue: "b.dlq".into(),
+                    messages: 5
+                },
+            ]
+        );
+        assert_eq!(r.dlqs_over(5), vec![]);
+        assert_eq!(r.dlqs_over(0).len(), 3);
+    }
+
+    #[test]
+    fn missing_lists_exchanges_then_every_missing_queue_without_hiding_others() {
+        let mut r = report(vec![q("a.dlq", false, 0, None), q("b.dlq", true, 0, None)]);
+        r.pipelines[1].tiers[0].queue.exists = false;
+        r.missing_exchanges = vec!["a.dlx".into()];
+        assert_eq!(
+            r.missing(),
+            vec!["exchange a.dlx", "queue a.dlq", "queue p1.retry.1s"]
+        );
+        assert_eq!(
+            report(vec![q("a.dlq", true, 0, None)]).missing(),
+            Vec::<String>::new()
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! `dlqctl status` against a real broker: depths asserted on known
+//! contents, `--max-dlq` exit codes, unacked messages held by a reader, and
+//! missing objects.
+
+use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::worker_support::Pipe;
+use lapin::options::BasicGetOptions;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn status(file: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["status".to_string(), file.display().to_string()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    dlqctl(&args, RUN_TIMEOUT).await
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("status --json: {e}\n{}", run.output()))
+}
+
+/// A pipeline whose 1-minute tier keeps what it is given during the test.
+async fn fixture() -> (Broker, Cleanup, Scratch, Pipe, std::path::PathBuf) {
+    let broker = Broker::connect().await;
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let pipe = Pipe::new(&cleanup, &[60_000], 3);
+    let file = pipe.provision(&scratch).await;
+    (broker, cleanup, scratch, pipe, file)
+}
+
+#[tokio::test]
+async fn status_shows_each_queues_depth_and_the_threshold_sets_the_exit_code() {
+    let (b, _c, _s, pipe, file) = fixture().await;
+    for _ in 0..3 {
+        b.publish("", &pipe.name, b"m").await;
+    }
+    b.publish("", &pipe.retry_queue(60_000), b"t").await;
+    for _ in 0..2 {
+        b.publish("", &pipe.dlq(), b"d").await;
+    }
+    let run = status(&file, &["--json"]).await;
+    run.assert_code(0);
+    let doc = json(&run);
+    assert_eq!(doc["status"], "ok", "{doc:#}");
+    let p = &doc["pipelines"][0];
+    assert_eq!(p["name"], pipe.name.as_str());
+    assert_eq!(p["main"]["ready"], 3, "{doc:#}");
+    assert_eq!(p["main"]["consumers"], 0, "{doc:#}");
+    assert_eq!(p["tiers"][0]["tier"], "1m", "{doc:#}");
+    assert_eq!(p["tiers"][0]["ready"], 1, "{doc:#}");
+    assert_eq!(p["dlq"]["name"], pipe.dlq().as_str());
+    assert_eq!(p["dlq"]["ready"], 2, "{doc:#}");
+
+    // The table names every queue; more than N in a DLQ is exit 3.
+    let run = status(&file, &["--max-dlq", "1"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains(&format!(
+            "over --max-dlq 1: {} holds 2 message(s)",
+            pipe.dlq()
+        )),
+        "{}",
+        run.stdout
+    );
+    for q in [pipe.name.clone(), pipe.retry_queue(60_000), pipe.dlq()] {
+        assert!(run.stdout.contains(&q), "{q} not in\n{}", run.stdout);
+    }
+    status(&file, &["--max-dlq", "2"]).await.assert_code(0);
+    let run = status(&file, &["--max-dlq", "1", "--json"]).await;
+    run.assert_code(3);
+    assert_eq!(json(&run)["over_threshold"][0]["messages"], 2);
+}
+
+/// A message a reader holds unacked (a running peek, say) still counts
+/// toward `--max-dlq`; the management API's count lags, so poll for it.
+#[tokio::test]
+async fn unacked_dlq_messages_count_toward_the_threshold() {
+    let (b, _c, _s, pipe, file) = fixture().await;
+    b.publish("", &pipe.dlq(), b"d1").await;
+    b.publish("", &pipe.dlq(), b"d2").await;
+    let ch = b.channel().await;
+    let held = ch
+        .basic_get(
+            pipe.dlq().as_str().into(),
+            BasicGetOptions { no_ack: false },
+        )
+        .await
+        .expect("basic.get")
+        .expect("a message");
+    let start = Instant::now();
+    loop {
+        let run = status(&file, &["--json", "--max-dlq", "1"]).await;
+        let doc = json(&run);
+        let dlq = &doc["pipelines"][0]["dlq"];
+        if dlq["unacked"] == 1 {
+            assert_eq!(dlq["ready"], 1, "{doc:#}");
+            run.assert_code(3);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the unacked message never showed: {doc:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(held);
+    let _ = ch.close(200, "done".into()).await;
+}
+
+#[tokio::test]
+async fn a_missing_queue_is_reported_without_hiding_the_others_and_exits_3() {
+    let (b, _c, _s, pipe, file) = fixture().await;
+    b.publish("", &pipe.dlq(), b"d").await;
+    let ch = b.channel().await;
+    ch.queue_delete(pipe.retry_queue(60_000).as_str().into(), Default::default())
+        .await
+        .expect("delete the tier");
+    let run = status(&file, &[]).await;
+    run.assert_code(3);
+    assert!(run.stdout.contains("MISSING"), "{}", run.stdout);
+    assert!(run.stdout.contains("1 object(s) missing"), "{}", run.stdout);
+    let run = status(&file, &["--json"]).await;
+    run.assert_code(3);
+    let doc = json(&run);
+    assert_eq!(doc["status"], "missing");
+    assert_eq!(
+        doc["missing"][0],
+        format!("queue {}", pipe.retry_queue(60_000))
+    );
+    assert_eq!(doc["pipelines"][0]["dlq"]["ready"], 1, "{doc:#}");
+    assert_eq!(doc["pipelines"][0]["tiers"][0]["exists"], false);
+}
+
+#[tokio::test]
+async fn without_the_management_api_unacked_counts_are_unknown() {
+    let (_b, _c, _s, _pipe, file) = fixture().await;
+    let run = status(&file, &["--management-url", "http://127.0.0.1:1"]).await;
+    run.assert_code(0);
+    assert!(run.stdout.contains("unknown"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("--max-dlq counts ready messages only"),
+        "{}",
+        run.stdout
+    );
+    let doc = json(&status(&file, &["--json", "--management-url", "http://127.0.0.1:1"]).await);
+    assert_eq!(
+        doc["pipelines"][0]["dlq"]["unacked"],
+        Value::Null,
+        "{doc:#}"
+    );
+    assert!(doc["management_unavailable"].is_string(), "{doc:#}");
+}
+
+/// A full quorum DLQ refuses a dead-letter: the main queue keeps the
+/// message outside its ready count, and only the management API's
+/// `messages_dlx` shows it.
+#[tokio::test]
+async fn a_message_held_for_a_full_dlq_shows_as_held_for_dlx() {
+    let broker = Broker::connect().await;
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let mut pipe = Pipe::new(&cleanup, &[60_000], 3);
+    pipe.dlq_max_length = Some(1);
+    let file = pipe.provision(&scratch).await;
+    // Fill the DLQ until it refuses (quorum overshoots by one or two).
+    for _ in 0..10 {
+        let filler = broker
+            .try_publish("", &pipe.dlq(), b"filler", Default::default())
+            .await;
+        if filler.is_err() {
+            break;
+        }
+    }
+    broker.publish("", &pipe.name, b"refused by the DLQ").await;
+    let ch = broker.channel().await;
+    let d = ch
+        .basic_get(pipe.name.as_str().into(), BasicGetOptions { no_ack: false })
+        .await
+        .expect("basic.get")
+        .expect("a message");
+    d.nack(lapin::options::BasicNackOptions {
+        requeue: false,
+        multiple: false,
+    })
+    .await
+    .expect("nack");
+    let start = Instant::now();
+    loop {
+        let doc = json(&status(&file, &["--json"]).await);
+        let main = &doc["pipelines"][0]["main"];
+        if main["messages_dlx"] == 1 {
+            assert_eq!(main["ready"], 0, "{doc:#}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "messages_dlx never showed: {doc:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let run = status(&file, &[]).await;
+    assert!(run.stdout.contains("HELD-FOR-DLX"), "{}", run.stdout);
+}
