@@ -401,7 +401,7 @@ pub async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<Queu
             }))
         }
         Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(None),
-        Err(e) => Err(Error::broker(&format!("cannot look at queue {queue}"), &e)),
+        Err(e) => Err(Error::broker(format!("cannot look at queue {queue}"), &e)),
     }
 }
 
@@ -431,7 +431,7 @@ pub async fn passive_exchange(conn: &Connection, exchange: &str) -> Result<bool>
         }
         Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(false),
         Err(e) => Err(Error::broker(
-            &format!("cannot look at exchange {exchange}"),
+            format!("cannot look at exchange {exchange}"),
             &e,
         )),
     }
