@@ -14,5 +14,6 @@ pub mod duration;
 pub mod finding;
 pub mod outcome;
 pub mod retry;
+pub mod shortstr;
 pub mod text;
 pub mod topology;

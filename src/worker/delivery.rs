@@ -10,8 +10,9 @@ use crate::core::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
     original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
 };
+use crate::core::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
 use crate::core::topology::QueueType;
-use crate::handler::{Handler, HandlerMessage};
+use crate::handler::{Handler, HandlerMessage, NotUtf8};
 use crate::worker::metrics::Metrics;
 use futures_util::FutureExt;
 use lapin::message::Delivery;
@@ -48,6 +49,21 @@ enum Published {
     Abandoned,
 }
 
+/// Non-UTF-8 short strings named in one log line, at most.
+const MAX_NOT_UTF8_LOGGED: usize = 10;
+
+/// A short string as the handler gets it: its text when UTF-8, else its
+/// bytes.
+fn text_or_bytes(s: Option<&str>) -> (Option<String>, Option<Vec<u8>>) {
+    match s {
+        None => (None, None),
+        Some(s) => match non_utf8_bytes(s) {
+            Some(bytes) => (None, Some(bytes)),
+            None => (utf8(s).map(|t| t.into_owned()), None),
+        },
+    }
+}
+
 fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -66,7 +82,28 @@ impl<H: Handler> DeliveryTask<H> {
         let attempt = count.attempt;
         let (orig_exchange, orig_key) =
             original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
-        let message_id = d.properties.message_id().as_ref().map(|m| m.to_string());
+        // Short strings are bytes on the wire, not necessarily UTF-8: the
+        // handler gets text or base64, the log says which, copies keep the
+        // bytes (see core::shortstr).
+        let message_id = d
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| Shown::of(m.as_str()).for_log().into_owned());
+        let not_utf8 = non_utf8_fields(
+            &d.properties,
+            d.exchange.as_str(),
+            d.routing_key.as_str(),
+            MAX_NOT_UTF8_LOGGED,
+        );
+        if !not_utf8.is_empty() {
+            warn!(
+                queue = %p.name,
+                message_id = message_id.as_deref().unwrap_or(""),
+                "this message has short strings that are not UTF-8: {}; the handler sees them as base64, copies keep the original bytes",
+                not_utf8.join(", ")
+            );
+        }
 
         // A message that arrives with its runs already used up (max_attempts
         // was lowered, or another tool counted them) is not run again.
@@ -80,16 +117,28 @@ impl<H: Handler> DeliveryTask<H> {
                 false,
             )
         } else {
+            let (message_id_text, message_id_bytes) =
+                text_or_bytes(d.properties.message_id().as_ref().map(|m| m.as_str()));
+            let (content_type, content_type_bytes) =
+                text_or_bytes(d.properties.content_type().as_ref().map(|c| c.as_str()));
+            let (exchange, exchange_bytes) = text_or_bytes(Some(&orig_exchange));
+            let (routing_key, routing_key_bytes) = text_or_bytes(Some(&orig_key));
             let msg = HandlerMessage {
                 body: d.data.clone(),
                 queue: p.name.clone(),
-                message_id: message_id.clone(),
-                content_type: d.properties.content_type().as_ref().map(|c| c.to_string()),
+                message_id: message_id_text,
+                content_type,
                 attempt,
                 max_attempts: p.retry.max_attempts,
-                exchange: orig_exchange.clone(),
-                routing_key: orig_key.clone(),
+                exchange: exchange.unwrap_or_default(),
+                routing_key: routing_key.unwrap_or_default(),
                 headers: headers_to_json(headers),
+                not_utf8: NotUtf8 {
+                    message_id: message_id_bytes,
+                    content_type: content_type_bytes,
+                    exchange: exchange_bytes,
+                    routing_key: routing_key_bytes,
+                },
             };
             self.metrics.in_flight.inc();
             let t0 = Instant::now();

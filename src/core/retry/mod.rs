@@ -34,7 +34,7 @@ pub use copy::{
     dead_letter_copy, original_exchange_and_key, retry_copy, written_headers_size, CopyContext,
 };
 pub use decision::{decide, DeadLetterReason, Decision};
-pub use headers_json::headers_to_json;
+pub use headers_json::{headers_to_json, BASE64_KEY_PREFIX};
 pub use jitter::jitter_expiration;
 
 /// dlqctl's own attempt counter: handler runs already made.
