@@ -6,6 +6,9 @@ use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::backoff::Backoff;
 use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
+use crate::core::retry::fit::{
+    fit_dead_letter_copy, fit_retry_copy, properties_size, retry_budget,
+};
 use crate::core::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
     original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
@@ -173,7 +176,7 @@ impl<H: Handler> DeliveryTask<H> {
             }
             (outcome, true)
         };
-        let decision = if ran {
+        let mut decision = if ran {
             decide(&p.retry, attempt, &outcome)
         } else {
             Decision::DeadLetter {
@@ -192,14 +195,45 @@ impl<H: Handler> DeliveryTask<H> {
             delivery_routing_key: d.routing_key.as_str(),
             connection_user: &self.user,
         };
+        // Every copy must fit the connection's frame_max, a retry copy with
+        // room for what the broker adds when its tier dead-letters it
+        // (core::retry::fit); one that cannot is dead-lettered instead.
+        let frame_max = self.publisher.frame_max();
+        let mut retry_props = None;
+        if let Decision::Retry { delay_ms } = decision {
+            let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
+            match fit_retry_copy(retry_copy(&d.properties, &ctx, expiration), frame_max) {
+                Ok((props, trimmed)) => {
+                    if trimmed.any() {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the retry copy was trimmed to fit frame_max with room for the broker's x-death: {}",
+                            trimmed.describe());
+                    }
+                    retry_props = Some(props);
+                }
+                Err(too_large) => {
+                    warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                        "the retry copy does not fit frame_max: its properties take {} bytes even without dlqctl's error history and last error, and at most {} leave room for what the broker adds when the retry queue dead-letters it; dead-lettering the message as {} instead",
+                        too_large.size, too_large.budget, DeadLetterReason::TooLarge);
+                    decision = Decision::DeadLetter {
+                        reason: DeadLetterReason::TooLarge,
+                    };
+                }
+            }
+        }
+        // `--dead-letter nack` lets the broker add x-death to the original:
+        // when that would not fit, the copy is published instead.
+        let nack_fits = properties_size(&d.properties) <= retry_budget(&d.properties, frame_max);
         let label = match decision {
             Decision::Ack => {
                 self.ack(&d).await;
                 "ack"
             }
             Decision::Retry { delay_ms } => {
-                let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
-                let props = retry_copy(&d.properties, &ctx, expiration);
+                let Some(props) = retry_props.take() else {
+                    // Unreachable: set above for every retry.
+                    return;
+                };
                 match self
                     .publish_until_confirmed(
                         &p.retry_exchange(),
@@ -218,12 +252,26 @@ impl<H: Handler> DeliveryTask<H> {
                 }
             }
             Decision::DeadLetter { reason } => match self.cfg.dead_letter {
-                DeadLetterMode::Nack => {
+                DeadLetterMode::Nack if nack_fits => {
                     self.nack_to_dlx(&d).await;
                     "dead_letter_nack"
                 }
-                DeadLetterMode::Republish => {
+                mode => {
+                    if mode == DeadLetterMode::Nack {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the message is too large for the broker to add x-death within frame_max; publishing a copy to the DLX instead of nacking");
+                    }
                     let props = dead_letter_copy(&d.properties, &ctx, reason, &p.name, ran);
+                    let (props, trimmed, fits) = fit_dead_letter_copy(props, frame_max);
+                    if trimmed.any() {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the DLQ copy was trimmed to fit frame_max: {}", trimmed.describe());
+                    }
+                    if let Err(too_large) = fits {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the message's own properties take {} bytes, more than the {} that leave room for the delivery count a quorum DLQ adds; the DLQ copy is published as it is and may not be readable from a quorum DLQ",
+                            too_large.size, too_large.budget);
+                    }
                     let quorum = p.queue_type == QueueType::Quorum;
                     match self
                         .publish_until_confirmed(

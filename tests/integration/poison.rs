@@ -243,3 +243,141 @@ exit 0"#,
     assert_empty(&broker, &queues).await;
     drop(cleanup);
 }
+
+/// Item 2: a message whose headers are near `frame_max` (a 130,200-byte
+/// header, as pika can publish) ahead of 10 ordinary ones. Its retry copy
+/// plus what the broker adds on dead-lettering from the tier used to exceed
+/// the 131,072-byte frame: every delivery ended in `received large frame`
+/// and a reconnect. Now the copy that cannot fit is dead-lettered as
+/// `too_large`, and one that fits exactly (`edge`, its retry copy's
+/// properties at the computed budget) comes back through its tier and is
+/// read again. All 12 are handled within seconds, and both DLQ copies are
+/// deliverable (read back with lapin, as `peek` and `replay` read).
+#[tokio::test]
+async fn headers_near_frame_max_never_make_an_undeliverable_copy() {
+    use dlqctl::core::retry::fit::{properties_size, retry_budget};
+    use dlqctl::core::retry::{retry_copy, CopyContext};
+    use lapin::BasicProperties;
+
+    let broker = Broker::connect().await;
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let pipe = Pipe::new(&cleanup, &[300], 2);
+    let file = pipe.provision(&scratch).await;
+    let script = Script::new(
+        &scratch,
+        "h",
+        r#"case "$(head -c 4 "$body_file")" in big|edge) exit 3;; esac
+exit 0"#,
+    );
+
+    // Like issue 13's 130,200 bytes, sized so that with this test's short
+    // names the retry copy is still accepted by the broker (under 131,052
+    // bytes of properties) but what the broker adds on its way back from
+    // the tier is not: the old worker stalled on it.
+    const BIG: usize = 130_500;
+    // The largest `edge` header whose retry copy still fits the budget.
+    let props_with = |n: usize| {
+        BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_headers(table(&[("edge", s(&"e".repeat(n)))]))
+    };
+    let ctx = CopyContext {
+        attempt: 1,
+        error: "exited with status 3",
+        now_unix_ms: 1_700_000_000_000,
+        delivery_exchange: "",
+        delivery_routing_key: &pipe.name,
+        connection_user: "guest",
+    };
+    let copy_size = |n: usize| properties_size(&retry_copy(&props_with(n), &ctx, None));
+    let budget = retry_budget(&props_with(0), 131_072);
+    let edge = budget - copy_size(0);
+    assert_eq!(copy_size(edge), budget);
+
+    let mut messages = vec![json!({
+        "routing_key": pipe.name, "body": "big",
+        "properties": {
+            "delivery_mode": 2,
+            "headers": [["big", {"repeat": "b", "n": BIG}]],
+        },
+    })];
+    messages.extend(ordinary(&pipe.name, 0..5));
+    messages.push(json!({
+        "routing_key": pipe.name, "body": "edge",
+        "properties": {
+            "delivery_mode": 2,
+            "headers": [["edge", {"repeat": "e", "n": edge}]],
+        },
+    }));
+    messages.extend(ordinary(&pipe.name, 5..10));
+    pika(&["publish"], &Value::Array(messages).to_string()).await;
+    broker
+        .wait_for_count(&pipe.name, 12, Duration::from_secs(10))
+        .await;
+
+    let started = Instant::now();
+    let mut worker = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
+    // 10 acks; big: dead-lettered too_large; edge: a retry, then exhausted.
+    let decisions = worker.wait_decisions(13, Duration::from_secs(20)).await;
+    let took = started.elapsed();
+    let of = |what: &str, reason: &str| {
+        decisions
+            .iter()
+            .filter(|d| d["decision"] == what && d["reason"] == reason)
+            .count()
+    };
+    assert_eq!(
+        (
+            of("ack", ""),
+            of("retry", ""),
+            of("dead_letter", "too_large"),
+            of("dead_letter", "exhausted")
+        ),
+        (10, 1, 1, 1),
+        "{decisions:#?}"
+    );
+    assert!(
+        worker.events("connection lost; reconnecting").is_empty(),
+        "the connection dropped:\n{}",
+        worker.output()
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let out = worker.output();
+    assert!(
+        out.contains("the retry copy does not fit frame_max"),
+        "no words about the size:\n{out}"
+    );
+    worker.stop().await;
+
+    // Both DLQ copies are deliverable to lapin, with the producer's header
+    // whole.
+    let dlq = drain(&broker, &pipe.dlq()).await;
+    assert_eq!(dlq.len(), 2);
+    let big = dlq
+        .iter()
+        .find(|d| d.data == b"big")
+        .expect("big in the DLQ");
+    assert_eq!(header_str(big, "dlqctl-reason"), "too_large");
+    assert_eq!(header_str(big, "big").len(), BIG);
+    // dlqctl's own headers made room, history first, as the log says; the
+    // reason is kept longest.
+    assert!(header(big, "dlqctl-errors").is_none());
+    assert!(header(big, "dlqctl-last-error").is_none());
+    assert!(
+        out.contains("the DLQ copy was trimmed to fit frame_max: dlqctl-errors removed, dlqctl-last-error removed"),
+        "no words about the trim:\n{out}"
+    );
+    let edge_copy = dlq
+        .iter()
+        .find(|d| d.data == b"edge")
+        .expect("edge in the DLQ");
+    assert_eq!(header_str(edge_copy, "dlqctl-reason"), "exhausted");
+    assert_eq!(header_str(edge_copy, "edge").len(), edge);
+    assert_eq!(header_int(edge_copy, "dlqctl-attempt"), 2);
+
+    let mut queues = vec![pipe.name.clone()];
+    queues.extend(pipe.retry_queues());
+    assert_empty(&broker, &queues).await;
+    drop(cleanup);
+}

@@ -4,6 +4,7 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use super::attempt::{as_integer, as_str, as_text};
+use super::fit::entry_size;
 use super::*;
 use crate::core::shortstr;
 use crate::core::text::{rfc3339_millis, truncate_utf8};
@@ -122,36 +123,6 @@ pub fn written_headers_size(headers: &FieldTable) -> usize {
         .filter(|(k, _)| WRITTEN_HEADERS.contains(&k.as_str()))
         .map(|(k, v)| entry_size(k.as_str(), v))
         .fold(0, usize::saturating_add)
-}
-
-fn entry_size(key: &str, value: &AMQPValue) -> usize {
-    (1 + shortstr::wire_len(key)).saturating_add(value_size(value))
-}
-
-/// Type byte + payload of one value.
-fn value_size(value: &AMQPValue) -> usize {
-    let payload = match value {
-        AMQPValue::Boolean(_) | AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => 1,
-        AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => 2,
-        AMQPValue::LongInt(_) | AMQPValue::LongUInt(_) | AMQPValue::Float(_) => 4,
-        AMQPValue::LongLongInt(_) | AMQPValue::Double(_) | AMQPValue::Timestamp(_) => 8,
-        AMQPValue::DecimalValue(_) => 5,
-        AMQPValue::ShortString(s) => 1 + shortstr::wire_len(s.as_str()),
-        AMQPValue::LongString(s) => 4usize.saturating_add(s.len()),
-        AMQPValue::ByteArray(a) => 4usize.saturating_add(a.len()),
-        AMQPValue::FieldArray(a) => a
-            .as_slice()
-            .iter()
-            .map(value_size)
-            .fold(4, usize::saturating_add),
-        AMQPValue::FieldTable(t) => t
-            .inner()
-            .iter()
-            .map(|(k, v)| entry_size(k.as_str(), v))
-            .fold(4, usize::saturating_add),
-        AMQPValue::Void => 0,
-    };
-    1 + payload
 }
 
 /// The original's properties a copy keeps: all but `expiration`, `headers`
