@@ -137,6 +137,12 @@ impl Publisher {
         Ok(lane)
     }
 
+    /// The connection's negotiated `frame_max`: the largest frame, the
+    /// content header with every property included, either side accepts.
+    pub fn frame_max(&self) -> u32 {
+        self.conn.configuration().frame_max()
+    }
+
     /// Checks that a publishing channel can be opened.
     pub async fn warm_up(&self) -> std::result::Result<(), String> {
         self.lane().await.map(|_| ())

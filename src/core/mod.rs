@@ -14,6 +14,7 @@ pub mod duration;
 pub mod finding;
 pub mod outcome;
 pub mod retry;
+pub mod shortstr;
 pub mod stale;
 pub mod text;
 pub mod topology;

@@ -8,6 +8,14 @@
 //! `DLQCTL_ROUTING_KEY` (the original exchange and routing key) and
 //! `DLQCTL_HEADERS` (the AMQP headers as a JSON object).
 //!
+//! RabbitMQ passes the message id, exchange and routing key through as
+//! bytes, which need not be UTF-8. When they are not, the variable is empty
+//! and `DLQCTL_MESSAGE_ID_BASE64`, `DLQCTL_EXCHANGE_BASE64` or
+//! `DLQCTL_ROUTING_KEY_BASE64` holds the standard base64 (RFC 4648, with
+//! padding) of the bytes; otherwise those are unset. In `DLQCTL_HEADERS`, a
+//! string value that is not UTF-8 is `{"base64": "…"}` and a key that is not
+//! UTF-8 is `"base64:…"` (see [`crate::core::retry::headers_to_json`]).
+//!
 //! - exit 0: [`Outcome::Success`];
 //! - exit 65 (`EX_DATAERR`): [`Outcome::Permanent`];
 //! - any other exit, death by a signal, the timeout, or a failure to start
@@ -96,6 +104,19 @@ impl ExecHandler {
 
     fn command(&self, msg: &HandlerMessage) -> Command {
         let mut cmd = Command::new(&self.program);
+        // A value that is not UTF-8 is given as base64 (and its plain
+        // variable is empty): one documented form, see the module docs.
+        let b64 = [
+            ("DLQCTL_MESSAGE_ID_BASE64", &msg.not_utf8.message_id),
+            ("DLQCTL_EXCHANGE_BASE64", &msg.not_utf8.exchange),
+            ("DLQCTL_ROUTING_KEY_BASE64", &msg.not_utf8.routing_key),
+        ];
+        for (name, bytes) in b64 {
+            match bytes {
+                Some(b) => cmd.env(name, crate::core::shortstr::base64(b)),
+                None => cmd.env_remove(name),
+            };
+        }
         cmd.args(&self.args)
             .env("DLQCTL_QUEUE", &msg.queue)
             .env(
@@ -490,6 +511,7 @@ mod tests {
             exchange: "shop".into(),
             routing_key: "order.created".into(),
             headers: serde_json::json!({"tenant": "acme", "n": 3}),
+            not_utf8: Default::default(),
         }
     }
 
@@ -584,6 +606,31 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(got.contains("\nMESSAGE_ID=\n"), "{got}");
         assert!(got.ends_with("\nHEADERS={}\n"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn values_that_are_not_utf8_arrive_as_base64() {
+        let file = temp_path("b64");
+        let script = format!(
+            "for v in MESSAGE_ID MESSAGE_ID_BASE64 EXCHANGE EXCHANGE_BASE64 ROUTING_KEY ROUTING_KEY_BASE64; do \
+               eval \"printf '%s=%s\\n' $v \\\"\\${{DLQCTL_$v-UNSET}}\\\"\"; \
+             done > '{}'",
+            file.display()
+        );
+        let h = sh(&script, T);
+        let mut m = msg(b"x");
+        m.message_id = None;
+        m.not_utf8.message_id = Some(b"\xff\xfe-bad".to_vec());
+        m.routing_key = String::new();
+        m.not_utf8.routing_key = Some(vec![0xc3]);
+        assert_eq!(h.handle(&m).await, Outcome::Success);
+        let got = std::fs::read_to_string(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(
+            got,
+            "MESSAGE_ID=\nMESSAGE_ID_BASE64=//4tYmFk\nEXCHANGE=shop\nEXCHANGE_BASE64=UNSET\n\
+             ROUTING_KEY=\nROUTING_KEY_BASE64=ww==\n"
+        );
     }
 
     #[tokio::test]

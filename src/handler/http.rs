@@ -14,8 +14,10 @@
 //! | 1xx, 3xx | permanent: redirects are not followed, so the URL is wrong for every message |
 //! | a non-standard status ≥ 600 | transient, like a server error |
 //!
-//! A message whose content type or message id cannot be sent as an HTTP
-//! header value (control characters) fails permanently.
+//! Both are sent as their bytes, so a message id or content type that is
+//! not UTF-8 (RabbitMQ passes short strings through as bytes) arrives as it
+//! was published. A message whose content type or message id cannot be sent
+//! as an HTTP header value (control characters) fails permanently.
 //!
 //! The error text is the status line and at most the first 512 bytes of the
 //! response body (`HTTP 503 Service Unavailable: down for maintenance`);
@@ -115,10 +117,15 @@ impl HttpHandler {
     }
 
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
-        let content_type = msg.content_type.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE);
-        let Ok(content_type) = HeaderValue::from_str(content_type) else {
+        // HTTP header values are bytes: a content type or message id that
+        // is not UTF-8 is sent as its bytes, like any other.
+        let content_type = msg
+            .content_type_bytes()
+            .unwrap_or(DEFAULT_CONTENT_TYPE.as_bytes());
+        let Ok(content_type) = HeaderValue::from_bytes(content_type) else {
             return Outcome::permanent(format!(
-                "content type {content_type:?} cannot be sent as an HTTP header"
+                "content type {:?} cannot be sent as an HTTP header",
+                String::from_utf8_lossy(content_type)
             ));
         };
         let mut request = self
@@ -128,10 +135,11 @@ impl HttpHandler {
             .header(CONTENT_TYPE, content_type)
             .header("X-Retry-Attempt", msg.attempt)
             .body(msg.body.clone());
-        if let Some(id) = &msg.message_id {
-            let Ok(id) = HeaderValue::from_str(id) else {
+        if let Some(id) = msg.message_id_bytes() {
+            let Ok(id) = HeaderValue::from_bytes(id) else {
                 return Outcome::permanent(format!(
-                    "message id {id:?} cannot be sent as an Idempotency-Key header"
+                    "message id {:?} cannot be sent as an Idempotency-Key header",
+                    String::from_utf8_lossy(id)
                 ));
             };
             request = request.header("Idempotency-Key", id);
@@ -481,6 +489,23 @@ mod tests {
         assert_eq!(headers["content-type"], "application/octet-stream");
         assert!(headers.get("idempotency-key").is_none());
         assert_eq!(headers["x-retry-attempt"], "1");
+    }
+
+    #[tokio::test]
+    async fn non_utf8_id_and_content_type_are_sent_as_their_bytes() {
+        let seen = Seen::default();
+        let base = serve(seen.clone()).await;
+        let h = HttpHandler::new(format!("{base}/ok"), T).unwrap();
+        let mut m = msg(b"x");
+        m.message_id = None;
+        m.content_type = None;
+        m.not_utf8.message_id = Some(b"\xff\xfe-bad".to_vec());
+        m.not_utf8.content_type = Some(b"text/\xe9".to_vec());
+        assert_eq!(h.handle(&m).await, Outcome::Success);
+        let seen = seen.lock().unwrap();
+        let (headers, _) = &seen[0];
+        assert_eq!(headers["idempotency-key"].as_bytes(), b"\xff\xfe-bad");
+        assert_eq!(headers["content-type"].as_bytes(), b"text/\xe9");
     }
 
     #[tokio::test]

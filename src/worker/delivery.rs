@@ -6,12 +6,16 @@ use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::backoff::Backoff;
 use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
+use crate::core::retry::fit::{
+    fit_dead_letter_copy, fit_retry_copy, properties_size, retry_budget,
+};
 use crate::core::retry::{
     count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
     original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
 };
+use crate::core::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
 use crate::core::topology::QueueType;
-use crate::handler::{Handler, HandlerMessage};
+use crate::handler::{Handler, HandlerMessage, NotUtf8};
 use crate::worker::metrics::Metrics;
 use futures_util::FutureExt;
 use lapin::message::Delivery;
@@ -48,6 +52,21 @@ enum Published {
     Abandoned,
 }
 
+/// Non-UTF-8 short strings named in one log line, at most.
+const MAX_NOT_UTF8_LOGGED: usize = 10;
+
+/// A short string as the handler gets it: its text when UTF-8, else its
+/// bytes.
+fn text_or_bytes(s: Option<&str>) -> (Option<String>, Option<Vec<u8>>) {
+    match s {
+        None => (None, None),
+        Some(s) => match non_utf8_bytes(s) {
+            Some(bytes) => (None, Some(bytes)),
+            None => (utf8(s).map(|t| t.into_owned()), None),
+        },
+    }
+}
+
 fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -66,7 +85,28 @@ impl<H: Handler> DeliveryTask<H> {
         let attempt = count.attempt;
         let (orig_exchange, orig_key) =
             original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
-        let message_id = d.properties.message_id().as_ref().map(|m| m.to_string());
+        // Short strings are bytes on the wire, not necessarily UTF-8: the
+        // handler gets text or base64, the log says which, copies keep the
+        // bytes (see core::shortstr).
+        let message_id = d
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| Shown::of(m.as_str()).for_log().into_owned());
+        let not_utf8 = non_utf8_fields(
+            &d.properties,
+            d.exchange.as_str(),
+            d.routing_key.as_str(),
+            MAX_NOT_UTF8_LOGGED,
+        );
+        if !not_utf8.is_empty() {
+            warn!(
+                queue = %p.name,
+                message_id = message_id.as_deref().unwrap_or(""),
+                "this message has short strings that are not UTF-8: {}; the handler sees them as base64, copies keep the original bytes",
+                not_utf8.join(", ")
+            );
+        }
 
         // A message that arrives with its runs already used up (max_attempts
         // was lowered, or another tool counted them) is not run again.
@@ -80,16 +120,28 @@ impl<H: Handler> DeliveryTask<H> {
                 false,
             )
         } else {
+            let (message_id_text, message_id_bytes) =
+                text_or_bytes(d.properties.message_id().as_ref().map(|m| m.as_str()));
+            let (content_type, content_type_bytes) =
+                text_or_bytes(d.properties.content_type().as_ref().map(|c| c.as_str()));
+            let (exchange, exchange_bytes) = text_or_bytes(Some(&orig_exchange));
+            let (routing_key, routing_key_bytes) = text_or_bytes(Some(&orig_key));
             let msg = HandlerMessage {
                 body: d.data.clone(),
                 queue: p.name.clone(),
-                message_id: message_id.clone(),
-                content_type: d.properties.content_type().as_ref().map(|c| c.to_string()),
+                message_id: message_id_text,
+                content_type,
                 attempt,
                 max_attempts: p.retry.max_attempts,
-                exchange: orig_exchange.clone(),
-                routing_key: orig_key.clone(),
+                exchange: exchange.unwrap_or_default(),
+                routing_key: routing_key.unwrap_or_default(),
                 headers: headers_to_json(headers),
+                not_utf8: NotUtf8 {
+                    message_id: message_id_bytes,
+                    content_type: content_type_bytes,
+                    exchange: exchange_bytes,
+                    routing_key: routing_key_bytes,
+                },
             };
             self.metrics.in_flight.inc();
             let t0 = Instant::now();
@@ -124,7 +176,7 @@ impl<H: Handler> DeliveryTask<H> {
             }
             (outcome, true)
         };
-        let decision = if ran {
+        let mut decision = if ran {
             decide(&p.retry, attempt, &outcome)
         } else {
             Decision::DeadLetter {
@@ -143,14 +195,45 @@ impl<H: Handler> DeliveryTask<H> {
             delivery_routing_key: d.routing_key.as_str(),
             connection_user: &self.user,
         };
+        // Every copy must fit the connection's frame_max, a retry copy with
+        // room for what the broker adds when its tier dead-letters it
+        // (core::retry::fit); one that cannot is dead-lettered instead.
+        let frame_max = self.publisher.frame_max();
+        let mut retry_props = None;
+        if let Decision::Retry { delay_ms } = decision {
+            let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
+            match fit_retry_copy(retry_copy(&d.properties, &ctx, expiration), frame_max) {
+                Ok((props, trimmed)) => {
+                    if trimmed.any() {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the retry copy was trimmed to fit frame_max with room for the broker's x-death: {}",
+                            trimmed.describe());
+                    }
+                    retry_props = Some(props);
+                }
+                Err(too_large) => {
+                    warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                        "the retry copy does not fit frame_max: its properties take {} bytes even without dlqctl's error history and last error, and at most {} leave room for what the broker adds when the retry queue dead-letters it; dead-lettering the message as {} instead",
+                        too_large.size, too_large.budget, DeadLetterReason::TooLarge);
+                    decision = Decision::DeadLetter {
+                        reason: DeadLetterReason::TooLarge,
+                    };
+                }
+            }
+        }
+        // `--dead-letter nack` lets the broker add x-death to the original:
+        // when that would not fit, the copy is published instead.
+        let nack_fits = properties_size(&d.properties) <= retry_budget(&d.properties, frame_max);
         let label = match decision {
             Decision::Ack => {
                 self.ack(&d).await;
                 "ack"
             }
             Decision::Retry { delay_ms } => {
-                let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
-                let props = retry_copy(&d.properties, &ctx, expiration);
+                let Some(props) = retry_props.take() else {
+                    // Unreachable: set above for every retry.
+                    return;
+                };
                 match self
                     .publish_until_confirmed(
                         &p.retry_exchange(),
@@ -169,12 +252,26 @@ impl<H: Handler> DeliveryTask<H> {
                 }
             }
             Decision::DeadLetter { reason } => match self.cfg.dead_letter {
-                DeadLetterMode::Nack => {
+                DeadLetterMode::Nack if nack_fits => {
                     self.nack_to_dlx(&d).await;
                     "dead_letter_nack"
                 }
-                DeadLetterMode::Republish => {
+                mode => {
+                    if mode == DeadLetterMode::Nack {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the message is too large for the broker to add x-death within frame_max; publishing a copy to the DLX instead of nacking");
+                    }
                     let props = dead_letter_copy(&d.properties, &ctx, reason, &p.name, ran);
+                    let (props, trimmed, fits) = fit_dead_letter_copy(props, frame_max);
+                    if trimmed.any() {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the DLQ copy was trimmed to fit frame_max: {}", trimmed.describe());
+                    }
+                    if let Err(too_large) = fits {
+                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
+                            "the message's own properties take {} bytes, more than the {} that leave room for the delivery count a quorum DLQ adds; the DLQ copy is published as it is and may not be readable from a quorum DLQ",
+                            too_large.size, too_large.budget);
+                    }
                     let quorum = p.queue_type == QueueType::Quorum;
                     match self
                         .publish_until_confirmed(

@@ -4,6 +4,7 @@
 mod chaos_support;
 mod cli_io;
 mod helpers;
+mod poison;
 mod provision;
 mod secrets;
 mod status;

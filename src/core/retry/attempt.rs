@@ -89,7 +89,7 @@ fn sum_deaths(value: &AMQPValue, retry_queues: &[String], warnings: &mut Warning
             ));
             continue;
         };
-        if reason != b"expired" || !retry_queues.iter().any(|q| q.as_bytes() == queue) {
+        if *reason != b"expired"[..] || !retry_queues.iter().any(|q| q.as_bytes() == &*queue) {
             continue;
         }
         match entry.inner().get("count").map(|c| (c, as_integer(c))) {
@@ -147,16 +147,24 @@ pub(super) fn as_integer(value: &AMQPValue) -> Option<i64> {
     })
 }
 
-/// The bytes of a long or short string.
-pub(super) fn as_text(value: &AMQPValue) -> Option<&[u8]> {
+/// The bytes of a long or short string (a short string's bytes on the
+/// wire, see [`crate::core::shortstr`]).
+pub(super) fn as_text(value: &AMQPValue) -> Option<std::borrow::Cow<'_, [u8]>> {
     match value {
-        AMQPValue::LongString(s) => Some(s.as_bytes()),
-        AMQPValue::ShortString(s) => Some(s.as_str().as_bytes()),
+        AMQPValue::LongString(s) => Some(s.as_bytes().into()),
+        AMQPValue::ShortString(s) => Some(crate::core::shortstr::raw_bytes(s.as_str())),
         _ => None,
     }
 }
 
-/// A long or short string that is valid UTF-8.
+/// A long or short string that is valid UTF-8 (a short string only when it
+/// is held as its own text, see [`crate::core::shortstr`]).
 pub(super) fn as_str(value: &AMQPValue) -> Option<&str> {
-    as_text(value).and_then(|b| std::str::from_utf8(b).ok())
+    match value {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+        AMQPValue::ShortString(s) => {
+            Some(s.as_str()).filter(|s| crate::core::shortstr::is_utf8_clean(s))
+        }
+        _ => None,
+    }
 }

@@ -4,7 +4,9 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use super::attempt::{as_integer, as_str, as_text};
+use super::fit::entry_size;
 use super::*;
+use crate::core::shortstr;
 use crate::core::text::{rfc3339_millis, truncate_utf8};
 
 /// What a copy records about the run that failed and the delivery it
@@ -87,6 +89,10 @@ pub fn dead_letter_copy(
 /// The exchange and routing key a message was first delivered with: the
 /// `dlqctl-original-*` headers where present as strings of at most 255
 /// bytes, else (each on its own) the delivery's.
+///
+/// Both are short strings on the wire and are returned as lapin holds a
+/// short string (see [`crate::core::shortstr`]): bytes that are not UTF-8,
+/// from a header or the delivery, are kept losslessly.
 pub fn original_exchange_and_key(
     headers: Option<&FieldTable>,
     delivery_exchange: &str,
@@ -95,10 +101,10 @@ pub fn original_exchange_and_key(
     let read = |key: &str, fallback: &str| {
         headers
             .and_then(|h| h.inner().get(key))
-            .and_then(as_str)
-            .filter(|s| s.len() <= MAX_NAME_BYTES)
-            .unwrap_or_else(|| truncate_utf8(fallback, MAX_NAME_BYTES))
-            .to_string()
+            .and_then(as_text)
+            .filter(|b| b.len() <= MAX_NAME_BYTES)
+            .map(|b| shortstr::from_raw_bytes(&b))
+            .unwrap_or_else(|| shortstr::truncate_wire(fallback, MAX_NAME_BYTES).into_owned())
     };
     (
         read(ORIGINAL_EXCHANGE_HEADER, delivery_exchange),
@@ -117,36 +123,6 @@ pub fn written_headers_size(headers: &FieldTable) -> usize {
         .filter(|(k, _)| WRITTEN_HEADERS.contains(&k.as_str()))
         .map(|(k, v)| entry_size(k.as_str(), v))
         .fold(0, usize::saturating_add)
-}
-
-fn entry_size(key: &str, value: &AMQPValue) -> usize {
-    (1 + key.len()).saturating_add(value_size(value))
-}
-
-/// Type byte + payload of one value.
-fn value_size(value: &AMQPValue) -> usize {
-    let payload = match value {
-        AMQPValue::Boolean(_) | AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => 1,
-        AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => 2,
-        AMQPValue::LongInt(_) | AMQPValue::LongUInt(_) | AMQPValue::Float(_) => 4,
-        AMQPValue::LongLongInt(_) | AMQPValue::Double(_) | AMQPValue::Timestamp(_) => 8,
-        AMQPValue::DecimalValue(_) => 5,
-        AMQPValue::ShortString(s) => 1 + s.as_str().len(),
-        AMQPValue::LongString(s) => 4usize.saturating_add(s.len()),
-        AMQPValue::ByteArray(a) => 4usize.saturating_add(a.len()),
-        AMQPValue::FieldArray(a) => a
-            .as_slice()
-            .iter()
-            .map(value_size)
-            .fold(4, usize::saturating_add),
-        AMQPValue::FieldTable(t) => t
-            .inner()
-            .iter()
-            .map(|(k, v)| entry_size(k.as_str(), v))
-            .fold(4, usize::saturating_add),
-        AMQPValue::Void => 0,
-    };
-    1 + payload
 }
 
 /// The original's properties a copy keeps: all but `expiration`, `headers`
@@ -248,8 +224,17 @@ fn copy_headers(
 
     let (exchange, routing_key) =
         original_exchange_and_key(original, ctx.delivery_exchange, ctx.delivery_routing_key);
-    insert_str(&mut out, ORIGINAL_EXCHANGE_HEADER, &exchange);
-    insert_str(&mut out, ORIGINAL_ROUTING_KEY_HEADER, &routing_key);
+    // As the bytes they had on the wire, UTF-8 or not.
+    insert_bytes(
+        &mut out,
+        ORIGINAL_EXCHANGE_HEADER,
+        &shortstr::raw_bytes(&exchange),
+    );
+    insert_bytes(
+        &mut out,
+        ORIGINAL_ROUTING_KEY_HEADER,
+        &shortstr::raw_bytes(&routing_key),
+    );
     out
 }
 
@@ -275,7 +260,8 @@ fn read_history(value: Option<&AMQPValue>) -> Vec<AMQPValue> {
                 .get("time")
                 .and_then(as_str)
                 .filter(|s| s.len() <= MAX_TIME_BYTES)?;
-            let error = String::from_utf8_lossy(t.inner().get("error").and_then(as_text)?);
+            let error = t.inner().get("error").and_then(as_text)?;
+            let error = String::from_utf8_lossy(&error);
             Some(history_entry(
                 attempt,
                 time,
@@ -291,6 +277,14 @@ fn history_entry(attempt: i64, time: &str, error: &str) -> AMQPValue {
     insert_str(&mut t, "time", time);
     insert_str(&mut t, "error", error);
     AMQPValue::FieldTable(t)
+}
+
+/// Inserts a long-string value of any bytes.
+fn insert_bytes(table: &mut FieldTable, key: &'static str, value: &[u8]) {
+    table.insert(
+        ShortString::from(key),
+        AMQPValue::LongString(LongString::from(value.to_vec())),
+    );
 }
 
 /// Inserts a long-string value. `key` must be at most 255 bytes (all

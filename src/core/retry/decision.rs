@@ -29,14 +29,19 @@ pub enum DeadLetterReason {
     Permanent,
     /// Transient failures used up `max_attempts`.
     Exhausted,
+    /// A retry copy would not fit the connection's `frame_max` with room
+    /// for what the broker adds when its tier dead-letters it, even with
+    /// dlqctl's own history trimmed (see [`super::fit`]).
+    TooLarge,
 }
 
 impl DeadLetterReason {
-    /// `permanent` or `exhausted`.
+    /// `permanent`, `exhausted` or `too_large`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterReason::Permanent => "permanent",
             DeadLetterReason::Exhausted => "exhausted",
+            DeadLetterReason::TooLarge => "too_large",
         }
     }
 }

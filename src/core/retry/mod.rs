@@ -24,6 +24,7 @@
 mod attempt;
 mod copy;
 mod decision;
+pub mod fit;
 mod headers_json;
 mod jitter;
 #[cfg(test)]
@@ -34,7 +35,7 @@ pub use copy::{
     dead_letter_copy, original_exchange_and_key, retry_copy, written_headers_size, CopyContext,
 };
 pub use decision::{decide, DeadLetterReason, Decision};
-pub use headers_json::headers_to_json;
+pub use headers_json::{headers_to_json, BASE64_KEY_PREFIX};
 pub use jitter::jitter_expiration;
 
 /// dlqctl's own attempt counter: handler runs already made.
@@ -49,7 +50,7 @@ pub const ERRORS_HEADER: &str = "dlqctl-errors";
 pub const ORIGINAL_EXCHANGE_HEADER: &str = "dlqctl-original-exchange";
 /// The routing key the message was first delivered with.
 pub const ORIGINAL_ROUTING_KEY_HEADER: &str = "dlqctl-original-routing-key";
-/// Why a message was dead-lettered: `permanent` or `exhausted`.
+/// Why a message was dead-lettered: `permanent`, `exhausted` or `too_large`.
 pub const REASON_HEADER: &str = "dlqctl-reason";
 /// When the message was dead-lettered.
 pub const DEAD_LETTERED_AT_HEADER: &str = "dlqctl-dead-lettered-at";

@@ -957,16 +957,41 @@ fn original_route_headers_fall_back_one_by_one() {
         ),
         ("".into(), "k".into())
     );
-    // Too long for a name, or not UTF-8: absent.
+    // Too long for a name: absent.
     assert_eq!(
-        read(h(vec![
-            (ORIGINAL_EXCHANGE_HEADER, ls(&"x".repeat(256))),
-            (
-                ORIGINAL_ROUTING_KEY_HEADER,
-                AMQPValue::LongString(LongString::from(vec![0xffu8, 0xfe]))
-            ),
-        ])),
+        read(h(vec![(ORIGINAL_EXCHANGE_HEADER, ls(&"x".repeat(256)))])),
         ("".into(), "orders".into())
+    );
+    // Not UTF-8 (RabbitMQ passes routing keys through as bytes): kept as
+    // the bytes, held as lapin holds a short string.
+    let bad = crate::core::shortstr::from_raw_bytes(&[0xff, 0xfe]);
+    assert_eq!(
+        read(h(vec![(
+            ORIGINAL_ROUTING_KEY_HEADER,
+            AMQPValue::LongString(LongString::from(vec![0xffu8, 0xfe]))
+        )])),
+        ("".into(), bad.clone())
+    );
+    // A delivery's routing key that is not UTF-8 is the fallback as it is,
+    // and a copy writes the header as the bytes.
+    let (_, key) = original_exchange_and_key(None, "", &bad);
+    assert_eq!(key, bad);
+    let ctx = CopyContext {
+        attempt: 1,
+        error: "e",
+        now_unix_ms: 0,
+        delivery_exchange: "",
+        delivery_routing_key: &bad,
+        connection_user: "guest",
+    };
+    let copy = retry_copy(&BasicProperties::default(), &ctx, None);
+    assert_eq!(
+        copy.headers()
+            .as_ref()
+            .unwrap()
+            .inner()
+            .get(ORIGINAL_ROUTING_KEY_HEADER),
+        Some(&AMQPValue::LongString(LongString::from(vec![0xffu8, 0xfe])))
     );
 }
 
@@ -1293,7 +1318,7 @@ fn headers_to_json_maps_every_type() {
             "bool": true, "i8": -8, "u8": 8, "i16": -16, "u16": 16, "i32": -32,
             "u32": 4_294_967_295u64, "i64": i64::MIN, "f32": 1.5, "f64": -2.25,
             "nan": null, "inf": null, "dec": 123.45, "dec-max": 4.294967295e-246,
-            "short": "s", "long": "l", "bad-utf8": "a\u{fffd}", "ts": 1_700_000_000,
+            "short": "s", "long": "l", "bad-utf8": {"base64": "Yf8="}, "ts": 1_700_000_000,
             "bytes": [0, 1, 255], "void": null,
             "array": [1, "two", [null]],
             "table": {"inner": {"k": false}},
@@ -1301,6 +1326,55 @@ fn headers_to_json_maps_every_type() {
     );
     // It serializes (what the handler's environment gets).
     assert!(serde_json::to_string(&v).is_ok());
+}
+
+#[test]
+fn headers_to_json_gives_bytes_that_are_not_utf8_as_base64() {
+    use crate::core::shortstr::from_raw_bytes;
+    use serde_json::json;
+    // Keys as the patched parser holds them when received as these bytes.
+    let bad_key = from_raw_bytes(b"\xff\xfekey");
+    let inner_bad_key = from_raw_bytes(b"k\xc3");
+    let mut h = table(vec![
+        ("plain", ls("v")),
+        ("base64:looks-escaped", ls("x")),
+        (
+            "short-bad",
+            AMQPValue::ShortString(from_raw_bytes(b"\xff").into()),
+        ),
+        ("short-good", ss("é")),
+        (
+            "nested",
+            AMQPValue::FieldTable(table(vec![(inner_bad_key.as_str(), ls("in"))])),
+        ),
+    ]);
+    h.insert(
+        bad_key.as_str().into(),
+        AMQPValue::LongString(LongString::from(vec![0xc3u8, 0x28])),
+    );
+    let v = headers_to_json(Some(&h));
+    assert_eq!(
+        v,
+        json!({
+            "plain": "v",
+            "base64:YmFzZTY0Omxvb2tzLWVzY2FwZWQ=": "x",
+            "short-bad": {"base64": "/w=="},
+            "short-good": "é",
+            "nested": {"base64:a8M=": "in"},
+            "base64://5rZXk=": {"base64": "wyg="},
+        })
+    );
+    // Reversible: the key's bytes come back from its base64.
+    let key = v
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with("base64://"))
+        .unwrap();
+    assert_eq!(
+        crate::core::shortstr::from_base64(&key[BASE64_KEY_PREFIX.len()..]).unwrap(),
+        b"\xff\xfekey"
+    );
 }
 
 #[test]
