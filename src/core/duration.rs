@@ -74,9 +74,33 @@ pub fn parse_cli_duration(input: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A clap `value_parser` for a timeout: a duration above zero (a zero
+/// timeout would end every run at once).
+pub fn parse_cli_timeout(input: &str) -> Result<std::time::Duration, String> {
+    match parse_cli_duration(input)? {
+        d if d.is_zero() => Err(format!(
+            "`{input}` is zero: every run would time out at once; give a duration above 0, e.g. 30s"
+        )),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zero_timeout_is_refused_and_others_pass() {
+        for zero in ["0ms", "0s", "0m", "0h", "0d"] {
+            let e = parse_cli_timeout(zero).unwrap_err();
+            assert!(e.contains("is zero"), "{zero}: {e}");
+        }
+        assert_eq!(
+            parse_cli_timeout("1ms"),
+            Ok(std::time::Duration::from_millis(1))
+        );
+        assert!(parse_cli_timeout("soon").is_err());
+    }
 
     #[test]
     fn parses_every_unit() {

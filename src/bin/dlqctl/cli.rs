@@ -108,8 +108,9 @@ pub struct WorkArgs {
     /// Handler runs at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub concurrency: u16,
-    /// A handler run longer than this is killed and counts as transient.
-    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    /// A handler run longer than this is killed and counts as transient
+    /// (above 0).
+    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_timeout)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
     /// `republish`: a copy with the final diagnosis to the DLX, then ack;

@@ -43,11 +43,11 @@ pub fn for_error(e: &anyhow::Error) -> Outcome {
 /// The exit code of each library error.
 pub fn for_library_error(e: &Error) -> Outcome {
     match e {
-        Error::Invalid(_) | Error::Usage(_) | Error::Url { .. } => Outcome::Usage,
-        Error::Read { .. }
-        | Error::Connect { .. }
-        | Error::Broker { .. }
-        | Error::Management { .. } => Outcome::Failure,
+        // The topology file is the user's input: unreadable is bad input.
+        Error::Invalid(_) | Error::Usage(_) | Error::Url { .. } | Error::Read { .. } => {
+            Outcome::Usage
+        }
+        Error::Connect { .. } | Error::Broker { .. } | Error::Management { .. } => Outcome::Failure,
     }
 }
 

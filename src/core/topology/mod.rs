@@ -4,6 +4,7 @@
 mod model;
 mod parse;
 pub mod plan;
+pub mod source;
 pub mod yaml;
 
 pub use model::*;
