@@ -13,6 +13,20 @@ pub fn truncate_utf8(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The longest suffix of `s` of at most `max` bytes that starts on a
+/// character boundary: the end of an error (the last lines of a stderr) is
+/// what says what went wrong.
+pub fn tail_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
 /// Formats ms since the Unix epoch as RFC 3339 UTC with milliseconds:
 /// `2023-11-14T22:13:20.123Z`. Years past 9999 get more digits (no panic).
 pub fn rfc3339_millis(unix_ms: u64) -> String {
@@ -41,4 +55,23 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
     (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_on_a_character_boundary() {
+        assert_eq!(tail_utf8("abc", 5), "abc");
+        assert_eq!(tail_utf8("abcdef", 3), "def");
+        // "é" is two bytes: a cut inside it moves forward.
+        assert_eq!(tail_utf8("aébc", 3), "bc");
+        assert_eq!(tail_utf8("aébc", 4), "ébc");
+        assert_eq!(tail_utf8("", 0), "");
+        for max in 0..12 {
+            let t = tail_utf8("ééééé", max);
+            assert!(t.len() <= max && "ééééé".ends_with(t));
+        }
+    }
 }

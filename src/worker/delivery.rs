@@ -316,7 +316,7 @@ impl<H: Handler> DeliveryTask<H> {
             decision = label,
             tier = %tier,
             reason,
-            error = %crate::core::text::truncate_utf8(error, 300),
+            error = %log_error(error),
             "message handled"
         );
     }
@@ -392,5 +392,16 @@ impl<H: Handler> DeliveryTask<H> {
             }
         }
         result
+    }
+}
+
+/// The end of an error for a log line: its last 300 bytes (the end of a
+/// handler's stderr says what went wrong), marked with `…` when cut.
+fn log_error(error: &str) -> std::borrow::Cow<'_, str> {
+    let tail = crate::core::text::tail_utf8(error, 300);
+    if tail.len() == error.len() {
+        tail.into()
+    } else {
+        format!("…{tail}").into()
     }
 }

@@ -789,6 +789,14 @@ exit 65"#,
     let history = error_history(&dlq);
     assert_eq!(history.len(), 1);
     assert!(history[0].1.len() <= 256, "{}", history[0].1.len());
+    // The log line keeps the end too (the last 300 bytes), as the header.
+    let logged = w.decisions();
+    let logged = field(&logged[0], "error");
+    assert!(logged.ends_with("x TAIL-MARKER"), "{logged:.80}");
+    assert!(
+        logged.starts_with('…') && logged.len() <= 300 + '…'.len_utf8(),
+        "{logged:.80}"
+    );
     let grown = hwm_after.saturating_sub(hwm_before);
     assert!(
         grown < 4 * 1024,

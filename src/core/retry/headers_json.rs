@@ -71,8 +71,10 @@ fn value_to_json(value: &AMQPValue, depth: usize) -> serde_json::Value {
         AMQPValue::Boolean(b) => Value::Bool(*b),
         AMQPValue::Float(f) => float(f64::from(*f)),
         AMQPValue::Double(f) => float(*f),
-        // Parsed from "{value}e-{scale}": the nearest f64, correctly rounded.
-        AMQPValue::DecimalValue(d) => format!("{}e-{}", d.value, d.scale)
+        // The value is a signed 32-bit integer on the wire (RabbitMQ reads
+        // it so; lapin keeps the bits as u32). Parsed from
+        // "{value}e-{scale}": the nearest f64, correctly rounded.
+        AMQPValue::DecimalValue(d) => format!("{}e-{}", d.value as i32, d.scale)
             .parse::<f64>()
             .map_or(Value::Null, float),
         AMQPValue::ShortString(s) => bytes_to_json(&shortstr::raw_bytes(s.as_str())),

@@ -1283,6 +1283,13 @@ fn headers_to_json_maps_every_type() {
                 value: u32::MAX,
             }),
         ),
+        (
+            "dec-neg",
+            AMQPValue::DecimalValue(DecimalValue {
+                scale: 1,
+                value: (-15i32) as u32,
+            }),
+        ),
         ("short", ss("s")),
         ("long", ls("l")),
         (
@@ -1317,7 +1324,7 @@ fn headers_to_json_maps_every_type() {
         json!({
             "bool": true, "i8": -8, "u8": 8, "i16": -16, "u16": 16, "i32": -32,
             "u32": 4_294_967_295u64, "i64": i64::MIN, "f32": 1.5, "f64": -2.25,
-            "nan": null, "inf": null, "dec": 123.45, "dec-max": 4.294967295e-246,
+            "nan": null, "inf": null, "dec": 123.45, "dec-max": -1e-255, "dec-neg": -1.5,
             "short": "s", "long": "l", "bad-utf8": {"base64": "Yf8="}, "ts": 1_700_000_000,
             "bytes": [0, 1, 255], "void": null,
             "array": [1, "two", [null]],
