@@ -177,9 +177,15 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `addr` until the token is cancelled.
+/// Binds the metrics address once; the listener's `local_addr` is the
+/// port really bound (for `:0`, the one the kernel chose).
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+/// Serves `GET /metrics` on `listener` until the token is cancelled.
 pub async fn serve(
-    addr: std::net::SocketAddr,
+    listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
     stop: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
@@ -199,7 +205,6 @@ pub async fn serve(
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await

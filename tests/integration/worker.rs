@@ -1284,3 +1284,62 @@ async fn default_prefetch_follows_the_concurrency() {
     w.sigterm();
     assert!(w.wait_exit(SECS_20).await.is_some(), "{}", w.output());
 }
+
+/// SIGHUP (a closed terminal, a supervisor's reload) is a graceful stop
+/// like SIGTERM: the handler in flight finishes, its message is acked, the
+/// worker exits 0 and says why.
+#[tokio::test]
+async fn sighup_is_a_graceful_stop_like_sigterm() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", r#"sleep 1; touch "$d/done.$n"; exit 0"#);
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-hup")).await;
+    script.wait_calls(1, SECS_20).await;
+    w.signal(libc::SIGHUP);
+    let code = w.wait_exit(Duration::from_secs(15)).await;
+    assert_eq!(code, Some(0), "{}", w.output());
+    assert!(
+        script.dir.join("done.1").exists(),
+        "the handler was cut short"
+    );
+    assert!(
+        w.output().contains("SIGHUP: finishing messages in flight"),
+        "{}",
+        w.output()
+    );
+    assert_eq!(field(&w.decisions()[0], "decision"), "ack");
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
+
+/// `--metrics-addr 127.0.0.1:0` logs the port the kernel chose, and
+/// `/metrics` answers there.
+#[tokio::test]
+async fn metrics_on_port_0_logs_and_serves_the_bound_port() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--metrics-addr", "127.0.0.1:0"],
+    );
+    let ev = w
+        .wait_event("serving metrics on /metrics", 1, SECS_20)
+        .await;
+    let addr: std::net::SocketAddr = field(&ev[0], "addr").parse().expect("an address");
+    assert_ne!(addr.port(), 0, "{}", w.output());
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-metrics")).await;
+    w.wait_decisions(1, SECS_20).await;
+    let body = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("a body");
+    assert!(body.contains("dlqctl_decisions_total"), "{body}");
+    w.stop().await;
+}

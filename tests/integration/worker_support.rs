@@ -355,6 +355,15 @@ impl WorkerProc {
         self.wait_event("message handled", n, deadline).await
     }
 
+    /// Sends `signal`.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // child's, not yet reaped.
+        unsafe {
+            libc::kill(self.pid, signal);
+        }
+    }
+
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
         // SAFETY: kill(2) has no memory-safety preconditions; the pid is our

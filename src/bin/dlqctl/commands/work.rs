@@ -66,16 +66,19 @@ async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Resul
     spawn_signal_handler(shutdown.clone())?;
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = a.metrics_addr {
-        let listener_check = std::net::TcpListener::bind(addr)
+        // Bound once and served on that listener: no window in which
+        // another process could take the port, and `:0` logs the real port.
+        let listener = dlqctl::worker::metrics::bind(addr)
+            .await
             .map_err(|e| Error::Usage(format!("--metrics-addr {addr}: {e}")))?;
-        drop(listener_check);
+        let bound = listener.local_addr().unwrap_or(addr);
         let (m, stop) = (metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = dlqctl::worker::metrics::serve(addr, m, stop).await {
+            if let Err(e) = dlqctl::worker::metrics::serve(listener, m, stop).await {
                 error!(error = %e, "metrics server stopped");
             }
         });
-        info!(%addr, "serving metrics on /metrics");
+        info!(addr = %bound, "serving metrics on /metrics");
     }
     let worker = Worker::with_metrics(cfg, handler, metrics);
     worker.run(shutdown).await?;
@@ -87,10 +90,14 @@ fn spawn_signal_handler(token: CancellationToken) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // A closed terminal or a supervisor's reload: a graceful stop, not a
+    // death that leaves a handler running while its message returns.
+    let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => info!("SIGTERM: finishing messages in flight"),
             _ = int.recv() => info!("SIGINT: finishing messages in flight"),
+            _ = hup.recv() => info!("SIGHUP: finishing messages in flight"),
         }
         token.cancel();
     });
