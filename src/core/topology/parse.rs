@@ -819,6 +819,14 @@ impl Cx {
             (Some(d), _) => d.v,
             (None, Some(b)) => match backoff_delays(&b.v, max_attempts) {
                 Ok(d) => d,
+                Err(0) => {
+                    self.err(
+                        b.pos,
+                        format!("retry.backoff: the delays keep growing past {MAX_BACKOFF_RETRIES} retries; set `max`, a larger `factor` or a smaller `max_attempts`"),
+                    );
+                    ok = false;
+                    vec![]
+                }
                 Err(k) => {
                     self.err(
                         b.pos,
@@ -1103,27 +1111,60 @@ impl Cx {
     }
 }
 
-/// Expands `min(base × factor^(k-1), max)` for k = 1 … max_attempts−1 (at
-/// least one tier). Stops early once the delay no longer grows, so a huge
-/// `max_attempts` costs nothing. `Err(k)` when retry k exceeds the bound.
+/// Expands delay(k) = `min(floor(base × factor^(k-1)), max)` for
+/// k = 1 … max_attempts−1, one entry per retry (retry k waits entry k; the
+/// tiers are the distinct values). The factor is taken as the decimal it is
+/// written as (`2.3` is 23/10, not the nearest binary float) and the product
+/// is computed in fixed point with 18 decimal places, so `1s × 2.3²` is
+/// 5290ms, not 5289. The list stops once the delay reaches `max` (or the
+/// factor is 1): later retries repeat its last entry. `Err(k)` when retry k
+/// exceeds the broker's bound without a `max`; `Err(0)` when the list would
+/// pass [`MAX_BACKOFF_RETRIES`] entries (a factor just above 1 with a huge
+/// `max_attempts`).
 fn backoff_delays(b: &RawBackoff, max_attempts: u32) -> Result<Vec<u64>, u32> {
+    const SCALE: u128 = 1_000_000_000_000_000_000; // 10^18
     let retries = max_attempts.saturating_sub(1).max(1);
     let cap = b.max.unwrap_or(MAX_MILLIS);
+    let (num, den) = decimal_ratio(b.factor);
+    // value = base × factor^(k-1), in units of 10^-18 ms.
+    let mut value: Option<u128> = Some(u128::from(b.base) * SCALE);
     let mut out: Vec<u64> = Vec::new();
     for k in 1..=retries {
-        let raw = b.base as f64 * b.factor.powi((k - 1).min(i32::MAX as u32) as i32);
-        let d = if raw >= cap as f64 {
-            if b.max.is_none() && raw > MAX_MILLIS as f64 {
-                return Err(k);
+        let whole = value.map(|v| v / SCALE);
+        let d = match whole {
+            Some(w) if w < u128::from(cap) => w as u64,
+            _ => {
+                if b.max.is_none() && whole.is_none_or(|w| w > u128::from(MAX_MILLIS)) {
+                    return Err(k);
+                }
+                cap
             }
-            cap
-        } else {
-            raw.floor() as u64
         };
-        if out.last() == Some(&d) {
+        out.push(d);
+        if d == cap || num == den {
             break;
         }
-        out.push(d);
+        if out.len() >= MAX_BACKOFF_RETRIES {
+            return Err(0);
+        }
+        value = value.and_then(|v| v.checked_mul(num)).map(|v| v / den);
     }
     Ok(out)
+}
+
+/// The most retries a backoff may expand to before its delays stop growing.
+const MAX_BACKOFF_RETRIES: usize = 1_000_000;
+
+/// The factor as the decimal fraction it was written as: its shortest
+/// decimal form (Rust prints floats as the shortest string that reads back
+/// the same), at most 9 decimal places.
+fn decimal_ratio(factor: f64) -> (u128, u128) {
+    let text = format!("{factor}");
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let frac = &frac[..frac.len().min(9)];
+    let den = 10u128.pow(frac.len() as u32);
+    let num = format!("{int}{frac}")
+        .parse::<u128>()
+        .unwrap_or(u128::MAX / 2);
+    (num, den)
 }

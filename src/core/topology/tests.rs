@@ -131,6 +131,42 @@ pipelines:
     assert_eq!(d(4), vec![1_000, 10_000, 60_000]);
 }
 
+/// The issue's examples: a floored delay that repeats does not end the
+/// plan, and decimal factors are exact (1s × 2.3² is 5290ms).
+#[test]
+fn backoff_is_the_formula_exactly() {
+    let t = ok("version: 1
+pipelines:
+  - name: a
+    retry: {backoff: {base: 1ms, factor: 1.5}, max_attempts: 8}
+  - name: b
+    retry: {backoff: {base: 1s, factor: 2.3}, max_attempts: 6}
+  - name: c
+    retry: {backoff: {base: 3ms, factor: 1.1}, max_attempts: 12}
+");
+    let a = &t.pipelines[0].retry;
+    assert_eq!(a.delays, vec![1, 1, 2, 3, 5, 7, 11]);
+    assert_eq!(a.tiers(), vec![1, 2, 3, 5, 7, 11]);
+    assert_eq!(
+        t.pipelines[1].retry.delays,
+        vec![1_000, 2_300, 5_290, 12_167, 27_984]
+    );
+    // 3 × 1.1^(k-1) with exact decimals: 3, 3.3, 3.63, 3.993, 4.3923, ...
+    let exact: Vec<u64> = (0..11u32)
+        .map(|k| (3u128 * 11u128.pow(k) / 10u128.pow(k)) as u64)
+        .collect();
+    assert_eq!(t.pipelines[2].retry.delays, exact);
+}
+
+#[test]
+fn a_backoff_that_grows_too_slowly_for_its_attempts_is_an_error() {
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    retry: {backoff: {base: 1s, factor: 1.000001, max: 1d}, max_attempts: 2000000000}\n",
+        "4:22",
+        "keep growing past 1000000 retries",
+    );
+}
+
 #[test]
 fn backoff_without_max_that_overflows_is_an_error() {
     assert_one(
