@@ -1343,3 +1343,54 @@ async fn metrics_on_port_0_logs_and_serves_the_bound_port() {
     assert!(body.contains("dlqctl_decisions_total"), "{body}");
     w.stop().await;
 }
+
+/// A worker whose log sink fails (stderr a full disk, or a pipe whose
+/// reader is gone, as after `2>&1 | head -1`) keeps handling messages and
+/// still stops on SIGTERM with exit 0: no panic (exit 101), no deafness to
+/// signals.
+#[tokio::test]
+async fn a_failing_log_sink_neither_panics_nor_deafens_the_worker() {
+    use std::process::Stdio;
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    for sink in ["full", "closed pipe"] {
+        let stderr = match sink {
+            "full" => Stdio::from(std::fs::File::create("/dev/full").expect("/dev/full")),
+            _ => Stdio::piped(),
+        };
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+            .arg("work")
+            .arg(&file)
+            .args(["--queue", &f.pipe.name, "--"])
+            .arg(&script.path)
+            .env("AMQP_URL", crate::helpers::amqp_url())
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn dlqctl work");
+        // The reader of the pipe goes away at once.
+        drop(child.stderr.take());
+        let before = script.calls().len();
+        publish(&f.broker, "", &f.pipe.name, b"x", with_id(sink)).await;
+        script.wait_calls(before + 1, SECS_20).await;
+        f.broker.wait_for_count(&f.pipe.name, 0, SECS_20).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "{sink}: the worker exited on its own"
+        );
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(child.id().expect("a pid") as i32, libc::SIGTERM);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{sink}: SIGTERM was ignored"))
+            .expect("wait");
+        assert_eq!(status.code(), Some(0), "{sink}: {status:?}");
+    }
+}

@@ -54,7 +54,13 @@ fn init_logging(format: cli::LogFormat, quiet_lapin_io: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // On a failed write (stderr a full disk or a closed pipe) the
+        // subscriber would report it with eprintln!, which panics — in
+        // whichever task was logging, the signal task included, leaving the
+        // worker deaf to SIGTERM. Log lines that cannot be written are lost;
+        // the worker keeps working and stays stoppable.
+        .log_internal_errors(false);
     match format {
         cli::LogFormat::Text => builder.init(),
         cli::LogFormat::Json => builder.json().init(),

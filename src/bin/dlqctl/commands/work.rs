@@ -94,12 +94,15 @@ fn spawn_signal_handler(token: CancellationToken) -> Result<()> {
     // death that leaves a handler running while its message returns.
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: finishing messages in flight"),
-            _ = int.recv() => info!("SIGINT: finishing messages in flight"),
-            _ = hup.recv() => info!("SIGHUP: finishing messages in flight"),
-        }
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = hup.recv() => "SIGHUP",
+        };
+        // Stop first, then say so: nothing the log does can keep the stop
+        // from happening.
         token.cancel();
+        info!("{name}: finishing messages in flight");
     });
     Ok(())
 }
