@@ -774,10 +774,22 @@ impl Cx {
             &SETTINGS_KEYS,
             false,
         );
-        let (name, name_pos) = name?;
-        let exchange = exchange?;
-        let p = self.resolve(&name, name_pos, exchange.map(|(e, _)| e), defaults, &own)?;
-        Some((p, name_pos))
+        // Every rule is checked even when the name or the exchange is
+        // invalid, so that one bad key does not hide the errors of others.
+        let (shown, shown_pos) = match &name {
+            Some((name, pos)) => (name.clone(), *pos),
+            None => ("(unnamed)".to_string(), n.pos),
+        };
+        let resolved = self.resolve(
+            &shown,
+            shown_pos,
+            exchange.clone().flatten().map(|(e, _)| e),
+            defaults,
+            &own,
+        );
+        let (_, name_pos) = name?;
+        exchange?;
+        Some((resolved?, name_pos))
     }
 
     /// Applies defaults under a pipeline's own settings and checks the rules

@@ -743,3 +743,21 @@ fn plan_of_a_classic_pipeline_has_no_quorum_arguments() {
     // No DLQ TTL unless asked for: failed messages are kept.
     assert!(!p.queues[2].arguments.contains_key("x-message-ttl"));
 }
+
+/// One bad key does not hide the errors of the others in the same
+/// pipeline: a bad exchange type or a bad name, with a classic
+/// `delivery_limit` and an unsupported argument, are all reported, each at
+/// its own key.
+#[test]
+fn a_bad_exchange_or_name_does_not_hide_the_pipelines_other_errors() {
+    let rest = "    queue_type: classic\n    delivery_limit: 5\n    arguments: {x-foo: 1}\n";
+    let e = errs(&format!(
+        "version: 1\npipelines:\n  - name: a\n{rest}    exchange: {{name: x, type: bogus, bindings: [k]}}\n"
+    ));
+    let at: Vec<&str> = e.iter().map(|p| p.split(": ").next().unwrap()).collect();
+    assert_eq!(at, vec!["5:21", "6:17", "7:31"], "{e:#?}");
+    assert!(e[2].contains("exchange.type"), "{e:#?}");
+    let e = errs(&format!("version: 1\npipelines:\n  - name: [1]\n{rest}"));
+    assert_eq!(e.len(), 3, "{e:#?}");
+    assert!(e[0].starts_with("3:11: pipeline name"), "{e:#?}");
+}
