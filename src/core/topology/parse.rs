@@ -199,6 +199,20 @@ impl Cx {
     }
 
     fn int_in(&mut self, n: &Node, what: &str, lo: i64, hi: i64) -> Option<i64> {
+        // A whole number too large for an integer reads as a float (or a
+        // big integer): say the range, not "not a number".
+        let too_large = match &n.value {
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(format!("about {f:e}")),
+            Value::BigInt(i) => Some(i.to_string()),
+            _ => None,
+        };
+        if let Some(shown) = too_large {
+            self.err(
+                n.pos,
+                format!("{what} must be between {lo} and {hi}, not {shown}"),
+            );
+            return None;
+        }
         let i = self.int(n, what)?;
         if i < lo || i > hi {
             self.err(

@@ -761,3 +761,23 @@ fn a_bad_exchange_or_name_does_not_hide_the_pipelines_other_errors() {
     assert_eq!(e.len(), 3, "{e:#?}");
     assert!(e[0].starts_with("3:11: pipeline name"), "{e:#?}");
 }
+
+/// A whole number too large for any integer field says the allowed range,
+/// not "must be an integer, not a number".
+#[test]
+fn huge_integers_say_the_range() {
+    for (yaml, pos, range) in [
+        (
+            "version: 1\npipelines:\n  - name: a\n    retry: {max_attempts: 99999999999999999999999}\n",
+            "4:27",
+            "retry.max_attempts must be between 1 and",
+        ),
+        (
+            "version: 1\npipelines:\n  - name: a\n    delivery_limit: 18446744073709551615\n",
+            "4:21",
+            "delivery_limit must be between 1 and 2147483647, not 18446744073709551615",
+        ),
+    ] {
+        assert_one(yaml, pos, range);
+    }
+}
