@@ -222,9 +222,42 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             line: l.line(),
             column: l.column(),
         });
-        let message = clean_message(&e.without_snippet().to_string());
+        // The breach may come wrapped in where an alias was used.
+        let mut root = &e;
+        while let serde_saphyr::Error::AliasError { error, .. }
+        | serde_saphyr::Error::WithSnippet { error, .. } = root
+        {
+            root = error;
+        }
+        let message = match root {
+            serde_saphyr::Error::Budget { breach, .. } => budget_message(breach),
+            _ => clean_message(&e.without_snippet().to_string()),
+        };
         SyntaxError { pos, message }
     })
+}
+
+/// What a breached parser limit means for a topology file, in words.
+fn budget_message(breach: &serde_saphyr::budget::BudgetBreach) -> String {
+    use serde_saphyr::budget::BudgetBreach as B;
+    let (what, n) = match breach {
+        B::Nodes { nodes } => ("YAML nodes", nodes.to_string()),
+        B::Events { events } => ("YAML events", events.to_string()),
+        B::Aliases { aliases } => ("aliases (`*name`)", aliases.to_string()),
+        B::Anchors { anchors } => ("anchors (`&name`)", anchors.to_string()),
+        B::Depth { depth } => ("levels of nesting", depth.to_string()),
+        B::Documents { documents } => ("YAML documents", documents.to_string()),
+        B::ScalarBytes { total_scalar_bytes } => {
+            ("bytes of values", total_scalar_bytes.to_string())
+        }
+        B::MergeKeys { merge_keys } => ("merge keys (`<<`)", merge_keys.to_string()),
+        _ => ("of something the parser bounds", "its limit".to_string()),
+    };
+    format!(
+        "the file goes past the YAML parser's safety limit: more than {n} {what}. \
+         A topology file stays far below it; look for aliases that repeat large blocks \
+         (an alias bomb) or runaway nesting, and write the pipelines out plainly"
+    )
 }
 
 /// The parser's message without its advice to library users and without the
@@ -242,6 +275,19 @@ fn clean_message(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alias_bomb_is_named_in_words_not_as_a_debug_dump() {
+        let mut text = String::from("a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n");
+        for i in 1..12 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(",");
+            text += &format!("a{i}: &a{i} [{refs}]\n");
+        }
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("safety limit"), "{}", e.message);
+        assert!(e.message.contains("alias bomb"), "{}", e.message);
+        assert!(!e.message.contains('{'), "a Debug dump: {}", e.message);
+    }
 
     #[test]
     fn nodes_carry_line_and_column() {
