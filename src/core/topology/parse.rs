@@ -45,6 +45,12 @@ impl fmt::Display for Invalid {
     }
 }
 
+/// The values of a headers binding's `x-match` the broker accepts.
+const X_MATCH: [&str; 4] = ["all", "any", "all-with-x", "any-with-x"];
+
+/// The values of `x-queue-leader-locator` RabbitMQ 3.10 and 4.x accept.
+const LEADER_LOCATORS: [&str; 4] = ["client-local", "balanced", "least-leaders", "random"];
+
 /// Parses and validates a topology file's text. `file` names it in errors.
 pub fn parse_topology(text: &str, file: &str) -> Result<Topology, Invalid> {
     let root = match yaml::parse(text) {
@@ -728,6 +734,25 @@ impl Cx {
         let mut out = Arguments::new();
         let mut ok = true;
         for (k, v) in m {
+            // The broker refuses a binding whose x-match is anything else
+            // (checked offline, so that provision does not report it as drift).
+            if k.name == "x-match"
+                && !matches!(&v.value, Value::Str(s) if X_MATCH.contains(&s.as_str()))
+            {
+                self.err(
+                    v.pos,
+                    format!(
+                        "x-match must be one of {}, not {} (the broker refuses the binding)",
+                        X_MATCH.join(", "),
+                        match &v.value {
+                            Value::Str(s) => format!("`{s}`"),
+                            other => other.kind().to_string(),
+                        }
+                    ),
+                );
+                ok = false;
+                continue;
+            }
             match &v.value {
                 Value::Str(s) => {
                     out.insert(k.name.clone(), ArgValue::Str(s.clone()));
@@ -1026,9 +1051,21 @@ impl Cx {
                     None
                 }
             },
-            Ty::Str => self
-                .string(v, &format!("argument `{key}`"))
-                .map(ArgValue::Str),
+            Ty::Str => {
+                let text = self.string(v, &format!("argument `{key}`"))?;
+                if key == "x-queue-leader-locator" && !LEADER_LOCATORS.contains(&text.as_str()) {
+                    self.err(
+                        v.pos,
+                        format!(
+                            "argument `{key}` must be one of {}, not `{text}` (the broker refuses \
+                             other values; on RabbitMQ 4.x random and least-leaders mean balanced)",
+                            LEADER_LOCATORS.join(", ")
+                        ),
+                    );
+                    return None;
+                }
+                Some(ArgValue::Str(text))
+            }
         }
     }
 

@@ -781,3 +781,31 @@ fn huge_integers_say_the_range() {
         assert_one(yaml, pos, range);
     }
 }
+
+/// Values the broker would refuse are refused offline, at their key, so
+/// that `provision` never reports them as drift.
+#[test]
+fn values_the_broker_refuses_are_refused_offline() {
+    let e = errs("version: 1
+pipelines:
+  - name: a
+    arguments: {x-queue-leader-locator: bogus}
+    exchange: {name: h, type: headers, bindings: [{arguments: {x-match: bogus, k: v}}, {arguments: {x-match: 1}}]}
+");
+    assert_eq!(e.len(), 3, "{e:#?}");
+    assert!(
+        e[0].starts_with("4:41: argument `x-queue-leader-locator` must be one of"),
+        "{e:#?}"
+    );
+    assert!(
+        e[1].contains("x-match must be one of all, any, all-with-x, any-with-x, not `bogus`"),
+        "{e:#?}"
+    );
+    assert!(e[2].contains("not an integer"), "{e:#?}");
+    for locator in ["client-local", "balanced", "least-leaders", "random"] {
+        ok(&format!("version: 1\npipelines:\n  - name: a\n    arguments: {{x-queue-leader-locator: {locator}}}\n"));
+    }
+    for m in ["all", "any", "all-with-x", "any-with-x"] {
+        ok(&format!("version: 1\npipelines:\n  - name: a\n    exchange: {{name: h, type: headers, bindings: [{{arguments: {{x-match: {m}, k: v}}}}]}}\n"));
+    }
+}
