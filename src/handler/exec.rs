@@ -57,6 +57,41 @@ use crate::core::outcome::Outcome;
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
 pub const EXIT_PERMANENT: i32 = 65;
 
+/// Header JSON longer than this goes to `DLQCTL_HEADERS_FILE` instead of
+/// `DLQCTL_HEADERS` (Linux's limit for one variable is 128 KiB).
+pub const HEADERS_ENV_MAX_BYTES: usize = 64 * 1024;
+
+/// A message's header JSON in a file of its own (mode 0600), removed when
+/// the run ends.
+struct HeadersFile {
+    path: std::path::PathBuf,
+}
+
+impl HeadersFile {
+    fn write(json: &str) -> std::io::Result<Self> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("dlqctl-headers-{}-{n}.json", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        let file = HeadersFile { path };
+        f.write_all(json.as_bytes())?;
+        Ok(file)
+    }
+}
+
+impl Drop for HeadersFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// How much of the end of stderr is kept as the error text: small enough
 /// that, with a `timed out after …: ` prefix, the whole text fits the 1 KiB
 /// `dlqctl-last-error` header, so the program's last words are kept.
@@ -102,8 +137,22 @@ impl ExecHandler {
         self.timeout
     }
 
-    fn command(&self, msg: &HandlerMessage) -> Command {
+    fn command(&self, msg: &HandlerMessage) -> std::io::Result<(Command, Option<HeadersFile>)> {
         let mut cmd = Command::new(&self.program);
+        // Linux refuses one `NAME=value` over 128 KiB (E2BIG at exec), and
+        // header JSON can be many times its AMQP size: past
+        // HEADERS_ENV_MAX_BYTES the headers go in a file instead.
+        let headers = msg.headers.to_string();
+        let file = if headers.len() > HEADERS_ENV_MAX_BYTES {
+            let f = HeadersFile::write(&headers)?;
+            cmd.env("DLQCTL_HEADERS_FILE", &f.path)
+                .env_remove("DLQCTL_HEADERS");
+            Some(f)
+        } else {
+            cmd.env("DLQCTL_HEADERS", headers)
+                .env_remove("DLQCTL_HEADERS_FILE");
+            None
+        };
         // A value that is not UTF-8 is given as base64 (and its plain
         // variable is empty): one documented form, see the module docs.
         let b64 = [
@@ -127,21 +176,34 @@ impl ExecHandler {
             .env("DLQCTL_MAX_ATTEMPTS", msg.max_attempts.to_string())
             .env("DLQCTL_EXCHANGE", &msg.exchange)
             .env("DLQCTL_ROUTING_KEY", &msg.routing_key)
-            .env("DLQCTL_HEADERS", msg.headers.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        cmd
+        Ok((cmd, file))
     }
 
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
-        let child = match self.command(msg).spawn() {
+        let (mut command, _headers_file) = match self.command(msg) {
+            Ok(c) => c,
+            Err(e) => {
+                return Outcome::transient(format!(
+                    "cannot write the headers file for handler `{}`: {}",
+                    self.program.to_string_lossy(),
+                    io_error_text(&e)
+                ))
+            }
+        };
+        let child = match command.spawn() {
             Ok(child) => child,
             // The message itself cannot be handed to a program (a NUL byte
-            // in its id, exchange or routing key): no retry will change that.
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            // in its id, exchange or routing key, or an environment still
+            // too large): no retry will change that.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput
+                    || e.raw_os_error() == Some(libc::E2BIG) =>
+            {
                 return Outcome::permanent(format!(
                     "cannot pass this message to handler `{}`: {}",
                     self.program.to_string_lossy(),

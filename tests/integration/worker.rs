@@ -1394,3 +1394,40 @@ async fn a_failing_log_sink_neither_panics_nor_deafens_the_worker() {
         assert_eq!(status.code(), Some(0), "{sink}: {status:?}");
     }
 }
+
+/// Headers whose JSON passes Linux's 128 KiB limit for one environment
+/// variable (a 40 KB byte array is ~150 KB of JSON) reach the handler
+/// through `DLQCTL_HEADERS_FILE`; the run is not refused with E2BIG (which
+/// burned every attempt with the handler never run), and the file is
+/// removed afterwards.
+#[tokio::test]
+async fn headers_too_large_for_the_environment_reach_the_handler_in_a_file() {
+    let f = Fixture::new(&[100], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(
+        &f.scratch,
+        "h",
+        r#"cp "$DLQCTL_HEADERS_FILE" "$d/hf.$n"; printf '%s' "$DLQCTL_HEADERS_FILE" > "$d/hfpath.$n"; exit 0"#,
+    );
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let big = lapin::types::ByteArray::from(vec![200u8; 40_000]);
+    let props =
+        with_id("m-big-headers").with_headers(table(&[("blob", AMQPValue::ByteArray(big))]));
+    publish(&f.broker, "", &f.pipe.name, b"x", props).await;
+    let d = w.wait_decisions(1, SECS_20).await;
+    assert_eq!(field(&d[0], "decision"), "ack", "{d:#?}");
+    assert_eq!(attempts(&script.calls()), vec![1]);
+    let json: Value = serde_json::from_slice(
+        &std::fs::read(script.dir.join("hf.1")).expect("the handler read the headers file"),
+    )
+    .expect("JSON headers");
+    assert_eq!(json["blob"].as_array().map(Vec::len), Some(40_000));
+    let path = std::fs::read_to_string(script.dir.join("hfpath.1")).unwrap();
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "{path} was left behind"
+    );
+    w.stop().await;
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
