@@ -185,37 +185,59 @@ impl ExecHandler {
     }
 
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
-        let (mut command, _headers_file) = match self.command(msg) {
-            Ok(c) => c,
-            Err(e) => {
-                return Outcome::transient(format!(
-                    "cannot write the headers file for handler `{}`: {}",
-                    self.program.to_string_lossy(),
-                    io_error_text(&e)
-                ))
-            }
-        };
-        let child = match command.spawn() {
-            Ok(child) => child,
-            // The message itself cannot be handed to a program (a NUL byte
-            // in its id, exchange or routing key, or an environment still
-            // too large): no retry will change that.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::InvalidInput
-                    || e.raw_os_error() == Some(libc::E2BIG) =>
-            {
-                return Outcome::permanent(format!(
-                    "cannot pass this message to handler `{}`: {}",
-                    self.program.to_string_lossy(),
-                    io_error_text(&e)
-                ))
-            }
-            Err(e) => {
-                return Outcome::transient(format!(
-                    "cannot start handler `{}`: {}",
-                    self.program.to_string_lossy(),
-                    io_error_text(&e)
-                ))
+        // A program that cannot start for a reason of the machine (deleted,
+        // not executable, no file descriptors left, ...) is not the
+        // message's fault: the message is held, unacked and with its
+        // attempts untouched, and the start is tried again with backoff.
+        // Every handler slot soon waits the same way, so consumption pauses
+        // (the prefetch follows the concurrency) until the program can
+        // start; nothing is retried or dead-lettered for it.
+        let mut backoff =
+            crate::core::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+        let mut paused = false;
+        let (child, _headers_file) = loop {
+            let (mut command, headers_file) = match self.command(msg) {
+                Ok(c) => c,
+                Err(e) => {
+                    return Outcome::transient(format!(
+                        "cannot write the headers file for handler `{}`: {}",
+                        self.program.to_string_lossy(),
+                        io_error_text(&e)
+                    ))
+                }
+            };
+            match command.spawn() {
+                Ok(child) => {
+                    if paused {
+                        tracing::info!(program = %self.program.to_string_lossy(), "the handler starts again: resuming");
+                    }
+                    break (child, headers_file);
+                }
+                // The message itself cannot be handed to a program (a NUL
+                // byte in its id, exchange or routing key, or an environment
+                // still too large): no retry will change that.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::InvalidInput
+                        || e.raw_os_error() == Some(libc::E2BIG) =>
+                {
+                    return Outcome::permanent(format!(
+                        "cannot pass this message to handler `{}`: {}",
+                        self.program.to_string_lossy(),
+                        io_error_text(&e)
+                    ))
+                }
+                Err(e) => {
+                    if !paused {
+                        tracing::warn!(
+                            program = %self.program.to_string_lossy(),
+                            error = %io_error_text(&e),
+                            "cannot start the handler: holding its message (no attempt counted) and \
+                             trying again with backoff; consumption pauses until it starts"
+                        );
+                        paused = true;
+                    }
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
             }
         };
         let mut child = match GroupChild::new(child) {
@@ -779,15 +801,31 @@ mod tests {
         assert_eq!(t.text(), "…xact");
     }
 
+    /// A program missing when the message comes is the machine's fault,
+    /// not the message's: the run waits (no outcome, so no attempt is
+    /// counted) and goes on once the program is back.
     #[tokio::test]
-    async fn missing_program_is_transient_and_named() {
-        let h = ExecHandler::new("dlqctl-no-such-program", vec![], T);
-        assert_eq!(
-            h.handle(&msg(b"x")).await,
-            Outcome::transient(
-                "cannot start handler `dlqctl-no-such-program`: No such file or directory"
-            )
+    async fn a_missing_program_holds_the_message_until_it_can_start() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("dlqctl-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let program = dir.join("handler.sh");
+        let _ = std::fs::remove_file(&program);
+        let h = ExecHandler::new(program.clone(), vec![], T);
+        let run = tokio::spawn(async move { h.handle(&msg(b"x")).await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !run.is_finished(),
+            "the run ended while the program was missing"
         );
+        std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the run resumes once the program exists")
+            .unwrap();
+        assert_eq!(out, Outcome::Success);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

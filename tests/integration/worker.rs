@@ -1431,3 +1431,44 @@ async fn headers_too_large_for_the_environment_reach_the_handler_in_a_file() {
     w.stop().await;
     assert_empty(&f.broker, &f.all_queues()).await;
 }
+
+/// The handler program deleted while the worker runs: its messages are
+/// held (not retried, not dead-lettered), consumption pauses, and both
+/// resume once the program is back.
+#[tokio::test]
+async fn a_handler_program_gone_mid_run_pauses_and_never_dead_letters() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let text = std::fs::read(&script.path).unwrap();
+    std::fs::remove_file(&script.path).unwrap();
+    for n in 0..3 {
+        publish(
+            &f.broker,
+            "",
+            &f.pipe.name,
+            b"x",
+            with_id(&format!("gone-{n}")),
+        )
+        .await;
+    }
+    w.wait_event(
+        "cannot start the handler: holding its message (no attempt counted) and trying again with backoff; consumption pauses until it starts",
+        1,
+        SECS_20,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(w.decisions().is_empty(), "{}", w.output());
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    // One held by the handler slot, the others still ready.
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(2));
+    Scratch::write_executable(&script.path, &String::from_utf8_lossy(&text));
+    let d = w.wait_decisions(3, Duration::from_secs(40)).await;
+    assert!(d.iter().all(|e| field(e, "decision") == "ack"), "{d:#?}");
+    assert!(d.iter().all(|e| e["attempt"] == 1), "{d:#?}");
+    w.stop().await;
+    assert_empty(&f.broker, &f.all_queues()).await;
+}
