@@ -101,3 +101,31 @@ fn passwords_with_url_delimiters_never_appear_in_errors() {
         assert_hidden(pw, "provision --check --management-url", &text);
     }
 }
+
+/// Connection mistakes get a hint that names them, not "is RabbitMQ
+/// running?": TLS spoken to the plain port, and a frame_max the broker
+/// refuses. The broker answers on 5672 for both.
+#[test]
+fn tls_to_a_plain_port_and_a_refused_frame_max_are_named() {
+    let dir = Scratch::new();
+    let file = dir.write(
+        "t.yaml",
+        &format!("version: 1\npipelines:\n  - name: {}x\n", unique_prefix()),
+    );
+    let f = file.to_str().unwrap();
+    for (url, wanted) in [
+        (
+            "amqps://guest:guest@127.0.0.1:5672/%2f",
+            "the port may speak plain AMQP",
+        ),
+        (
+            "amqp://guest:guest@127.0.0.1:5672/%2f?frame_max=512",
+            "frame_max",
+        ),
+    ] {
+        let (code, text) = run(&["provision", f, "--url", url], &[]);
+        assert_eq!(code, Some(1), "{url}: {text}");
+        assert!(text.contains(wanted), "{url}: no `{wanted}` in {text}");
+        assert!(!text.contains("is RabbitMQ running"), "{url}: {text}");
+    }
+}
