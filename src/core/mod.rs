@@ -12,6 +12,7 @@ pub mod confirm;
 pub mod drift;
 pub mod duration;
 pub mod finding;
+pub mod fingerprint;
 pub mod outcome;
 pub mod retry;
 pub mod shortstr;

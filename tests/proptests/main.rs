@@ -322,4 +322,19 @@ proptest! {
             Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }
+
+    /// The error fingerprint never panics, and normalising twice changes
+    /// nothing (a normalised error is its own group's key); errors that
+    /// differ only in a number share a group.
+    #[test]
+    fn fingerprints_are_total_and_idempotent(
+        text in "[ -~\\n\\té€0-9a-fx'\"`-]{0,80}",
+        a in any::<u32>(),
+        b in any::<u32>(),
+    ) {
+        let once = dlqctl::core::fingerprint::normalise(&text);
+        prop_assert_eq!(dlqctl::core::fingerprint::normalise(&once), once.clone());
+        let with = |n: u32| dlqctl::core::fingerprint::normalise(&format!("order {n} of {text}"));
+        prop_assert_eq!(with(a), with(b));
+    }
 }
