@@ -9,6 +9,7 @@
 pub mod backoff;
 pub mod breaker;
 pub mod confirm;
+pub mod dlq;
 pub mod drift;
 pub mod duration;
 pub mod finding;

@@ -2,5 +2,6 @@
 //! reports and never prints: provisioning and checking a topology, and the
 //! status of its queues.
 
+pub mod dlq;
 pub mod provision;
 pub mod status;

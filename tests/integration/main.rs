@@ -4,6 +4,7 @@
 mod bad_input;
 mod chaos_support;
 mod cli_io;
+mod dlq;
 mod helpers;
 mod poison;
 mod provision;

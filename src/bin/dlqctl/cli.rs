@@ -46,6 +46,34 @@ pub enum Command {
     /// Depth and consumers of every queue; exit 3 on a missing object or
     /// a DLQ over --max-dlq.
     Status(StatusArgs),
+    /// Operate on a pipeline's dead-letter queue.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+/// `dlqctl dlq ...`.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Show messages from the head of a pipeline's DLQ; changes nothing.
+    Peek(PeekArgs),
+}
+
+/// `dlqctl dlq peek`.
+#[derive(Debug, Args)]
+pub struct PeekArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// Messages to show, from the head (at most 10000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub limit: u16,
+    /// Print JSON (every field, the body in full) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
 }
 
 /// `dlqctl status`.

@@ -12,5 +12,6 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Provision(a) => commands::provision::provision(a).await,
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
+        Command::Dlq(crate::cli::DlqCommand::Peek(a)) => commands::dlq::peek(a).await,
     }
 }

@@ -1,6 +1,7 @@
 //! One file per command: each parses nothing and decides nothing of its
 //! own; it calls the library and hands the report to `output`.
 
+pub mod dlq;
 pub mod provision;
 pub mod status;
 pub mod validate;

@@ -3,6 +3,7 @@
 use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
+use dlqctl::ops::dlq::PeekReport;
 use dlqctl::ops::provision::Report;
 use dlqctl::ops::status::{OverThreshold, QueueStatus, StatusReport};
 
@@ -215,4 +216,61 @@ pub fn status_text(
         }
     }
     out
+}
+
+/// `dlq peek` as text: a block per message, its body cut to `width`.
+pub fn peek_text(report: &PeekReport, width: usize) -> String {
+    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{}: {} message(s) shown of {} ready at the start; nothing was removed\n",
+        report.queue,
+        report.messages.len(),
+        report.snapshot
+    );
+    for (i, m) in report.messages.iter().enumerate() {
+        let d = &m.described;
+        let id = match (&m.message_id, &m.message_id_base64) {
+            (Some(id), _) => id.clone(),
+            (None, Some(b)) => format!("base64:{b}"),
+            (None, None) => "-".into(),
+        };
+        out += &format!(
+            "#{} id={id} reason={} attempts={} dead-lettered-at={}\n",
+            i + 1,
+            or(&d.reason),
+            d.attempts.map_or("-".into(), |n| n.to_string()),
+            or(&d.dead_lettered_at)
+        );
+        out += &format!(
+            "   from exchange={} key={} queue={}\n",
+            or(&d.original_exchange),
+            or(&d.original_routing_key),
+            or(&d.source_queue)
+        );
+        if let Some(e) = &d.last_error {
+            out += &format!(
+                "   last error: {}\n",
+                dlqctl::core::dlq::body_preview(e.as_bytes(), width.saturating_sub(15))
+            );
+        }
+        for h in &d.errors {
+            let attempt = h.get("attempt").map_or("?".to_string(), |a| a.to_string());
+            let error = h.get("error").and_then(|e| e.as_str()).unwrap_or("");
+            out += &format!(
+                "   attempt {attempt}: {}\n",
+                dlqctl::core::dlq::body_preview(error.as_bytes(), width.saturating_sub(15))
+            );
+        }
+        let body = base64_body(&m.body_base64);
+        out += &format!(
+            "   body ({} bytes): {}\n",
+            m.body_bytes,
+            dlqctl::core::dlq::body_preview(&body, width.saturating_sub(20))
+        );
+    }
+    out
+}
+
+fn base64_body(b64: &str) -> Vec<u8> {
+    dlqctl::core::shortstr::from_base64(b64).unwrap_or_default()
 }

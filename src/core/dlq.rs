@@ -1,0 +1,188 @@
+//! Reading a dead-lettered message: what `dlq peek` shows of it, from its
+//! headers (as [`crate::core::retry::headers_to_json`] gives them) and
+//! body. dlqctl's own headers win; a message the broker dead-lettered
+//! (`--dead-letter nack`, `delivery_limit`, a rejection by another
+//! consumer) is read from its newest `x-death` entry.
+
+use crate::core::retry::{
+    ATTEMPT_HEADER, DEAD_LETTERED_AT_HEADER, ERRORS_HEADER, LAST_ERROR_HEADER,
+    ORIGINAL_EXCHANGE_HEADER, ORIGINAL_ROUTING_KEY_HEADER, REASON_HEADER, SOURCE_QUEUE_HEADER,
+};
+use serde_json::Value;
+
+/// What is known of one DLQ message.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Described {
+    /// `dlqctl-reason`, or the broker's `x-death` reason.
+    pub reason: Option<String>,
+    /// Handler runs made (`dlqctl-attempt`), or the broker's death count.
+    pub attempts: Option<i64>,
+    /// `dlqctl-dead-lettered-at`, or the broker's death time (RFC 3339).
+    pub dead_lettered_at: Option<String>,
+    /// `dlqctl-last-error`.
+    pub last_error: Option<String>,
+    /// `dlqctl-errors`, oldest first, as JSON.
+    pub errors: Vec<Value>,
+    /// The exchange the message first came from.
+    pub original_exchange: Option<String>,
+    /// The routing key it first came with.
+    pub original_routing_key: Option<String>,
+    /// The queue it was dead-lettered from.
+    pub source_queue: Option<String>,
+}
+
+/// Reads the headers (as JSON) of a DLQ message.
+pub fn describe(headers: &Value) -> Described {
+    let text = |k: &str| headers.get(k).and_then(Value::as_str).map(str::to_string);
+    let death = headers
+        .get("x-death")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first());
+    let from_death = |k: &str| death.and_then(|d| d.get(k));
+    let death_time = from_death("time")
+        .and_then(Value::as_u64)
+        .map(|secs| crate::core::text::rfc3339_millis(secs.saturating_mul(1000)));
+    Described {
+        reason: text(REASON_HEADER).or_else(|| {
+            from_death("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }),
+        attempts: headers
+            .get(ATTEMPT_HEADER)
+            .and_then(Value::as_i64)
+            .or_else(|| from_death("count").and_then(Value::as_i64)),
+        dead_lettered_at: text(DEAD_LETTERED_AT_HEADER).or(death_time),
+        last_error: text(LAST_ERROR_HEADER),
+        errors: headers
+            .get(ERRORS_HEADER)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        original_exchange: text(ORIGINAL_EXCHANGE_HEADER).or_else(|| {
+            from_death("exchange")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }),
+        original_routing_key: text(ORIGINAL_ROUTING_KEY_HEADER).or_else(|| {
+            from_death("routing-keys")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }),
+        source_queue: text(SOURCE_QUEUE_HEADER).or_else(|| {
+            from_death("queue")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }),
+    }
+}
+
+/// A one-line preview of a body in at most `width` characters: the text
+/// with control characters as spaces when it is UTF-8, else `hex:` and its
+/// first bytes in hex; `…` marks a cut.
+pub fn body_preview(body: &[u8], width: usize) -> String {
+    let width = width.max(8);
+    match std::str::from_utf8(body) {
+        Ok(text) => {
+            let clean: String = text
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            if clean.chars().count() <= width {
+                clean
+            } else {
+                let mut cut: String = clean.chars().take(width - 1).collect();
+                cut.push('…');
+                cut
+            }
+        }
+        Err(_) => {
+            let bytes = (width - 5) / 2;
+            let hex: String = body
+                .iter()
+                .take(bytes)
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            if body.len() > bytes {
+                format!("hex:{hex}…")
+            } else {
+                format!("hex:{hex}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dlqctls_headers_win() {
+        let h = json!({
+            "dlqctl-reason": "exhausted",
+            "dlqctl-attempt": 4,
+            "dlqctl-dead-lettered-at": "2026-12-03T10:00:00.000Z",
+            "dlqctl-last-error": "upstream timeout",
+            "dlqctl-errors": [{"attempt": 1, "error": "a"}, {"attempt": 2, "error": "b"}],
+            "dlqctl-original-exchange": "shop",
+            "dlqctl-original-routing-key": "order.created",
+            "dlqctl-source-queue": "orders",
+            "x-death": [{"reason": "rejected", "count": 9, "queue": "other", "exchange": "x",
+                         "routing-keys": ["k"], "time": 1}]
+        });
+        let d = describe(&h);
+        assert_eq!(d.reason.as_deref(), Some("exhausted"));
+        assert_eq!(d.attempts, Some(4));
+        assert_eq!(
+            d.dead_lettered_at.as_deref(),
+            Some("2026-12-03T10:00:00.000Z")
+        );
+        assert_eq!(d.last_error.as_deref(), Some("upstream timeout"));
+        assert_eq!(d.errors.len(), 2);
+        assert_eq!(d.original_exchange.as_deref(), Some("shop"));
+        assert_eq!(d.original_routing_key.as_deref(), Some("order.created"));
+        assert_eq!(d.source_queue.as_deref(), Some("orders"));
+    }
+
+    #[test]
+    fn a_broker_dead_letter_is_read_from_x_death() {
+        let h = json!({"x-death": [{"reason": "delivery_limit", "count": 1, "queue": "orders",
+            "exchange": "shop", "routing-keys": ["order.paid"], "time": 1_700_000_000u64}]});
+        let d = describe(&h);
+        assert_eq!(d.reason.as_deref(), Some("delivery_limit"));
+        assert_eq!(d.attempts, Some(1));
+        assert_eq!(
+            d.dead_lettered_at.as_deref(),
+            Some("2023-11-14T22:13:20.000Z")
+        );
+        assert_eq!(d.original_routing_key.as_deref(), Some("order.paid"));
+        assert_eq!(d.source_queue.as_deref(), Some("orders"));
+        assert_eq!(d.last_error, None);
+    }
+
+    #[test]
+    fn no_headers_is_all_unknown() {
+        let d = describe(&json!({}));
+        assert_eq!(d.reason, None);
+        assert_eq!(d.attempts, None);
+        assert!(d.errors.is_empty());
+        let d = describe(&json!({"x-death": "not a list", "dlqctl-attempt": "x"}));
+        assert_eq!((d.reason, d.attempts), (None, None));
+    }
+
+    #[test]
+    fn previews_fit_the_width() {
+        assert_eq!(body_preview(b"{\"id\":1}\n", 40), "{\"id\":1} ");
+        let long = "é".repeat(100);
+        let p = body_preview(long.as_bytes(), 20);
+        assert_eq!(p.chars().count(), 20);
+        assert!(p.ends_with('…'));
+        assert_eq!(body_preview(&[0xff, 0x00], 40), "hex:ff00");
+        let p = body_preview(&[0xffu8; 100], 21);
+        assert_eq!(p, format!("hex:{}…", "ff".repeat(8)));
+        assert_eq!(body_preview(b"", 0), "");
+    }
+}

@@ -1,0 +1,142 @@
+//! `dlqctl dlq peek` against a real broker: it shows the head of the DLQ
+//! with what the headers say, and leaves every message in place, in order;
+//! a second reader of the same DLQ is told it is busy.
+
+use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde_json::Value;
+use std::path::Path;
+
+async fn peek(file: &Path, queue: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "dlq".to_string(),
+        "peek".to_string(),
+        file.display().to_string(),
+        "--queue".to_string(),
+        queue.to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    dlqctl(&args, RUN_TIMEOUT).await
+}
+
+async fn fill(b: &Broker, pipe: &Pipe, n: usize) {
+    for k in 0..n {
+        let headers = table(&[
+            ("dlqctl-reason", s("exhausted")),
+            ("dlqctl-attempt", i(4)),
+            ("dlqctl-last-error", s(&format!("order {k} not found"))),
+            ("dlqctl-original-routing-key", s("order.created")),
+        ]);
+        let props = with_id(&format!("m-{k}")).with_headers(headers);
+        publish(b, "", &pipe.dlq(), format!("body {k}").as_bytes(), props).await;
+    }
+}
+
+#[tokio::test]
+async fn peek_shows_the_head_and_leaves_every_message_in_order() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    fill(&b, &pipe, 5).await;
+
+    let run = peek(&file, &pipe.name, &["--limit", "3", "--json"]).await;
+    run.assert_code(0);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(doc["snapshot"], 5, "{doc:#}");
+    let msgs = doc["messages"].as_array().expect("messages");
+    assert_eq!(msgs.len(), 3, "{doc:#}");
+    for (k, m) in msgs.iter().enumerate() {
+        assert_eq!(m["message_id"], format!("m-{k}"));
+        assert_eq!(m["reason"], "exhausted");
+        assert_eq!(m["attempts"], 4);
+        assert_eq!(m["last_error"], format!("order {k} not found"));
+        assert_eq!(m["original_routing_key"], "order.created");
+        assert_eq!(m["body_utf8"], format!("body {k}"));
+    }
+
+    let run = peek(&file, &pipe.name, &[]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("5 message(s) shown of 5"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("id=m-4 reason=exhausted attempts=4"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("body (6 bytes): body 4"),
+        "{}",
+        run.stdout
+    );
+
+    // Everything is still there, in the order it was published.
+    b.wait_for_count(&pipe.dlq(), 5, std::time::Duration::from_secs(10))
+        .await;
+    let left: Vec<String> = drain(&b, &pipe.dlq())
+        .await
+        .iter()
+        .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        (0..5).map(|k| format!("body {k}")).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_second_reader_of_the_dlq_is_told_it_is_busy() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    fill(&b, &pipe, 1).await;
+    // Another command's lock: the exclusive queue it declares.
+    let ch = b.channel().await;
+    ch.queue_declare(
+        dlqctl::ops::dlq::lock_name(&pipe.dlq()).as_str().into(),
+        QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("the lock");
+    let run = peek(&file, &pipe.name, &[]).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("is busy"), "{}", run.stderr);
+    // The holder ends (its connection's exclusive queue goes with it).
+    let _ = ch
+        .queue_delete(
+            dlqctl::ops::dlq::lock_name(&pipe.dlq()).as_str().into(),
+            Default::default(),
+        )
+        .await;
+    let run = peek(&file, &pipe.name, &[]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("1 message(s) shown of 1"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn peek_of_an_unknown_pipeline_is_bad_usage() {
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.write(&dir);
+    let run = peek(&file, "no-such-pipeline", &[]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("is not a pipeline"), "{}", run.stderr);
+}
