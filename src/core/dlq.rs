@@ -186,3 +186,141 @@ mod tests {
         assert_eq!(body_preview(b"", 0), "");
     }
 }
+
+/// One group of `dlq summary`: the messages sharing a reason and an error
+/// fingerprint ([`crate::core::fingerprint`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Group {
+    /// The group's short stable id (the `--group` selector).
+    pub id: String,
+    /// The reason (`exhausted`, `permanent`, the broker's `delivery_limit`...).
+    pub reason: Option<String>,
+    /// The normalised last error.
+    pub fingerprint: String,
+    /// Messages in the group.
+    pub count: u64,
+    /// The earliest dead-lettered-at.
+    pub first_dead_lettered_at: Option<String>,
+    /// The latest dead-lettered-at.
+    pub last_dead_lettered_at: Option<String>,
+    /// The source queue of the first message seen.
+    pub source_queue: Option<String>,
+    /// The id of the first message seen.
+    pub example_message_id: Option<String>,
+}
+
+/// Builds the groups of a summary one message at a time, in memory bounded
+/// by the number of groups.
+#[derive(Debug, Default)]
+pub struct Grouper {
+    groups: Vec<Group>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl Grouper {
+    /// Adds one message.
+    pub fn add(&mut self, d: &Described, message_id: Option<&str>) {
+        let reason = d.reason.clone().unwrap_or_default();
+        let fingerprint =
+            crate::core::fingerprint::normalise(d.last_error.as_deref().unwrap_or(""));
+        let id = crate::core::fingerprint::group_id(&reason, &fingerprint);
+        let at = d.dead_lettered_at.clone();
+        match self.index.get(&id) {
+            Some(&i) => {
+                let g = &mut self.groups[i];
+                g.count += 1;
+                if at.is_some()
+                    && (g.first_dead_lettered_at.is_none() || at < g.first_dead_lettered_at)
+                {
+                    g.first_dead_lettered_at = at.clone();
+                }
+                if at > g.last_dead_lettered_at {
+                    g.last_dead_lettered_at = at;
+                }
+            }
+            None => {
+                self.index.insert(id.clone(), self.groups.len());
+                self.groups.push(Group {
+                    id,
+                    reason: d.reason.clone(),
+                    fingerprint,
+                    count: 1,
+                    first_dead_lettered_at: at.clone(),
+                    last_dead_lettered_at: at,
+                    source_queue: d.source_queue.clone(),
+                    example_message_id: message_id.map(str::to_string),
+                });
+            }
+        }
+    }
+
+    /// The groups, largest first (ties in the order first seen).
+    pub fn finish(self) -> Vec<Group> {
+        let mut g = self.groups;
+        g.sort_by_key(|b| std::cmp::Reverse(b.count));
+        g
+    }
+}
+
+#[cfg(test)]
+mod grouper_tests {
+    use super::*;
+
+    fn msg(reason: &str, error: &str, at: &str) -> Described {
+        Described {
+            reason: Some(reason.into()),
+            attempts: None,
+            dead_lettered_at: Some(at.into()),
+            last_error: Some(error.into()),
+            errors: vec![],
+            original_exchange: None,
+            original_routing_key: None,
+            source_queue: Some("orders".into()),
+        }
+    }
+
+    #[test]
+    fn messages_group_by_reason_and_fingerprint_largest_first() {
+        let mut g = Grouper::default();
+        g.add(
+            &msg("permanent", "bad input", "2026-01-02T00:00:00.000Z"),
+            Some("p1"),
+        );
+        g.add(
+            &msg("exhausted", "order 1 not found", "2026-01-03T00:00:00.000Z"),
+            Some("e1"),
+        );
+        g.add(
+            &msg("exhausted", "order 2 not found", "2026-01-01T00:00:00.000Z"),
+            Some("e2"),
+        );
+        g.add(
+            &msg("permanent", "order 3 not found", "2026-01-05T00:00:00.000Z"),
+            Some("p2"),
+        );
+        let groups = g.finish();
+        assert_eq!(groups.len(), 3, "{groups:#?}");
+        let top = &groups[0];
+        assert_eq!(top.count, 2);
+        assert_eq!(top.reason.as_deref(), Some("exhausted"));
+        assert_eq!(top.fingerprint, "order <n> not found");
+        assert_eq!(
+            top.first_dead_lettered_at.as_deref(),
+            Some("2026-01-01T00:00:00.000Z")
+        );
+        assert_eq!(
+            top.last_dead_lettered_at.as_deref(),
+            Some("2026-01-03T00:00:00.000Z")
+        );
+        assert_eq!(top.example_message_id.as_deref(), Some("e1"));
+        assert_eq!(
+            top.id,
+            crate::core::fingerprint::group_id("exhausted", "order <n> not found")
+        );
+        // Same fingerprint, another reason: another group.
+        assert!(groups
+            .iter()
+            .any(|x| x.reason.as_deref() == Some("permanent")
+                && x.fingerprint == "order <n> not found"));
+    }
+}

@@ -67,45 +67,93 @@ pub struct PeekReport {
 /// Reads up to `limit` messages from the head of `dlq` and leaves them all
 /// in place (in order).
 pub async fn peek(conn: &Connection, dlq: &str, limit: u16) -> Result<PeekReport> {
+    let mut messages = Vec::new();
+    let snapshot = read_head(conn, dlq, limit, "dlqctl dlq peek", |m| messages.push(m)).await?;
+    Ok(PeekReport {
+        queue: dlq.to_string(),
+        snapshot,
+        messages,
+    })
+}
+
+/// What `dlq summary` found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SummaryReport {
+    /// The DLQ.
+    pub queue: String,
+    /// Its ready messages at the start.
+    pub snapshot: u64,
+    /// Messages read and grouped (at most [`MAX_PEEK`]: past it, the
+    /// summary covers the head of the DLQ only, and says so).
+    pub read: u64,
+    /// The groups, largest first.
+    pub groups: Vec<crate::core::dlq::Group>,
+}
+
+/// Groups the head of `dlq` (up to [`MAX_PEEK`] messages) by reason and
+/// error fingerprint, leaving every message in place.
+pub async fn summary(conn: &Connection, dlq: &str) -> Result<SummaryReport> {
+    let mut grouper = crate::core::dlq::Grouper::default();
+    let mut read = 0u64;
+    let snapshot = read_head(conn, dlq, MAX_PEEK, "dlqctl dlq summary", |m| {
+        read += 1;
+        grouper.add(&m.described, m.message_id.as_deref());
+    })
+    .await?;
+    Ok(SummaryReport {
+        queue: dlq.to_string(),
+        snapshot,
+        read,
+        groups: grouper.finish(),
+    })
+}
+
+/// Takes the lock, reads at most `min(limit, snapshot)` messages from the
+/// head, hands each to `each`, then closes the channel so that they all go
+/// back together. Returns the snapshot.
+async fn read_head(
+    conn: &Connection,
+    dlq: &str,
+    limit: u16,
+    tag: &str,
+    mut each: impl FnMut(PeekedMessage),
+) -> Result<u64> {
     let counts = passive_queue(conn, dlq)
         .await?
         .ok_or_else(|| Error::Broker {
-            context: format!("cannot peek at {dlq}"),
+            context: format!("cannot read {dlq}"),
             message: "the queue does not exist; run `dlqctl provision` on the topology file".into(),
         })?;
     let snapshot = u64::from(counts.ready);
     let wanted = u64::from(limit.min(MAX_PEEK)).min(snapshot) as u16;
-    let mut report = PeekReport {
-        queue: dlq.to_string(),
-        snapshot,
-        messages: Vec::new(),
-    };
     let _lock = lock(conn, dlq).await?;
     if wanted == 0 {
-        return Ok(report);
+        return Ok(snapshot);
     }
     let ch = conn
         .create_channel()
         .await
         .map_err(|e| Error::broker("cannot open a channel", &e))?;
-    ch.basic_qos(wanted.max(1), BasicQosOptions { global: false })
+    ch.basic_qos(wanted, BasicQosOptions { global: false })
         .await
         .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
-    let consumed = ch
+    let mut consumer = ch
         .basic_consume(
             dlq.into(),
-            "dlqctl dlq peek".into(),
+            tag.into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
-        .await;
-    let mut consumer = consumed.map_err(|e| Error::broker(format!("cannot read {dlq}"), &e))?;
-    while report.messages.len() < usize::from(wanted) {
+        .await
+        .map_err(|e| Error::broker(format!("cannot read {dlq}"), &e))?;
+    let mut n = 0u16;
+    while n < wanted {
         let next = tokio::time::timeout(NEXT_DELIVERY, consumer.next()).await;
         let Ok(Some(Ok(d))) = next else { break };
+        n += 1;
         let id = d.properties.message_id().as_ref().map(|s| s.as_str());
         let headers = headers_to_json(d.properties.headers().as_ref());
-        report.messages.push(PeekedMessage {
+        each(PeekedMessage {
             message_id: id.and_then(shortstr::utf8).map(|s| s.into_owned()),
             message_id_base64: id
                 .and_then(shortstr::non_utf8_bytes)
@@ -118,8 +166,8 @@ pub async fn peek(conn: &Connection, dlq: &str, limit: u16) -> Result<PeekReport
         });
     }
     // Closing the channel returns every unacked delivery at once, in order.
-    let _ = tokio::time::timeout(Duration::from_secs(5), ch.close(200, "peeked".into())).await;
-    Ok(report)
+    let _ = tokio::time::timeout(Duration::from_secs(5), ch.close(200, "read".into())).await;
+    Ok(snapshot)
 }
 
 /// The name of a DLQ's lock queue.

@@ -140,3 +140,48 @@ async fn peek_of_an_unknown_pipeline_is_bad_usage() {
     run.assert_code(2);
     assert!(run.stderr.contains("is not a pipeline"), "{}", run.stderr);
 }
+
+/// Summary groups by reason and error fingerprint ("order 0 not found"
+/// and "order 1 not found" together), and changes nothing.
+#[tokio::test]
+async fn summary_groups_by_fingerprint_and_leaves_the_dlq_as_it_was() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    fill(&b, &pipe, 4).await;
+    let odd = table(&[
+        ("dlqctl-reason", s("permanent")),
+        ("dlqctl-last-error", s("cannot parse 'x'")),
+    ]);
+    publish(
+        &b,
+        "",
+        &pipe.dlq(),
+        b"odd",
+        with_id("odd-1").with_headers(odd),
+    )
+    .await;
+
+    let mut args = vec!["dlq", "summary"];
+    let f = file.display().to_string();
+    args.push(&f);
+    args.extend(["--queue", pipe.name.as_str(), "--json"]);
+    let run = dlqctl(&args, RUN_TIMEOUT).await;
+    run.assert_code(0);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(doc["read"], 5, "{doc:#}");
+    let groups = doc["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "{doc:#}");
+    assert_eq!(groups[0]["count"], 4);
+    assert_eq!(groups[0]["reason"], "exhausted");
+    assert_eq!(groups[0]["fingerprint"], "order <n> not found");
+    assert_eq!(groups[0]["example_message_id"], "m-0");
+    assert_eq!(groups[1]["fingerprint"], "cannot parse '<v>'");
+    assert_eq!(groups[0]["id"].as_str().map(str::len), Some(10));
+
+    b.wait_for_count(&pipe.dlq(), 5, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(drain(&b, &pipe.dlq()).await.len(), 5);
+}

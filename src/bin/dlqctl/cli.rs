@@ -56,6 +56,23 @@ pub enum Command {
 pub enum DlqCommand {
     /// Show messages from the head of a pipeline's DLQ; changes nothing.
     Peek(PeekArgs),
+    /// Group a pipeline's DLQ by reason and error fingerprint; changes nothing.
+    Summary(SummaryArgs),
+}
+
+/// `dlqctl dlq summary`.
+#[derive(Debug, Args)]
+pub struct SummaryArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
 }
 
 /// `dlqctl dlq peek`.

@@ -13,5 +13,6 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
         Command::Dlq(crate::cli::DlqCommand::Peek(a)) => commands::dlq::peek(a).await,
+        Command::Dlq(crate::cli::DlqCommand::Summary(a)) => commands::dlq::summary(a).await,
     }
 }

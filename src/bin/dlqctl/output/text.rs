@@ -3,7 +3,7 @@
 use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
-use dlqctl::ops::dlq::PeekReport;
+use dlqctl::ops::dlq::{PeekReport, SummaryReport};
 use dlqctl::ops::provision::Report;
 use dlqctl::ops::status::{OverThreshold, QueueStatus, StatusReport};
 
@@ -273,4 +273,41 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
 
 fn base64_body(b64: &str) -> Vec<u8> {
     dlqctl::core::shortstr::from_base64(b64).unwrap_or_default()
+}
+
+/// `dlq summary` as a table, largest group first.
+pub fn summary_text(r: &SummaryReport) -> String {
+    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{}: {} message(s) in {} group(s){}; nothing was removed\n",
+        r.queue,
+        r.read,
+        r.groups.len(),
+        if r.read < r.snapshot {
+            format!(
+                " (the first {} of {}: the summary covers the head only)",
+                r.read, r.snapshot
+            )
+        } else {
+            String::new()
+        }
+    );
+    for g in &r.groups {
+        out += &format!(
+            "{} {:>6}  {:<10} first {} last {} from {} e.g. {}\n           {}\n",
+            g.id,
+            g.count,
+            or(&g.reason),
+            or(&g.first_dead_lettered_at),
+            or(&g.last_dead_lettered_at),
+            or(&g.source_queue),
+            or(&g.example_message_id),
+            if g.fingerprint.is_empty() {
+                "(no error recorded)"
+            } else {
+                &g.fingerprint
+            }
+        );
+    }
+    out
 }
