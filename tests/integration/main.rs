@@ -1,6 +1,7 @@
 //! Integration tests: one binary, a module per area (STYLE.md). They need a
 //! running RabbitMQ with the management plugin; see `helpers`.
 
+mod alerts;
 mod bad_input;
 mod chaos_support;
 mod cli_io;
