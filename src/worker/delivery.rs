@@ -299,6 +299,16 @@ impl<H: Handler> DeliveryTask<H> {
             },
         };
         self.shared.counters.decision(label);
+        match (decision, label) {
+            (Decision::Ack, "ack") if ran && attempt == 1 => {
+                self.shared.counters.first_attempt_success()
+            }
+            (Decision::Retry { delay_ms }, "retry") => self.shared.counters.retry_delay(delay_ms),
+            (Decision::DeadLetter { reason }, "dead_letter" | "dead_letter_nack") => {
+                self.shared.counters.dead_letter(reason.as_str())
+            }
+            _ => {}
+        }
         let tier = match decision {
             Decision::Retry { delay_ms } => tier_name(delay_ms),
             _ => String::new(),

@@ -26,6 +26,22 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// Labels of a dead-letter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `permanent`, `exhausted`, `too_large`.
+    pub reason: String,
+}
+
+/// Labels of a pipeline alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// The pipeline.
+    pub queue: String,
+}
+
 /// Everything a worker counts.
 pub struct Metrics {
     registry: Registry,
@@ -43,6 +59,13 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// 1 while the circuit breaker is open.
     pub circuit_open: Gauge,
+    /// Messages that succeeded on their first attempt.
+    pub first_attempt_successes: Family<QueueLabels, Counter>,
+    /// Dead-letters by reason.
+    pub dead_letters: Family<ReasonLabels, Counter>,
+    /// The wait scheduled between a failed attempt and the next (the
+    /// tier's delay), in seconds.
+    pub retry_delay_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -62,6 +85,24 @@ impl Metrics {
         let reconnects = Counter::default();
         let in_flight = Gauge::default();
         let circuit_open = Gauge::default();
+        let first_attempt_successes = Family::<QueueLabels, Counter>::default();
+        let dead_letters = Family::<ReasonLabels, Counter>::default();
+        let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
+        registry.register(
+            "first_attempt_successes",
+            "Messages handled successfully on their first attempt",
+            first_attempt_successes.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Messages dead-lettered, by reason",
+            dead_letters.clone(),
+        );
+        registry.register(
+            "retry_delay_seconds",
+            "Wait scheduled between a failed attempt and the next (the tier's delay)",
+            retry_delay_seconds.clone(),
+        );
         registry.register(
             "decisions",
             "Decisions carried out per message",
@@ -102,6 +143,9 @@ impl Metrics {
             reconnects,
             in_flight,
             circuit_open,
+            first_attempt_successes,
+            dead_letters,
+            retry_delay_seconds,
         }
     }
 
@@ -129,8 +173,12 @@ pub const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
 /// The counters of one queue, looked up once instead of per message.
 #[derive(Clone)]
 pub struct QueueCounters {
+    queue: String,
     decisions: Vec<(&'static str, Counter)>,
     outcomes: Vec<(&'static str, Counter)>,
+    first_attempt_successes: Counter,
+    dead_letters: Family<ReasonLabels, Counter>,
+    retry_delay_seconds: Histogram,
 }
 
 impl QueueCounters {
@@ -139,6 +187,26 @@ impl QueueCounters {
         if let Some((_, c)) = self.decisions.iter().find(|(l, _)| *l == label) {
             c.inc();
         }
+    }
+
+    /// Counts a message acked after its first attempt.
+    pub fn first_attempt_success(&self) {
+        self.first_attempt_successes.inc();
+    }
+
+    /// Counts a dead-letter by its reason.
+    pub fn dead_letter(&self, reason: &str) {
+        self.dead_letters
+            .get_or_create(&ReasonLabels {
+                queue: self.queue.clone(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the wait scheduled before the next attempt.
+    pub fn retry_delay(&self, delay_ms: u64) {
+        self.retry_delay_seconds.observe(delay_ms as f64 / 1000.0);
     }
 
     /// Counts a handler outcome (`success`, `transient`, `permanent`).
@@ -153,6 +221,15 @@ impl Metrics {
     /// The counters of `queue`.
     pub fn queue_counters(&self, queue: &str) -> QueueCounters {
         QueueCounters {
+            queue: queue.to_string(),
+            first_attempt_successes: self
+                .first_attempt_successes
+                .get_or_create(&QueueLabels {
+                    queue: queue.to_string(),
+                })
+                .clone(),
+            dead_letters: self.dead_letters.clone(),
+            retry_delay_seconds: self.retry_delay_seconds.clone(),
             decisions: DECISIONS
                 .iter()
                 .map(|d| {
@@ -213,6 +290,38 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_first_attempt_successes_dead_letters_by_reason_and_retry_delays() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        q.first_attempt_success();
+        q.dead_letter("exhausted");
+        q.dead_letter("exhausted");
+        q.dead_letter("too_large");
+        q.retry_delay(10_000);
+        let text = m.render();
+        assert!(
+            text.contains("dlqctl_first_attempt_successes_total{queue=\"orders\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlqctl_dead_letters_total{queue=\"orders\",reason=\"exhausted\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlqctl_retry_delay_seconds_sum 10.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dlqctl_retry_delay_seconds_count 1"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_counters_with_labels() {

@@ -1341,6 +1341,11 @@ async fn metrics_on_port_0_logs_and_serves_the_bound_port() {
         .await
         .expect("a body");
     assert!(body.contains("dlqctl_decisions_total"), "{body}");
+    let first = format!(
+        "dlqctl_first_attempt_successes_total{{queue=\"{}\"}} 1",
+        f.pipe.name
+    );
+    assert!(body.contains(&first), "no `{first}` in {body}");
     w.stop().await;
 }
 
