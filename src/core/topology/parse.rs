@@ -478,10 +478,22 @@ impl Cx {
                 "factor" => {
                     factor = self.number(v, "retry.backoff.factor");
                     if let Some(f) = factor {
+                        let decimals = format!("{f}")
+                            .split_once('.')
+                            .map_or(0, |(_, frac)| frac.len());
                         if f < 1.0 {
                             self.err(
                                 v.pos,
                                 format!("retry.backoff.factor must be at least 1, not {f}"),
+                            );
+                            factor = None;
+                        } else if decimals > 9 || format!("{f}").contains('e') {
+                            self.err(
+                                v.pos,
+                                format!(
+                                    "retry.backoff.factor {f} has more than 9 decimal places; \
+                                     write it with at most 9 (e.g. 1.5, 2.25)"
+                                ),
                             );
                             factor = None;
                         }
@@ -501,6 +513,24 @@ impl Cx {
                 "retry.backoff needs `base` (the first delay, e.g. 1s)",
             );
             return None;
+        }
+        if let (Some(b), Some(mx)) = (base, max) {
+            if mx < b {
+                let pos = m
+                    .iter()
+                    .find(|(k, _)| k.name == "max")
+                    .map_or(n.pos, |(_, v)| v.pos);
+                self.err(
+                    pos,
+                    format!(
+                        "retry.backoff.max ({}) is below base ({}): every retry would wait max; \
+                         raise max or lower base",
+                        crate::core::duration::tier_name(mx),
+                        crate::core::duration::tier_name(b)
+                    ),
+                );
+                ok = false;
+            }
         }
         if !ok {
             return None;
@@ -686,12 +716,23 @@ impl Cx {
                 let m = self.map(n, "a binding", &["key", "arguments"])?;
                 let mut key = String::new();
                 let mut args = None;
+                // Every key of the binding is checked, whatever the others hold.
+                let mut ok = true;
                 for (k, v) in m {
                     match k.name.as_str() {
-                        "key" => key = self.string(v, "binding key")?,
-                        "arguments" => args = Some(self.binding_arguments(v)?),
+                        "key" => match self.string(v, "binding key") {
+                            Some(s) => key = s,
+                            None => ok = false,
+                        },
+                        "arguments" => match self.binding_arguments(v) {
+                            Some(a) => args = Some(a),
+                            None => ok = false,
+                        },
                         _ => {}
                     }
+                }
+                if !ok {
+                    return None;
                 }
                 (key, args, n.pos)
             }
@@ -706,12 +747,16 @@ impl Cx {
                 return None;
             }
         };
+        let mut ok = true;
         if key.len() > 255 {
             self.err(pos, "a routing key is at most 255 bytes");
-            return None;
+            ok = false;
         }
         if kind == Some(ExchangeType::Headers) && arguments.is_none() {
             self.err(pos, "a binding of a headers exchange needs `arguments` (e.g. {x-match: all, type: order})");
+            ok = false;
+        }
+        if !ok {
             return None;
         }
         Some(Binding {
@@ -1017,6 +1062,7 @@ impl Cx {
                 return None;
             }
         };
+        let mut misplaced = false;
         if let Some(only) = only {
             if only != qt {
                 self.err(
@@ -1027,10 +1073,11 @@ impl Cx {
                         qt.as_str()
                     ),
                 );
-                return None;
+                // Its value is still checked: one error does not hide another.
+                misplaced = true;
             }
         }
-        match ty {
+        let value = match ty {
             Ty::Int => {
                 let (lo, hi) = match key {
                     "x-message-ttl" => (0, MAX_MILLIS as i64),
@@ -1066,6 +1113,11 @@ impl Cx {
                 }
                 Some(ArgValue::Str(text))
             }
+        };
+        if misplaced {
+            None
+        } else {
+            value
         }
     }
 

@@ -809,3 +809,44 @@ pipelines:
         ok(&format!("version: 1\npipelines:\n  - name: a\n    exchange: {{name: h, type: headers, bindings: [{{arguments: {{x-match: {m}, k: v}}}}]}}\n"));
     }
 }
+
+/// Within a binding and an argument too, one error does not hide another.
+#[test]
+fn binding_and_argument_errors_do_not_hide_each_other() {
+    let e = errs(
+        "version: 1
+pipelines:
+  - name: a
+    arguments: {x-max-priority: bogus}
+    exchange: {name: h, type: headers, bindings: [{key: [1], arguments: {x-match: bogus}}]}
+",
+    );
+    assert_eq!(e.len(), 4, "{e:#?}");
+    assert!(
+        e[0].starts_with("4:17: argument `x-max-priority` applies to classic"),
+        "{e:#?}"
+    );
+    assert!(
+        e[1].starts_with("4:33: argument `x-max-priority` must be an integer"),
+        "{e:#?}"
+    );
+    assert!(e[2].starts_with("5:57: binding key"), "{e:#?}");
+    assert!(e[3].contains("x-match must be one of"), "{e:#?}");
+}
+
+/// A factor with more decimals than the exact arithmetic keeps, and a max
+/// below the base, are refused rather than silently changed.
+#[test]
+fn backoff_factor_precision_and_max_below_base_are_refused() {
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    retry: {backoff: {base: 1s, factor: 1.0000000001}}\n",
+        "4:41",
+        "more than 9 decimal places",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    retry: {backoff: {base: 1s, max: 500ms}}\n",
+        "4:38",
+        "retry.backoff.max (500ms) is below base (1s)",
+    );
+    ok("version: 1\npipelines:\n  - name: a\n    retry: {backoff: {base: 1s, factor: 1.123456789, max: 1s}}\n");
+}
