@@ -105,11 +105,7 @@ pub async fn check(
     }
     report.findings.extend(match &api {
         Ok(m) => stale(conn, m, plan, vhost).await,
-        Err(why) => vec![Finding::Unverified {
-            object: ObjectKind::Queue,
-            name: "(objects the topology no longer describes)".into(),
-            reason: format!("{why} (AMQP cannot list queues)"),
-        }],
+        Err(why) => vec![stale_unverified(format!("{why} (AMQP cannot list queues)"))],
     });
     report.elapsed = start.elapsed();
     Ok(report)
@@ -144,10 +140,16 @@ async fn stale(conn: &Connection, m: &Management, plan: &Plan, vhost: &str) -> V
             }
             found
         }
-        Err(e) => vec![Finding::Unverified {
-            object: ObjectKind::Queue,
-            name: "(objects the topology no longer describes)".into(),
-            reason: e.to_string(),
-        }],
+        Err(e) => vec![stale_unverified(e.to_string())],
+    }
+}
+
+/// The finding when objects the topology no longer describes could not be
+/// listed.
+fn stale_unverified(reason: String) -> Finding {
+    Finding::Unverified {
+        object: ObjectKind::Queue,
+        name: "(objects the topology no longer describes)".into(),
+        reason,
     }
 }

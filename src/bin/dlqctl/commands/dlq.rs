@@ -1,26 +1,15 @@
 //! `dlqctl dlq ...`: the DLQ operations.
 
-use super::load;
+use super::pipeline;
 use crate::cli::{PeekArgs, SummaryArgs};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::amqp::connection::BrokerUrl;
-use dlqctl::error::Error;
 
 /// The DLQ of pipeline `queue` in `file`.
 fn dlq_of(file: &std::path::Path, queue: &str) -> Result<String> {
-    let topology = load(file)?;
-    let Some(pipeline) = topology.pipeline(queue) else {
-        let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
-        return Err(Error::Usage(format!(
-            "queue `{queue}` is not a pipeline of {} (pipelines: {})",
-            file.display(),
-            names.join(", ")
-        ))
-        .into());
-    };
-    Ok(pipeline.dead_letter.queue.clone())
+    Ok(pipeline(file, queue)?.dead_letter.queue)
 }
 
 /// `dlqctl dlq summary`: groups the DLQ by reason and error fingerprint.

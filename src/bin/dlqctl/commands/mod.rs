@@ -7,7 +7,7 @@ pub mod status;
 pub mod validate;
 pub mod work;
 
-use dlqctl::core::topology::{parse_topology, source, Topology};
+use dlqctl::core::topology::{parse_topology, source, Pipeline, Topology};
 use dlqctl::error::Error;
 use std::path::Path;
 
@@ -40,4 +40,21 @@ pub fn load(path: &Path) -> Result<Topology, Error> {
     }
     let text = source::decode(&bytes).map_err(|why| Error::Usage(format!("{shown}: {why}")))?;
     Ok(parse_topology(text, &shown)?)
+}
+
+/// The pipeline named `queue` of the topology read from `file`; bad usage,
+/// naming every pipeline, when there is none.
+pub fn pipeline(file: &Path, queue: &str) -> Result<Pipeline, Error> {
+    let topology = load(file)?;
+    match topology.pipeline(queue) {
+        Some(p) => Ok(p.clone()),
+        None => {
+            let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
+            Err(Error::Usage(format!(
+                "queue `{queue}` is not a pipeline of {} (pipelines: {})",
+                file.display(),
+                names.join(", ")
+            )))
+        }
+    }
 }

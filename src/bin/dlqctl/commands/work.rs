@@ -1,6 +1,5 @@
 //! `dlqctl work`: wires the CLI to the library's [`Worker`].
 
-use super::load;
 use crate::cli::WorkArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
@@ -18,17 +17,7 @@ use tracing::{error, info};
 
 /// Runs the worker until SIGINT or SIGTERM.
 pub async fn run(a: &WorkArgs) -> Result<Outcome> {
-    let topology = load(&a.file)?;
-    let Some(pipeline) = topology.pipeline(&a.queue).cloned() else {
-        let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
-        return Err(Error::Usage(format!(
-            "queue `{}` is not a pipeline of {} (pipelines: {})",
-            a.queue,
-            a.file.display(),
-            names.join(", ")
-        ))
-        .into());
-    };
+    let pipeline = super::pipeline(&a.file, &a.queue)?;
     if a.dead_letter == worker::DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
         return Err(Error::Usage(format!(
             "--dead-letter nack on classic pipeline `{}`: classic dead-lettering is at-most-once, \
