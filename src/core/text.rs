@@ -57,6 +57,65 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
+/// Reads an RFC 3339 UTC time as [`rfc3339_millis`] writes it
+/// (`2023-11-14T22:13:20.123Z`), also without the fraction or with 1 to 9
+/// fractional digits (cut to milliseconds), and with `+00:00` for `Z`.
+/// `None` for anything else, times before 1970 and fields out of range.
+pub fn parse_rfc3339_millis(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<u64> {
+        let t = b.get(r)?;
+        if t.iter().all(u8::is_ascii_digit) {
+            std::str::from_utf8(t).ok()?.parse().ok()
+        } else {
+            None
+        }
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut rest = &s[19..];
+    let mut ms = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 9 {
+            return None;
+        }
+        let padded = format!("{:0<3}", &frac[..digits.min(3)]);
+        ms = padded.parse::<u64>().ok()?;
+        rest = &frac[digits..];
+    }
+    if !matches!(rest, "Z" | "z" | "+00:00") {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    if year < 1970 || !(1..=12).contains(&month) || day == 0 {
+        return None;
+    }
+    if day > month_days[(month - 1) as usize] || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    Some(((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + ms)
+}
+
+/// Days since 1970-01-01 of a date from 1970 on (H. Hinnant's algorithm).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +132,36 @@ mod tests {
             let t = tail_utf8("ééééé", max);
             assert!(t.len() <= max && "ééééé".ends_with(t));
         }
+    }
+
+    #[test]
+    fn rfc3339_parses_what_dlqctl_writes_and_refuses_the_rest() {
+        for ms in [0u64, 999, 1_700_000_000_123, 951_782_400_000, 4_102_444_799_999] {
+            assert_eq!(parse_rfc3339_millis(&rfc3339_millis(ms)), Some(ms), "{ms}");
+        }
+        assert_eq!(parse_rfc3339_millis("1970-01-01T00:00:01Z"), Some(1000));
+        assert_eq!(parse_rfc3339_millis("1970-01-01T00:00:00.5Z"), Some(500));
+        assert_eq!(
+            parse_rfc3339_millis("1970-01-01T00:00:00.123456789+00:00"),
+            Some(123)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "1969-12-31T23:59:59Z",
+            "2026-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:00:00",
+            "2026-01-01T00:00:00+01:00",
+            "2026-01-01T00:00:00.Z",
+            "2026-01-01T00:00:00.1234567890Z",
+            "2026-01-01 00:00:00Z",
+            "+026-01-01T00:00:00Z",
+            "2026-01-01T00:00:00Zjunk",
+        ] {
+            assert_eq!(parse_rfc3339_millis(bad), None, "{bad}");
+        }
+        assert_eq!(parse_rfc3339_millis("2024-02-29T00:00:00Z"), Some(1_709_164_800_000));
     }
 }

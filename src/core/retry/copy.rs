@@ -127,7 +127,7 @@ pub fn written_headers_size(headers: &FieldTable) -> usize {
 
 /// The original's properties a copy keeps: all but `expiration`, `headers`
 /// and a foreign `user_id`; `delivery_mode` forced to 2.
-fn kept_properties(original: &BasicProperties, connection_user: &str) -> BasicProperties {
+pub(crate) fn kept_properties(original: &BasicProperties, connection_user: &str) -> BasicProperties {
     let mut p = BasicProperties::default().with_delivery_mode(2);
     if let Some(v) = original.content_type() {
         p = p.with_content_type(v.clone());
@@ -169,7 +169,7 @@ fn kept_properties(original: &BasicProperties, connection_user: &str) -> BasicPr
 
 /// Headers the broker writes about deaths and deliveries; a copy that kept
 /// them would hand an old history back (see rabbitmq-facts.md).
-fn is_broker_history(key: &str) -> bool {
+pub(crate) fn is_broker_history(key: &str) -> bool {
     key == X_DEATH
         || key == "x-delivery-count"
         || key.starts_with("x-first-death-")

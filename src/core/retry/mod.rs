@@ -22,7 +22,7 @@
 //!   [`MAX_ADDED_HEADERS_BYTES`] whatever a message arrives with.
 
 mod attempt;
-mod copy;
+pub(crate) mod copy;
 mod decision;
 pub mod fit;
 mod headers_json;

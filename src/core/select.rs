@@ -1,0 +1,251 @@
+//! The selectors every DLQ command shares (`--group`, `--message-id`,
+//! `--filter-reason`, `--filter-header`, `--filter-error`,
+//! `--older-than`): which messages of a DLQ a peek, export, replay or purge
+//! takes. The web page's "this group" and "these messages" use the same.
+//!
+//! Every selector given must match (AND); `--message-id` may be repeated
+//! and matches any of its ids (OR). No selector: every message matches.
+
+use crate::core::dlq::Described;
+use crate::core::fingerprint::{group_id, normalise};
+use serde_json::Value;
+
+/// Which messages a DLQ command takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Selector {
+    /// `--group ID`: the summary group (reason and error fingerprint).
+    pub group: Option<String>,
+    /// `--message-id ID` (repeatable). An id that is not UTF-8 is written
+    /// `base64:` followed by the standard base64 of its bytes.
+    pub message_ids: Vec<String>,
+    /// `--filter-reason R`: `dlqctl-reason`, or the broker's `x-death`
+    /// reason (`rejected`, `expired`, `maxlen`, `delivery_limit`).
+    pub reason: Option<String>,
+    /// `--filter-header K=V` (repeatable, all must match): the top-level
+    /// header K, whose value written as text (a string as it is, a number
+    /// or boolean as JSON writes it) equals V.
+    pub headers: Vec<(String, String)>,
+    /// `--filter-error TEXT`: the last error contains TEXT (case-sensitive).
+    pub error: Option<String>,
+    /// `--older-than D`, in ms: dead-lettered more than D before now. A
+    /// message whose dead-letter time is unknown does not match.
+    pub older_than_ms: Option<u64>,
+}
+
+/// What a selector reads of one message.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    /// What its headers say.
+    pub described: &'a Described,
+    /// Its headers, as [`crate::core::retry::headers_to_json`] gives them.
+    pub headers: &'a Value,
+    /// Its `message_id` as shown: the text, or `base64:…` when not UTF-8.
+    pub message_id: Option<&'a str>,
+}
+
+impl Selector {
+    /// Whether no selector was given (every message matches).
+    pub fn is_empty(&self) -> bool {
+        *self == Selector::default()
+    }
+
+    /// Whether the message matches, `now_unix_ms` being the current time.
+    pub fn matches(&self, c: &Candidate, now_unix_ms: u64) -> bool {
+        let d = c.described;
+        if let Some(g) = &self.group {
+            if !g.eq_ignore_ascii_case(&message_group(d)) {
+                return false;
+            }
+        }
+        if !self.message_ids.is_empty()
+            && !c
+                .message_id
+                .is_some_and(|id| self.message_ids.iter().any(|m| m == id))
+        {
+            return false;
+        }
+        if let Some(r) = &self.reason {
+            if d.reason.as_deref() != Some(r.as_str()) {
+                return false;
+            }
+        }
+        for (k, v) in &self.headers {
+            if header_text(c.headers.get(k)).as_deref() != Some(v.as_str()) {
+                return false;
+            }
+        }
+        if let Some(e) = &self.error {
+            if !d.last_error.as_deref().is_some_and(|l| l.contains(e.as_str())) {
+                return false;
+            }
+        }
+        if let Some(age) = self.older_than_ms {
+            let at = d
+                .dead_lettered_at
+                .as_deref()
+                .and_then(crate::core::text::parse_rfc3339_millis);
+            match at {
+                Some(at) if now_unix_ms.saturating_sub(age) > at => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+/// The summary group a message belongs to (see [`crate::core::dlq::Grouper`]).
+pub fn message_group(d: &Described) -> String {
+    group_id(
+        d.reason.as_deref().unwrap_or(""),
+        &normalise(d.last_error.as_deref().unwrap_or("")),
+    )
+}
+
+/// A header value as the text `--filter-header` compares: a string as it
+/// is, a number or boolean as JSON writes it; anything else has none.
+fn header_text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Reads `--filter-header K=V` (split at the first `=`; K not empty).
+pub fn parse_header_filter(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE (for example tenant=acme)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn described(reason: &str, error: &str, at: Option<&str>) -> Described {
+        Described {
+            reason: Some(reason.into()),
+            attempts: Some(3),
+            dead_lettered_at: at.map(str::to_string),
+            last_error: Some(error.into()),
+            errors: vec![],
+            original_exchange: None,
+            original_routing_key: None,
+            source_queue: Some("orders".into()),
+        }
+    }
+
+    const NOW: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+    fn check(s: &Selector, d: &Described, headers: &Value, id: Option<&str>) -> bool {
+        s.matches(
+            &Candidate {
+                described: d,
+                headers,
+                message_id: id,
+            },
+            NOW,
+        )
+    }
+
+    #[test]
+    fn no_selector_matches_everything() {
+        let d = described("permanent", "x", None);
+        assert!(Selector::default().is_empty());
+        assert!(check(&Selector::default(), &d, &json!({}), None));
+    }
+
+    #[test]
+    fn group_matches_the_summary_group_of_any_message_with_the_same_fingerprint() {
+        let a = described("exhausted", "order 1 not found", None);
+        let b = described("exhausted", "order 2 not found", None);
+        let c = described("permanent", "order 2 not found", None);
+        let s = Selector {
+            group: Some(message_group(&a).to_uppercase()),
+            ..Default::default()
+        };
+        assert!(check(&s, &a, &json!({}), None));
+        assert!(check(&s, &b, &json!({}), None));
+        assert!(!check(&s, &c, &json!({}), None));
+    }
+
+    #[test]
+    fn message_ids_are_any_of_and_need_an_id() {
+        let d = described("permanent", "x", None);
+        let s = Selector {
+            message_ids: vec!["a".into(), "base64:/w==".into()],
+            ..Default::default()
+        };
+        assert!(check(&s, &d, &json!({}), Some("a")));
+        assert!(check(&s, &d, &json!({}), Some("base64:/w==")));
+        assert!(!check(&s, &d, &json!({}), Some("b")));
+        assert!(!check(&s, &d, &json!({}), None));
+    }
+
+    #[test]
+    fn reason_error_and_headers_must_all_match() {
+        let d = described("exhausted", "HTTP 503 from billing", None);
+        let h = json!({"tenant": "acme", "n": 7, "flag": true, "t": {"x": 1}});
+        let mut s = Selector {
+            reason: Some("exhausted".into()),
+            error: Some("503".into()),
+            headers: vec![("tenant".into(), "acme".into()), ("n".into(), "7".into())],
+            ..Default::default()
+        };
+        assert!(check(&s, &d, &h, None));
+        s.headers.push(("flag".into(), "true".into()));
+        assert!(check(&s, &d, &h, None));
+        s.headers.push(("t".into(), "{\"x\":1}".into()));
+        assert!(!check(&s, &d, &h, None), "a table has no text");
+        s.headers.pop();
+        s.headers.push(("missing".into(), "".into()));
+        assert!(!check(&s, &d, &h, None), "a missing header is not empty");
+        s.headers.pop();
+        s.reason = Some("permanent".into());
+        assert!(!check(&s, &d, &h, None));
+        s.reason = None;
+        s.error = Some("504".into());
+        assert!(!check(&s, &d, &h, None));
+        let no_error = Described {
+            last_error: None,
+            ..d.clone()
+        };
+        s.error = Some("".into());
+        assert!(!check(&s, &no_error, &h, None));
+    }
+
+    #[test]
+    fn older_than_reads_the_dead_letter_time_and_unknown_times_never_match() {
+        let s = Selector {
+            older_than_ms: Some(3_600_000),
+            ..Default::default()
+        };
+        let old = described("permanent", "x", Some("2025-12-31T22:59:59.999Z"));
+        let edge = described("permanent", "x", Some("2025-12-31T23:00:00.000Z"));
+        let young = described("permanent", "x", Some("2025-12-31T23:30:00.000Z"));
+        let unknown = described("permanent", "x", None);
+        let garbage = described("permanent", "x", Some("yesterday"));
+        assert!(check(&s, &old, &json!({}), None));
+        assert!(!check(&s, &edge, &json!({}), None));
+        assert!(!check(&s, &young, &json!({}), None));
+        assert!(!check(&s, &unknown, &json!({}), None));
+        assert!(!check(&s, &garbage, &json!({}), None));
+    }
+
+    #[test]
+    fn header_filters_parse_at_the_first_equals_sign() {
+        assert_eq!(
+            parse_header_filter("a=b=c"),
+            Ok(("a".to_string(), "b=c".to_string()))
+        );
+        assert_eq!(
+            parse_header_filter("a="),
+            Ok(("a".to_string(), String::new()))
+        );
+        assert!(parse_header_filter("=b").is_err());
+        assert!(parse_header_filter("ab").is_err());
+    }
+}
