@@ -48,6 +48,14 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// Writing an output (an export file, a pipe) failed.
+    #[error("cannot write {what}: {source}")]
+    Write {
+        /// What was being written.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Bad usage detected after argument parsing (exit 2).
     #[error("{0}")]
     Usage(String),

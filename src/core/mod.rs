@@ -12,6 +12,7 @@ pub mod confirm;
 pub mod dlq;
 pub mod drift;
 pub mod duration;
+pub mod export;
 pub mod finding;
 pub mod fingerprint;
 pub mod outcome;

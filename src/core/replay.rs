@@ -128,14 +128,32 @@ mod tests {
 
     fn original() -> BasicProperties {
         let mut h = FieldTable::default();
-        h.insert("x-death".into(), AMQPValue::FieldArray(FieldArray::default()));
-        h.insert("x-first-death-reason".into(), AMQPValue::LongString("rejected".into()));
-        h.insert("x-last-death-queue".into(), AMQPValue::LongString("q".into()));
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::default()),
+        );
+        h.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString("rejected".into()),
+        );
+        h.insert(
+            "x-last-death-queue".into(),
+            AMQPValue::LongString("q".into()),
+        );
         h.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
         h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(4));
-        h.insert("dlqctl-errors".into(), AMQPValue::FieldArray(FieldArray::default()));
-        h.insert("dlqctl-last-error".into(), AMQPValue::LongString("boom".into()));
-        h.insert("dlqctl-reason".into(), AMQPValue::LongString("exhausted".into()));
+        h.insert(
+            "dlqctl-errors".into(),
+            AMQPValue::FieldArray(FieldArray::default()),
+        );
+        h.insert(
+            "dlqctl-last-error".into(),
+            AMQPValue::LongString("boom".into()),
+        );
+        h.insert(
+            "dlqctl-reason".into(),
+            AMQPValue::LongString("exhausted".into()),
+        );
         h.insert("tenant".into(), AMQPValue::LongString("acme".into()));
         BasicProperties::default()
             .with_message_id(ShortString::from(shortstr::from_raw_bytes(&[0xff, b'1'])))
@@ -151,13 +169,27 @@ mod tests {
         let c = replay_copy(&original(), "guest", "run-1", 1_700_000_000_123);
         let h = c.headers().clone().unwrap();
         let keys: Vec<&str> = h.inner().keys().map(|k| k.as_str()).collect();
-        for gone in ["x-death", "x-first-death-reason", "x-last-death-queue", "x-delivery-count", ATTEMPT_HEADER] {
+        for gone in [
+            "x-death",
+            "x-first-death-reason",
+            "x-last-death-queue",
+            "x-delivery-count",
+            ATTEMPT_HEADER,
+        ] {
             assert!(!keys.contains(&gone), "{gone} kept: {keys:?}");
         }
-        for kept in ["dlqctl-errors", "dlqctl-last-error", "dlqctl-reason", "tenant"] {
+        for kept in [
+            "dlqctl-errors",
+            "dlqctl-last-error",
+            "dlqctl-reason",
+            "tenant",
+        ] {
             assert!(keys.contains(&kept), "{kept} dropped: {keys:?}");
         }
-        assert_eq!(h.inner().get(REPLAYED_HEADER), Some(&AMQPValue::LongLongInt(1)));
+        assert_eq!(
+            h.inner().get(REPLAYED_HEADER),
+            Some(&AMQPValue::LongLongInt(1))
+        );
         assert_eq!(
             h.inner().get(REPLAYED_AT_HEADER),
             Some(&AMQPValue::LongString("2023-11-14T22:13:20.123Z".into()))
@@ -171,7 +203,10 @@ mod tests {
         // Replayed again: the count goes on.
         let again = replay_copy(&c, "guest", "run-2", 0);
         let h = again.headers().clone().unwrap();
-        assert_eq!(h.inner().get(REPLAYED_HEADER), Some(&AMQPValue::LongLongInt(2)));
+        assert_eq!(
+            h.inner().get(REPLAYED_HEADER),
+            Some(&AMQPValue::LongLongInt(2))
+        );
         assert_eq!(replay_id_of(&again).as_deref(), Some("run-2"));
         // The connection's own user is kept.
         let own = original().with_user_id("guest".into());
@@ -184,21 +219,34 @@ mod tests {
         h.insert(REPLAYED_HEADER.into(), AMQPValue::LongString("many".into()));
         let p = BasicProperties::default().with_headers(h.clone());
         let c = replay_copy(&p, "guest", "r", 0);
-        assert_eq!(c.headers().as_ref().unwrap().inner().get(REPLAYED_HEADER), Some(&AMQPValue::LongLongInt(1)));
+        assert_eq!(
+            c.headers().as_ref().unwrap().inner().get(REPLAYED_HEADER),
+            Some(&AMQPValue::LongLongInt(1))
+        );
         h.insert(REPLAYED_HEADER.into(), AMQPValue::LongLongInt(i64::MAX));
         let c = replay_copy(&BasicProperties::default().with_headers(h), "guest", "r", 0);
-        assert_eq!(c.headers().as_ref().unwrap().inner().get(REPLAYED_HEADER), Some(&AMQPValue::LongLongInt(i64::MAX)));
+        assert_eq!(
+            c.headers().as_ref().unwrap().inner().get(REPLAYED_HEADER),
+            Some(&AMQPValue::LongLongInt(i64::MAX))
+        );
         assert_eq!(replay_id_of(&BasicProperties::default()), None);
     }
 
     #[test]
     fn a_rotation_copy_is_the_message_with_its_remaining_retention() {
         let c = rotation_copy(&original(), "guest", Some(1234));
-        assert_eq!(c.headers(), original().headers(), "every header, x-death included");
+        assert_eq!(
+            c.headers(),
+            original().headers(),
+            "every header, x-death included"
+        );
         assert_eq!(c.delivery_mode(), &Some(1));
         assert_eq!(c.expiration().as_ref().map(|e| e.as_str()), Some("1234"));
         assert_eq!(c.user_id(), &None);
-        assert_eq!(rotation_copy(&original(), "guest", None).expiration(), &None);
+        assert_eq!(
+            rotation_copy(&original(), "guest", None).expiration(),
+            &None
+        );
         let bare = rotation_copy(&BasicProperties::default(), "guest", None);
         assert_eq!(bare.delivery_mode(), &Some(2));
     }
@@ -206,11 +254,23 @@ mod tests {
     #[test]
     fn remaining_retention_never_extends_a_message_life() {
         assert_eq!(remaining_retention(None, Some(0), 10), None);
-        assert_eq!(remaining_retention(Some(1000), Some(10_000), 10_400), Some(600));
-        assert_eq!(remaining_retention(Some(1000), Some(10_000), 11_000), Some(1));
-        assert_eq!(remaining_retention(Some(1000), Some(10_000), 99_999), Some(1));
+        assert_eq!(
+            remaining_retention(Some(1000), Some(10_000), 10_400),
+            Some(600)
+        );
+        assert_eq!(
+            remaining_retention(Some(1000), Some(10_000), 11_000),
+            Some(1)
+        );
+        assert_eq!(
+            remaining_retention(Some(1000), Some(10_000), 99_999),
+            Some(1)
+        );
         assert_eq!(remaining_retention(Some(1000), None, 99_999), Some(1000));
         // A time in the future (clock skew) keeps the whole retention.
-        assert_eq!(remaining_retention(Some(1000), Some(20_000), 10_000), Some(1000));
+        assert_eq!(
+            remaining_retention(Some(1000), Some(20_000), 10_000),
+            Some(1000)
+        );
     }
 }

@@ -75,7 +75,11 @@ impl Selector {
             }
         }
         if let Some(e) = &self.error {
-            if !d.last_error.as_deref().is_some_and(|l| l.contains(e.as_str())) {
+            if !d
+                .last_error
+                .as_deref()
+                .is_some_and(|l| l.contains(e.as_str()))
+            {
                 return false;
             }
         }

@@ -94,7 +94,20 @@ pub fn parse_rfc3339_millis(s: &str) -> Option<u64> {
         return None;
     }
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     if year < 1970 || !(1..=12).contains(&month) || day == 0 {
         return None;
     }
@@ -136,7 +149,13 @@ mod tests {
 
     #[test]
     fn rfc3339_parses_what_dlqctl_writes_and_refuses_the_rest() {
-        for ms in [0u64, 999, 1_700_000_000_123, 951_782_400_000, 4_102_444_799_999] {
+        for ms in [
+            0u64,
+            999,
+            1_700_000_000_123,
+            951_782_400_000,
+            4_102_444_799_999,
+        ] {
             assert_eq!(parse_rfc3339_millis(&rfc3339_millis(ms)), Some(ms), "{ms}");
         }
         assert_eq!(parse_rfc3339_millis("1970-01-01T00:00:01Z"), Some(1000));
@@ -162,6 +181,9 @@ mod tests {
         ] {
             assert_eq!(parse_rfc3339_millis(bad), None, "{bad}");
         }
-        assert_eq!(parse_rfc3339_millis("2024-02-29T00:00:00Z"), Some(1_709_164_800_000));
+        assert_eq!(
+            parse_rfc3339_millis("2024-02-29T00:00:00Z"),
+            Some(1_709_164_800_000)
+        );
     }
 }

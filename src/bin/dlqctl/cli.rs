@@ -48,7 +48,7 @@ pub enum Command {
     Status(StatusArgs),
     /// Operate on a pipeline's dead-letter queue.
     #[command(subcommand)]
-    Dlq(DlqCommand),
+    Dlq(Box<DlqCommand>),
 }
 
 /// `dlqctl dlq ...`.
@@ -58,39 +58,180 @@ pub enum DlqCommand {
     Peek(PeekArgs),
     /// Group a pipeline's DLQ by reason and error fingerprint; changes nothing.
     Summary(SummaryArgs),
+    /// Write a pipeline's DLQ as JSON Lines; with --remove, archive it.
+    Export(ExportArgs),
+    /// Move a snapshot of a pipeline's DLQ (or an export file) back to its
+    /// main queue.
+    Replay(ReplayArgs),
+    /// Remove messages from a pipeline's DLQ, with no copy (needs --yes).
+    Purge(PurgeArgs),
+}
+
+/// What every DLQ command names: the topology, the pipeline, the broker.
+#[derive(Debug, Args)]
+pub struct DlqTarget {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// When another DLQ command holds this DLQ, wait for it instead of
+    /// exiting 1 with "busy".
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// The selectors, alike for peek, summary, export, replay and purge. All
+/// given must match.
+#[derive(Debug, Args, Default)]
+pub struct Selectors {
+    /// Only the messages of this summary group.
+    #[arg(long, value_name = "ID")]
+    pub group: Option<String>,
+    /// Only this message id (repeatable: any of them). An id that is not
+    /// UTF-8: `base64:` and the base64 of its bytes.
+    #[arg(long = "message-id", value_name = "ID")]
+    pub message_ids: Vec<String>,
+    /// Only this reason (permanent, exhausted, too_large, or the broker's
+    /// rejected, expired, maxlen, delivery_limit).
+    #[arg(long, value_name = "REASON")]
+    pub filter_reason: Option<String>,
+    /// Only messages whose header K is V (repeatable: all of them).
+    #[arg(long, value_name = "K=V", value_parser = dlqctl::core::select::parse_header_filter)]
+    pub filter_header: Vec<(String, String)>,
+    /// Only messages whose last error contains TEXT.
+    #[arg(long, value_name = "TEXT")]
+    pub filter_error: Option<String>,
+    /// Only messages dead-lettered longer ago than D (e.g. 7d, 12h).
+    #[arg(long, value_name = "D", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    pub older_than: Option<std::time::Duration>,
+}
+
+impl Selectors {
+    /// The library's selector.
+    pub fn selector(&self) -> dlqctl::core::select::Selector {
+        dlqctl::core::select::Selector {
+            group: self.group.clone(),
+            message_ids: self.message_ids.clone(),
+            reason: self.filter_reason.clone(),
+            headers: self.filter_header.clone(),
+            error: self.filter_error.clone(),
+            older_than_ms: self.older_than.map(|d| d.as_millis() as u64),
+        }
+    }
 }
 
 /// `dlqctl dlq summary`.
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
-    /// The topology file.
-    pub file: PathBuf,
-    /// The pipeline (its main queue's name).
-    #[arg(long)]
-    pub queue: String,
+    #[command(flatten)]
+    pub target: DlqTarget,
+    #[command(flatten)]
+    pub select: Selectors,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub connection: Connection,
 }
 
 /// `dlqctl dlq peek`.
 #[derive(Debug, Args)]
 pub struct PeekArgs {
-    /// The topology file.
-    pub file: PathBuf,
-    /// The pipeline (its main queue's name).
-    #[arg(long)]
-    pub queue: String,
+    #[command(flatten)]
+    pub target: DlqTarget,
+    #[command(flatten)]
+    pub select: Selectors,
     /// Messages to show, from the head (at most 10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub limit: u16,
     /// Print JSON (every field, the body in full) instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `dlqctl dlq export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
     #[command(flatten)]
-    pub connection: Connection,
+    pub target: DlqTarget,
+    #[command(flatten)]
+    pub select: Selectors,
+    /// Write to this file instead of standard output. An existing file is
+    /// refused unless --append is given.
+    #[arg(long, short = 'o', value_name = "F")]
+    pub output: Option<PathBuf>,
+    /// Append to an existing --output file.
+    #[arg(long, requires = "output")]
+    pub append: bool,
+    /// Archive: remove each exported message from the DLQ once its line is
+    /// written and the file fsynced. Needs --output naming a regular file.
+    #[arg(long)]
+    pub remove: bool,
+    /// Export at most N messages.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print the report as JSON on standard error's place: standard output
+    /// when --output is given.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dlqctl dlq replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub target: DlqTarget,
+    #[command(flatten)]
+    pub select: Selectors,
+    /// Replay at most N messages (canaries included).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// At most R messages per second.
+    #[arg(long, value_name = "R", value_parser = dlqctl::core::rate::parse_rate)]
+    pub rate: Option<f64>,
+    /// Send the copies to this existing queue instead of the pipeline's
+    /// main queue. A retry queue or a DLQ needs --force.
+    #[arg(long, value_name = "QUEUE")]
+    pub to: Option<String>,
+    /// Allow --to to name a retry queue or a DLQ.
+    #[arg(long, requires = "to")]
+    pub force: bool,
+    /// Replay the messages of an export file instead of the DLQ.
+    #[arg(long, value_name = "F.jsonl", conflicts_with_all = ["canary", "wait"])]
+    pub from_file: Option<PathBuf>,
+    /// Count what would move; publish and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Replay N first, wait, and stop (exit 3) if more than half of them
+    /// came back to the DLQ.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub canary: Option<u64>,
+    /// How long the canary waits [default: the pipeline's summed retry
+    /// delays + 30s].
+    #[arg(long, value_name = "D", requires = "canary", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    pub canary_wait: Option<std::time::Duration>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `dlqctl dlq purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    pub target: DlqTarget,
+    #[command(flatten)]
+    pub select: Selectors,
+    /// Really remove. Without it: exit 2, saying how many would go.
+    #[arg(long)]
+    pub yes: bool,
+    /// Remove at most N messages.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `dlqctl status`.

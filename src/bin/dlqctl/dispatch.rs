@@ -12,7 +12,12 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Provision(a) => commands::provision::provision(a).await,
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
-        Command::Dlq(crate::cli::DlqCommand::Peek(a)) => commands::dlq::peek(a).await,
-        Command::Dlq(crate::cli::DlqCommand::Summary(a)) => commands::dlq::summary(a).await,
+        Command::Dlq(d) => match d.as_ref() {
+            crate::cli::DlqCommand::Peek(a) => commands::dlq::peek(a).await,
+            crate::cli::DlqCommand::Summary(a) => commands::dlq::summary(a).await,
+            crate::cli::DlqCommand::Export(a) => commands::dlq::export(a).await,
+            crate::cli::DlqCommand::Replay(a) => commands::dlq::replay(a).await,
+            crate::cli::DlqCommand::Purge(a) => commands::dlq::purge(a).await,
+        },
     }
 }

@@ -47,7 +47,10 @@ pub fn for_library_error(e: &Error) -> Outcome {
         Error::Invalid(_) | Error::Usage(_) | Error::Url { .. } | Error::Read { .. } => {
             Outcome::Usage
         }
-        Error::Connect { .. } | Error::Broker { .. } | Error::Management { .. } => Outcome::Failure,
+        Error::Connect { .. }
+        | Error::Broker { .. }
+        | Error::Management { .. }
+        | Error::Write { .. } => Outcome::Failure,
     }
 }
 

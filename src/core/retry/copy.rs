@@ -127,7 +127,10 @@ pub fn written_headers_size(headers: &FieldTable) -> usize {
 
 /// The original's properties a copy keeps: all but `expiration`, `headers`
 /// and a foreign `user_id`; `delivery_mode` forced to 2.
-pub(crate) fn kept_properties(original: &BasicProperties, connection_user: &str) -> BasicProperties {
+pub(crate) fn kept_properties(
+    original: &BasicProperties,
+    connection_user: &str,
+) -> BasicProperties {
     let mut p = BasicProperties::default().with_delivery_mode(2);
     if let Some(v) = original.content_type() {
         p = p.with_content_type(v.clone());

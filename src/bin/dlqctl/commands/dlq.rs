@@ -1,27 +1,77 @@
-//! `dlqctl dlq ...`: the DLQ operations.
+//! `dlqctl dlq ...`: the DLQ operations. Each reads the topology, connects,
+//! calls the library with a progress callback and hands the report to
+//! `output`.
 
-use super::pipeline;
-use crate::cli::{PeekArgs, SummaryArgs};
+use crate::cli::{DlqTarget, ExportArgs, PeekArgs, PurgeArgs, ReplayArgs, SummaryArgs};
 use crate::exit::Outcome;
 use crate::output;
+use crate::output::progress::Reporter;
 use anyhow::Result;
 use dlqctl::amqp::connection::BrokerUrl;
+use dlqctl::core::topology::{Pipeline, Topology};
+use dlqctl::error::Error;
+use dlqctl::ops::dlq::{ReadOptions, Target};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
-/// The DLQ of pipeline `queue` in `file`.
-fn dlq_of(file: &std::path::Path, queue: &str) -> Result<String> {
-    Ok(pipeline(file, queue)?.dead_letter.queue)
+/// A DLQ command's pipeline, topology and broker.
+struct Opened {
+    pipeline: Pipeline,
+    topology: Topology,
+    target: Target,
+}
+
+impl Opened {
+    async fn close(&self) {
+        dlqctl::amqp::connection::close(&self.target.conn).await;
+    }
+}
+
+/// Reads the topology, connects as `dlqctl dlq VERB`, and arms SIGINT and
+/// SIGTERM to stop after the copies in flight.
+async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
+    let topology = super::load(&t.file)?;
+    let pipeline = super::pipeline(&t.file, &t.queue)?;
+    let url = BrokerUrl::parse(&t.connection.url)?;
+    let name = format!("dlqctl dlq {verb} {}", pipeline.name);
+    let conn = Arc::new(url.connect(&name).await?);
+    let cancel = CancellationToken::new();
+    super::spawn_signal_handler(cancel.clone(), "stopping after the copies in flight")?;
+    let target = Target {
+        conn,
+        dlq: pipeline.dead_letter.queue.clone(),
+        user: url.user().to_string(),
+        read: ReadOptions {
+            retention_ms: pipeline.dead_letter.ttl,
+            wait: t.wait,
+            cancel,
+            ..ReadOptions::default()
+        },
+        tag: name,
+    };
+    Ok(Opened {
+        pipeline,
+        topology,
+        target,
+    })
+}
+
+fn print_json<T: serde::Serialize>(report: &T) -> Result<()> {
+    output::stdout_line(&serde_json::to_string_pretty(report).unwrap_or_default())?;
+    Ok(())
 }
 
 /// `dlqctl dlq summary`: groups the DLQ by reason and error fingerprint.
 pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
-    let dlq = dlq_of(&a.file, &a.queue)?;
-    let url = BrokerUrl::parse(&a.connection.url)?;
-    let conn = url.connect("dlqctl dlq summary").await?;
-    let result = dlqctl::ops::dlq::summary(&conn, &dlq).await;
-    dlqctl::amqp::connection::close(&conn).await;
+    let o = open(&a.target, "summary").await?;
+    let mut bar = Reporter::new("grouped", a.json);
+    let result =
+        dlqctl::ops::dlq::summary(&o.target, &a.select.selector(), &mut |p| bar.update(p)).await;
+    bar.finish();
+    o.close().await;
     let report = result?;
     if a.json {
-        output::stdout_line(&serde_json::to_string_pretty(&report).unwrap_or_default())?;
+        print_json(&report)?;
     } else {
         output::stdout(&output::text::summary_text(&report))?;
     }
@@ -31,14 +81,12 @@ pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
 /// `dlqctl dlq peek`: shows messages from the head of the DLQ, leaving
 /// every one of them in place.
 pub async fn peek(a: &PeekArgs) -> Result<Outcome> {
-    let dlq = dlq_of(&a.file, &a.queue)?;
-    let url = BrokerUrl::parse(&a.connection.url)?;
-    let conn = url.connect("dlqctl dlq peek").await?;
-    let result = dlqctl::ops::dlq::peek(&conn, &dlq, a.limit).await;
-    dlqctl::amqp::connection::close(&conn).await;
+    let o = open(&a.target, "peek").await?;
+    let result = dlqctl::ops::dlq::peek(&o.target, &a.select.selector(), a.limit).await;
+    o.close().await;
     let report = result?;
     if a.json {
-        output::stdout_line(&serde_json::to_string_pretty(&report).unwrap_or_default())?;
+        print_json(&report)?;
     } else {
         let width = std::env::var("COLUMNS")
             .ok()
@@ -47,4 +95,209 @@ pub async fn peek(a: &PeekArgs) -> Result<Outcome> {
         output::stdout(&output::text::peek_text(&report, width))?;
     }
     Ok(Outcome::Success)
+}
+
+/// Where an export writes: a new (or, with `--append`, existing) regular
+/// file, or standard output. `--remove` needs a regular file: only a file
+/// can be fsynced before the messages are acked.
+fn export_sink(a: &ExportArgs) -> Result<Box<dyn dlqctl::ops::dlq::export::Sink>> {
+    use dlqctl::ops::dlq::export::WriterSink;
+    let Some(path) = &a.output else {
+        if a.remove {
+            return Err(Error::Usage(
+                "--remove needs --output FILE: messages are removed only once their lines are \
+                 fsynced to a regular file, and standard output cannot be"
+                    .into(),
+            )
+            .into());
+        }
+        return Ok(Box::new(WriterSink::new(std::io::stdout(), |_| Ok(()))));
+    };
+    let shown = path.display();
+    let mut options = std::fs::OpenOptions::new();
+    if a.append {
+        options.append(true).create(true);
+    } else {
+        options.write(true).create_new(true);
+    }
+    let file = options.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            Error::Usage(format!(
+                "{shown} exists: give a new file, or --append to add to it"
+            ))
+        } else {
+            Error::Usage(format!("cannot open {shown} for writing: {e}"))
+        }
+    })?;
+    let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if a.remove && !is_file {
+        return Err(Error::Usage(format!(
+            "--remove needs --output to name a regular file, and {shown} is not one (a pipe or a \
+             device cannot be fsynced): write to a file, then move it"
+        ))
+        .into());
+    }
+    Ok(Box::new(WriterSink::new(
+        std::io::BufWriter::with_capacity(1 << 16, file),
+        |w| w.get_ref().sync_data(),
+    )))
+}
+
+/// `dlqctl dlq export`: the DLQ as JSON Lines; with `--remove`, an archive.
+pub async fn export(a: &ExportArgs) -> Result<Outcome> {
+    // Bad output before any connection.
+    super::pipeline(&a.target.file, &a.target.queue)?;
+    let mut sink = export_sink(a)?;
+    let o = open(&a.target, "export").await?;
+    let opts = dlqctl::ops::dlq::export::ExportOptions {
+        selector: a.select.selector(),
+        limit: a.limit,
+        remove: a.remove,
+    };
+    let mut bar = Reporter::new("exported", a.json || a.output.is_none());
+    let result =
+        dlqctl::ops::dlq::export::export(&o.target, &opts, sink.as_mut(), &mut |p| bar.update(p))
+            .await;
+    bar.finish();
+    o.close().await;
+    let r = result?;
+    if a.json {
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        if a.output.is_some() {
+            output::stdout_line(&text)?;
+        } else {
+            output::stderr_line(&text);
+        }
+    } else {
+        output::stderr_line(&output::text::export_text(&r, a.output.as_deref()));
+    }
+    Ok(if r.cancelled {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    })
+}
+
+/// The queues of `topology` a replay may send to only with `--force`:
+/// retry queues and DLQs, each with what it is.
+fn guarded_queues(topology: &Topology) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in &topology.pipelines {
+        out.push((
+            p.dead_letter.queue.clone(),
+            format!("the DLQ of {}", p.name),
+        ));
+        for q in p.retry_queues() {
+            out.push((q, format!("a retry queue of {}", p.name)));
+        }
+    }
+    out
+}
+
+/// The default canary wait: the pipeline's summed retry delays + 30 s.
+fn default_canary_wait(p: &Pipeline) -> std::time::Duration {
+    let delays: u64 = p
+        .retry
+        .delays
+        .iter()
+        .take(p.retry.max_attempts.saturating_sub(1) as usize)
+        .fold(0u64, |a, d| a.saturating_add(*d));
+    std::time::Duration::from_millis(delays.saturating_add(30_000))
+}
+
+/// `dlqctl dlq replay`: moves a snapshot of the DLQ (or an export file)
+/// back to the main queue.
+pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
+    let topology = super::load(&a.target.file)?;
+    let pipeline = super::pipeline(&a.target.file, &a.target.queue)?;
+    let to = a.to.clone().unwrap_or_else(|| pipeline.name.clone());
+    if !a.force {
+        if let Some((_, what)) = guarded_queues(&topology)
+            .into_iter()
+            .find(|(q, _)| *q == to)
+        {
+            return Err(Error::Usage(format!(
+                "--to {to} is {what}: replaying into it is rarely what you want (add --force if \
+                 it is)"
+            ))
+            .into());
+        }
+    }
+    let o = open(&a.target, "replay").await?;
+    debug_assert_eq!(o.topology.pipelines.len(), topology.pipelines.len());
+    let opts = dlqctl::ops::dlq::replay::ReplayOptions {
+        selector: a.select.selector(),
+        limit: a.limit,
+        rate: a.rate,
+        to,
+        dry_run: a.dry_run,
+        canary: a.canary.map(|count| dlqctl::ops::dlq::replay::Canary {
+            count,
+            wait: a
+                .canary_wait
+                .unwrap_or_else(|| default_canary_wait(&o.pipeline)),
+        }),
+        replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
+    };
+    let mut bar = Reporter::new(if a.dry_run { "would move" } else { "moved" }, a.json);
+    let result = match &a.from_file {
+        Some(path) => {
+            dlqctl::ops::dlq::replay::replay_file(
+                o.target.conn.clone(),
+                &o.target.user,
+                path,
+                &opts,
+                &o.target.read.cancel,
+                &mut |p| bar.update(p),
+            )
+            .await
+        }
+        None => dlqctl::ops::dlq::replay::replay(&o.target, &opts, &mut |p| bar.update(p)).await,
+    };
+    bar.finish();
+    o.close().await;
+    let r = result?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        output::stdout(&output::text::replay_text(&r))?;
+    }
+    Ok(match (&r.canary, &r.stopped) {
+        (Some(c), _) if !c.passed && !r.cancelled => Outcome::Difference,
+        (_, Some(_)) => Outcome::Failure,
+        _ if r.cancelled => Outcome::Failure,
+        _ => Outcome::Success,
+    })
+}
+
+/// `dlqctl dlq purge`: removes messages with no copy, only with `--yes`.
+pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
+    let o = open(&a.target, "purge").await?;
+    let mut bar = Reporter::new(if a.yes { "removed" } else { "counted" }, a.json);
+    let result =
+        dlqctl::ops::dlq::purge::purge(&o.target, &a.select.selector(), a.limit, a.yes, &mut |p| {
+            bar.update(p)
+        })
+        .await;
+    bar.finish();
+    o.close().await;
+    let r = result?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        output::stdout(&output::text::purge_text(&r))?;
+    }
+    if !a.yes {
+        output::stderr_line(&format!(
+            "nothing removed: {} of {} messages in {} would go; add --yes to remove them (no \
+             copy is kept: `dlqctl dlq export --remove` archives instead)",
+            r.removed, r.snapshot, r.queue
+        ));
+        return Ok(Outcome::Usage);
+    }
+    Ok(if r.cancelled {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    })
 }

@@ -58,3 +58,28 @@ pub fn pipeline(file: &Path, queue: &str) -> Result<Pipeline, Error> {
         }
     }
 }
+
+/// Cancels `token` on SIGTERM, SIGINT or SIGHUP (a closed terminal or a
+/// supervisor's reload: a graceful stop, not a death that leaves work half
+/// done), then logs `doing`.
+pub fn spawn_signal_handler(
+    token: tokio_util::sync::CancellationToken,
+    doing: &'static str,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = hup.recv() => "SIGHUP",
+        };
+        // Stop first, then say so: nothing the log does can keep the stop
+        // from happening.
+        token.cancel();
+        tracing::info!("{name}: {doing}");
+    });
+    Ok(())
+}

@@ -52,7 +52,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
 
 async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Result<Outcome> {
     let shutdown = CancellationToken::new();
-    spawn_signal_handler(shutdown.clone())?;
+    super::spawn_signal_handler(shutdown.clone(), "finishing messages in flight")?;
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = a.metrics_addr {
         // Bound once and served on that listener: no window in which
@@ -73,25 +73,4 @@ async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Resul
     worker.run(shutdown).await?;
     info!("stopped");
     Ok(Outcome::Success)
-}
-
-fn spawn_signal_handler(token: CancellationToken) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    // A closed terminal or a supervisor's reload: a graceful stop, not a
-    // death that leaves a handler running while its message returns.
-    let mut hup = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-            _ = hup.recv() => "SIGHUP",
-        };
-        // Stop first, then say so: nothing the log does can keep the stop
-        // from happening.
-        token.cancel();
-        info!("{name}: finishing messages in flight");
-    });
-    Ok(())
 }

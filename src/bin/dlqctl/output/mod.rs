@@ -7,6 +7,7 @@
 //! write errors (`> /dev/full`) are reported and exit 1.
 
 pub mod json;
+pub mod progress;
 pub mod text;
 
 use std::io::Write;

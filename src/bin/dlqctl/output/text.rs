@@ -3,6 +3,9 @@
 use dlqctl::core::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
+use dlqctl::ops::dlq::export::ExportReport;
+use dlqctl::ops::dlq::purge::PurgeReport;
+use dlqctl::ops::dlq::replay::ReplayReport;
 use dlqctl::ops::dlq::{PeekReport, SummaryReport};
 use dlqctl::ops::provision::Report;
 use dlqctl::ops::status::{OverThreshold, QueueStatus, StatusReport};
@@ -222,9 +225,10 @@ pub fn status_text(
 pub fn peek_text(report: &PeekReport, width: usize) -> String {
     let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let mut out = format!(
-        "{}: {} message(s) shown of {} ready at the start; nothing was removed\n",
+        "{}: {} message(s) shown ({} read of {} ready at the start); nothing was removed\n",
         report.queue,
         report.messages.len(),
+        report.read,
         report.snapshot
     );
     for (i, m) in report.messages.iter().enumerate() {
@@ -242,7 +246,8 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
             or(&d.dead_lettered_at)
         );
         out += &format!(
-            "   from exchange={} key={} queue={}\n",
+            "   group={} from exchange={} key={} queue={}\n",
+            m.group,
             or(&d.original_exchange),
             or(&d.original_routing_key),
             or(&d.source_queue)
@@ -279,14 +284,16 @@ fn base64_body(b64: &str) -> Vec<u8> {
 pub fn summary_text(r: &SummaryReport) -> String {
     let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let mut out = format!(
-        "{}: {} message(s) in {} group(s){}; nothing was removed\n",
+        "{}: {} message(s) in {} group(s), of {} read ({} ready at the start){}; nothing was removed\n",
         r.queue,
-        r.read,
+        r.grouped,
         r.groups.len(),
-        if r.read < r.snapshot {
+        r.read,
+        r.snapshot,
+        if r.rotated > 0 {
             format!(
-                " (the first {} of {}: the summary covers the head only)",
-                r.read, r.snapshot
+                "; {} were rotated to the tail to keep the unacked window bounded",
+                r.rotated
             )
         } else {
             String::new()
@@ -308,6 +315,93 @@ pub fn summary_text(r: &SummaryReport) -> String {
                 &g.fingerprint
             }
         );
+    }
+    out
+}
+
+/// `dlq export`'s report (on standard error: the lines may be on standard
+/// output).
+pub fn export_text(r: &ExportReport, output: Option<&std::path::Path>) -> String {
+    let to = output.map_or("standard output".to_string(), |p| p.display().to_string());
+    let mut line = format!(
+        "{}: {} message(s) exported to {to} ({} read of {} ready at the start)",
+        r.queue, r.written, r.read, r.snapshot
+    );
+    if r.removed > 0 {
+        line += &format!(
+            "; {} removed from the DLQ after the file was fsynced",
+            r.removed
+        );
+    } else {
+        line += "; nothing was removed";
+    }
+    if r.rotated > 0 {
+        line += &format!("; {} kept message(s) rotated to the tail", r.rotated);
+    }
+    if r.cancelled {
+        line += "; stopped by a signal before the end";
+    }
+    line
+}
+
+/// `dlq replay`'s report.
+pub fn replay_text(r: &ReplayReport) -> String {
+    let mut out = if r.dry_run {
+        format!(
+            "dry run: {} message(s) of {} would move to {} ({} read, {} skipped); nothing was published or removed\n",
+            r.moved, r.from, r.to, r.read, r.skipped
+        )
+    } else {
+        format!(
+            "{} message(s) moved from {} to {} in {:.1}s: {} read of {} at the start, {} skipped by the selectors or the limit, {} failed (left in the DLQ); replay id {}\n",
+            r.moved,
+            r.from,
+            r.to,
+            r.elapsed_ms as f64 / 1000.0,
+            r.read,
+            r.snapshot,
+            r.skipped,
+            r.failed,
+            r.replay_id
+        )
+    };
+    if r.rotated > 0 {
+        out += &format!(
+            "{} kept message(s) were rotated to the DLQ's tail\n",
+            r.rotated
+        );
+    }
+    if let Some(c) = &r.canary {
+        out += &format!(
+            "canary: {} sent, {} came back: {}\n",
+            c.sent,
+            c.came_back,
+            if c.passed { "passed" } else { "FAILED" }
+        );
+    }
+    if let Some(why) = &r.stopped {
+        out += &format!("stopped: {why}\n");
+    }
+    if r.cancelled {
+        out += "stopped by a signal after the copies in flight; the rest is still in the DLQ\n";
+    }
+    out
+}
+
+/// `dlq purge`'s report.
+pub fn purge_text(r: &PurgeReport) -> String {
+    if r.counted_only {
+        return format!(
+            "{}: {} of {} message(s) selected; nothing was removed\n",
+            r.queue, r.removed, r.snapshot
+        );
+    }
+    let mut out = format!(
+        "{}: {} message(s) removed, {} kept ({} read of {} at the start)\n",
+        r.queue, r.removed, r.kept, r.read, r.snapshot
+    );
+    if r.cancelled {
+        out += "stopped by a signal; the rest is still in the DLQ\n";
     }
     out
 }

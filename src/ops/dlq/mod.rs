@@ -1,0 +1,250 @@
+//! The DLQ operations: peek, summary, export, replay and purge. Library
+//! code that returns typed reports, takes a progress callback and never
+//! prints; the CLI and `dlqctl serve` share it.
+//!
+//! Every command reads the DLQ through [`reader::DlqReader`], which keeps
+//! the rules (README, "Operating the DLQ"):
+//! - **One command at a time per DLQ.** Each first declares an exclusive
+//!   queue `dlqctl.lock.<DLQ>` (it holds no message and nothing routes to
+//!   it): a second command is refused by the broker (405 RESOURCE_LOCKED)
+//!   and reported as busy, or waits with `--wait`. The broker deletes the
+//!   lock when the holder's connection ends, even by SIGKILL. (An exclusive
+//!   *consumer* is no lock: RabbitMQ 3.10 lets a second one onto a quorum
+//!   queue.)
+//! - **The snapshot.** The DLQ's ready depth at the start is read first and
+//!   at most that many messages are read.
+//! - **Nothing requeued one by one.** What is kept stays unacked and goes
+//!   back together at the end, in order; past the window it is rotated (a
+//!   confirmed copy to the tail, then the ack).
+//! - **Acks settle before the close**, `multiple` where possible.
+
+pub mod export;
+pub mod purge;
+pub mod reader;
+pub mod replay;
+
+pub use reader::{lock_name, DlqReader, Message, ReadOptions, ReadStats, DEFAULT_WINDOW};
+
+use crate::core::dlq::Described;
+use crate::core::select::{Candidate, Selector};
+use crate::error::Result;
+use lapin::Connection;
+use std::sync::Arc;
+
+/// The most messages one peek shows.
+pub const MAX_PEEK: u16 = 10_000;
+
+/// Where a DLQ command runs.
+#[derive(Clone)]
+pub struct Target {
+    /// The connection.
+    pub conn: Arc<Connection>,
+    /// The DLQ.
+    pub dlq: String,
+    /// The user the connection authenticated as (copies drop a foreign
+    /// `user_id`).
+    pub user: String,
+    /// How the DLQ is read.
+    pub read: ReadOptions,
+    /// The connection's name for this command, as the management UI shows
+    /// it (`dlqctl dlq replay`).
+    pub tag: String,
+}
+
+impl Target {
+    async fn open(&self) -> Result<DlqReader> {
+        DlqReader::open(
+            self.conn.clone(),
+            &self.dlq,
+            &self.user,
+            &self.tag,
+            self.read.clone(),
+        )
+        .await
+    }
+}
+
+/// How far a command is, for a progress bar.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Progress {
+    /// Messages the command will read at most (the snapshot, or the lines
+    /// of a file).
+    pub total: u64,
+    /// Messages read so far.
+    pub read: u64,
+    /// Messages that matched the selectors (up to the limit).
+    pub selected: u64,
+    /// Selected messages done (moved, written, removed).
+    pub done: u64,
+    /// Selected messages that failed (refused copies).
+    pub failed: u64,
+}
+
+/// Now, in ms since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Whether the selector takes this message.
+pub(crate) fn selected(s: &Selector, m: &Message, now: u64) -> bool {
+    s.matches(
+        &Candidate {
+            described: &m.described,
+            headers: &m.headers,
+            message_id: m.message_id.as_deref(),
+        },
+        now,
+    )
+}
+
+/// One message read from a DLQ, as peek shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PeekedMessage {
+    /// `message_id` (`None`: absent; see `message_id_base64`).
+    pub message_id: Option<String>,
+    /// A `message_id` that is not UTF-8, as base64 of its bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id_base64: Option<String>,
+    /// The summary group (`--group`).
+    pub group: String,
+    /// What the headers say.
+    #[serde(flatten)]
+    pub described: Described,
+    /// Every header, as JSON.
+    pub headers: serde_json::Value,
+    /// The body's length in bytes.
+    pub body_bytes: usize,
+    /// The body, when it is UTF-8.
+    pub body_utf8: Option<String>,
+    /// The body, base64.
+    pub body_base64: String,
+}
+
+impl PeekedMessage {
+    fn of(m: &Message) -> Self {
+        use crate::core::shortstr;
+        let id = m
+            .record
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str());
+        PeekedMessage {
+            message_id: id.and_then(shortstr::utf8).map(|s| s.into_owned()),
+            message_id_base64: id
+                .and_then(shortstr::non_utf8_bytes)
+                .map(|b: Vec<u8>| shortstr::base64(&b)),
+            group: crate::core::select::message_group(&m.described),
+            described: m.described.clone(),
+            headers: m.headers.clone(),
+            body_bytes: m.record.body.len(),
+            body_utf8: std::str::from_utf8(&m.record.body).ok().map(str::to_string),
+            body_base64: shortstr::base64(&m.record.body),
+        }
+    }
+}
+
+/// What a peek read.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PeekReport {
+    /// The DLQ.
+    pub queue: String,
+    /// Its ready messages when the peek started.
+    pub snapshot: u64,
+    /// Messages read to find these.
+    pub read: u64,
+    /// The messages that matched, from the head.
+    pub messages: Vec<PeekedMessage>,
+}
+
+/// Shows up to `limit` messages matching `selector` from the head of the
+/// DLQ, leaving every message in place (in order, unless more than the
+/// window had to be read: see [`reader`]).
+pub async fn peek(t: &Target, selector: &Selector, limit: u16) -> Result<PeekReport> {
+    let limit = limit.min(MAX_PEEK);
+    let mut r = t.open().await?;
+    let mut messages = Vec::new();
+    let outcome = async {
+        while usize::from(limit) > messages.len() {
+            let Some(m) = r.next().await? else { break };
+            let now = now_ms();
+            if selected(selector, &m, now) {
+                messages.push(PeekedMessage::of(&m));
+            }
+            r.keep(m, now).await?;
+        }
+        Ok::<_, crate::error::Error>(())
+    }
+    .await;
+    let stats = r.finish().await;
+    outcome?;
+    let stats = stats?;
+    Ok(PeekReport {
+        queue: t.dlq.clone(),
+        snapshot: stats.snapshot,
+        read: stats.read,
+        messages,
+    })
+}
+
+/// What `dlq summary` found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SummaryReport {
+    /// The DLQ.
+    pub queue: String,
+    /// Its ready messages at the start.
+    pub snapshot: u64,
+    /// Messages read (the snapshot, unless others took some meanwhile or
+    /// the run was cancelled).
+    pub read: u64,
+    /// Messages grouped (those matching the selectors).
+    pub grouped: u64,
+    /// Kept messages rotated to the tail (past the window).
+    pub rotated: u64,
+    /// The groups, largest first.
+    pub groups: Vec<crate::core::dlq::Group>,
+}
+
+/// Groups the whole snapshot of the DLQ (the messages matching `selector`)
+/// by reason and error fingerprint, leaving every message in it.
+pub async fn summary(
+    t: &Target,
+    selector: &Selector,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<SummaryReport> {
+    let mut grouper = crate::core::dlq::Grouper::default();
+    let mut r = t.open().await?;
+    let mut p = Progress {
+        total: r.snapshot(),
+        ..Default::default()
+    };
+    let outcome = async {
+        while let Some(m) = r.next().await? {
+            let now = now_ms();
+            p.read += 1;
+            if selected(selector, &m, now) {
+                p.selected += 1;
+                p.done += 1;
+                grouper.add(&m.described, m.message_id.as_deref());
+            }
+            r.keep(m, now).await?;
+            progress(&p);
+        }
+        Ok::<_, crate::error::Error>(())
+    }
+    .await;
+    let stats = r.finish().await;
+    outcome?;
+    let stats = stats?;
+    Ok(SummaryReport {
+        queue: t.dlq.clone(),
+        snapshot: stats.snapshot,
+        read: stats.read,
+        grouped: p.selected,
+        rotated: stats.rotated,
+        groups: grouper.finish(),
+    })
+}

@@ -1,0 +1,530 @@
+//! `dlq replay`: moves a bounded snapshot of the DLQ (or the messages of an
+//! export file) back to a main queue, with selectors, a limit, a rate and
+//! an optional canary. Each copy goes to the default exchange with the
+//! queue's name as routing key, `mandatory`, persistent and confirmed; the
+//! DLQ message is acked only after its copy is confirmed and not returned.
+
+use super::reader::{CONFIRM_TIMEOUT, IN_FLIGHT};
+use super::{now_ms, selected, Progress, Target};
+use crate::amqp::declare::passive_queue;
+use crate::amqp::publisher::Publisher;
+use crate::core::dlq::describe;
+use crate::core::rate::TokenBucket;
+use crate::core::replay::{replay_copy, replay_id_of};
+use crate::core::retry::fit::fit_retry_copy;
+use crate::core::retry::headers_to_json;
+use crate::core::select::{Candidate, Selector};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// What to replay, and how.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// Which messages.
+    pub selector: Selector,
+    /// At most this many (canaries included).
+    pub limit: Option<u64>,
+    /// Messages per second at most.
+    pub rate: Option<f64>,
+    /// The queue the copies go to (the pipeline's main queue by default).
+    pub to: String,
+    /// Count what would move; publish and remove nothing.
+    pub dry_run: bool,
+    /// Replay this many first, wait, and go on only if at most half came
+    /// back to the DLQ.
+    pub canary: Option<Canary>,
+    /// This run's id (`dlqctl-replay-id`).
+    pub replay_id: String,
+}
+
+/// The canary of a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Canary {
+    /// Messages replayed first.
+    pub count: u64,
+    /// How long to wait before looking for them in the DLQ.
+    pub wait: Duration,
+}
+
+/// What became of the canaries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CanaryReport {
+    /// Canaries replayed.
+    pub sent: u64,
+    /// Of them, found back in the DLQ after the wait.
+    pub came_back: u64,
+    /// Whether at most half came back (the replay then went on).
+    pub passed: bool,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReplayReport {
+    /// The DLQ (or the file replayed).
+    pub from: String,
+    /// The queue the copies went to.
+    pub to: String,
+    /// This run's id (`dlqctl-replay-id`).
+    pub replay_id: String,
+    /// The DLQ's ready messages at the start (the lines of a file).
+    pub snapshot: u64,
+    /// Messages read.
+    pub read: u64,
+    /// Copies confirmed and their originals acked (with `dry_run`: the
+    /// messages that would move).
+    pub moved: u64,
+    /// Messages read and left in place: not selected, past the limit, or
+    /// replayed by this run already and back again.
+    pub skipped: u64,
+    /// Selected messages whose copy was refused or too large; they stay in
+    /// the DLQ.
+    pub failed: u64,
+    /// Kept messages rotated to the DLQ's tail (past the window).
+    pub rotated: u64,
+    /// Nothing was published or removed.
+    pub dry_run: bool,
+    /// The canary, when asked for.
+    pub canary: Option<CanaryReport>,
+    /// Why the run stopped before the end, if it did.
+    pub stopped: Option<String>,
+    /// Stopped by SIGINT/SIGTERM.
+    pub cancelled: bool,
+    /// Wall time, in ms.
+    pub elapsed_ms: u64,
+}
+
+/// A fresh replay id: 16 random hex digits.
+pub fn new_replay_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Replays the DLQ of `t` (see the module docs).
+pub async fn replay(
+    t: &Target,
+    opts: &ReplayOptions,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<ReplayReport> {
+    let started = Instant::now();
+    check_destination(&t.conn, &opts.to).await?;
+    let mut report = ReplayReport {
+        from: t.dlq.clone(),
+        to: opts.to.clone(),
+        replay_id: opts.replay_id.clone(),
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let mut p = Progress::default();
+    let canary = opts.canary.filter(|c| c.count > 0 && !opts.dry_run);
+    let mut limit = opts.limit;
+    let mut at_most = None;
+    if let Some(c) = canary {
+        let first = limit.map_or(c.count, |l| l.min(c.count));
+        let snapshot = pass(t, opts, Some(first), None, &mut p, progress, &mut report).await?;
+        report.snapshot = snapshot;
+        let sent = report.moved;
+        let mut cr = CanaryReport {
+            sent,
+            ..Default::default()
+        };
+        if sent > 0 && report.stopped.is_none() && !report.cancelled {
+            tokio::select! {
+                _ = t.read.cancel.cancelled() => report.cancelled = true,
+                _ = tokio::time::sleep(c.wait) => {}
+            }
+            if !report.cancelled {
+                cr.came_back = count_replay_id(t, &opts.replay_id).await?;
+            }
+        }
+        cr.passed = !report.cancelled && cr.came_back * 2 <= cr.sent;
+        let go_on = cr.passed && report.stopped.is_none();
+        if !cr.passed && !report.cancelled {
+            report.stopped = Some(format!(
+                "the canary failed: {} of {} replayed messages came back to {} within {}",
+                cr.came_back,
+                cr.sent,
+                t.dlq,
+                crate::core::duration::tier_name(c.wait.as_millis() as u64)
+            ));
+        }
+        report.canary = Some(cr);
+        if !go_on || report.cancelled {
+            report.elapsed_ms = started.elapsed().as_millis() as u64;
+            return Ok(report);
+        }
+        limit = limit.map(|l| l.saturating_sub(sent));
+        at_most = Some(snapshot.saturating_sub(sent));
+    }
+    let snapshot = pass(t, opts, limit, at_most, &mut p, progress, &mut report).await?;
+    if canary.is_none() {
+        report.snapshot = snapshot;
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// The destination must exist: a copy to a missing queue would only be
+/// returned.
+async fn check_destination(conn: &lapin::Connection, to: &str) -> Result<()> {
+    match passive_queue(conn, to).await? {
+        Some(_) => Ok(()),
+        None => Err(Error::Usage(format!(
+            "the queue {to} does not exist: --to must name an existing queue"
+        ))),
+    }
+}
+
+/// What a publish task hands back.
+type Done = (super::Message, std::result::Result<(), String>);
+
+/// One pass over the DLQ: replays up to `limit` selected messages of at
+/// most `at_most` read. Returns the snapshot.
+async fn pass(
+    t: &Target,
+    opts: &ReplayOptions,
+    limit: Option<u64>,
+    at_most: Option<u64>,
+    p: &mut Progress,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+    report: &mut ReplayReport,
+) -> Result<u64> {
+    let mut target = t.clone();
+    target.read.at_most = at_most;
+    let mut r = target.open().await?;
+    if p.total == 0 {
+        p.total = r.snapshot();
+    }
+    let snapshot = r.snapshot();
+    let publisher = if opts.dry_run {
+        None
+    } else {
+        Some(r.publisher().await?)
+    };
+    let frame_max = publisher.as_ref().map_or(u32::MAX, |p| p.frame_max());
+    let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
+    let clock = Instant::now();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let mut out = 0usize;
+    let mut taken = 0u64;
+    let outcome = async {
+        loop {
+            // Settle what is done.
+            while let Ok(d) = done_rx.try_recv() {
+                out -= 1;
+                settle(&mut r, d, p, report, &opts.to).await?;
+            }
+            if out >= IN_FLIGHT {
+                if let Some(d) = done_rx.recv().await {
+                    out -= 1;
+                    settle(&mut r, d, p, report, &opts.to).await?;
+                }
+                continue;
+            }
+            if report.stopped.is_some() {
+                break;
+            }
+            let Some(m) = r.next().await? else { break };
+            let now = now_ms();
+            p.read += 1;
+            report.read += 1;
+            let ours = replay_id_of(&m.record.properties).as_deref() == Some(&opts.replay_id);
+            let wanted = limit.is_none_or(|l| taken < l);
+            if ours || !wanted || !selected(&opts.selector, &m, now) {
+                report.skipped += 1;
+                r.keep(m, now).await?;
+                progress(p);
+                continue;
+            }
+            taken += 1;
+            p.selected += 1;
+            let Some(publisher) = publisher.clone() else {
+                // Dry run.
+                report.moved += 1;
+                p.done += 1;
+                r.keep(m, now).await?;
+                progress(p);
+                continue;
+            };
+            if let Some(b) = bucket.as_mut() {
+                loop {
+                    match b.take(clock.elapsed().as_micros() as u64) {
+                        Ok(()) => break,
+                        Err(wait) => {
+                            tokio::select! {
+                                _ = t.read.cancel.cancelled() => break,
+                                _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
+                            }
+                        }
+                    }
+                }
+                if t.read.cancel.is_cancelled() {
+                    report.skipped += 1;
+                    r.keep(m, now).await?;
+                    break;
+                }
+            }
+            let props = replay_copy(&m.record.properties, &t.user, &opts.replay_id, now);
+            let props = match fit_retry_copy(props, frame_max) {
+                Ok((props, _)) => props,
+                Err(too_large) => {
+                    report.failed += 1;
+                    p.failed += 1;
+                    tracing::warn!(
+                        message_id = m.message_id.as_deref().unwrap_or(""),
+                        "not replayed: its properties ({} bytes) do not fit the broker's frame_max \
+                         ({} bytes allowed) even without its error history; it stays in the DLQ",
+                        too_large.size,
+                        too_large.budget
+                    );
+                    r.keep(m, now).await?;
+                    progress(p);
+                    continue;
+                }
+            };
+            let to = opts.to.clone();
+            let tx = done_tx.clone();
+            out += 1;
+            tokio::spawn(async move {
+                let result = publisher
+                    .publish("", &to, &m.record.body, props)
+                    .await
+                    .map_err(|e| e.to_string());
+                let _ = tx.send((m, result));
+            });
+        }
+        while out > 0 {
+            let Some(d) = done_rx.recv().await else { break };
+            out -= 1;
+            settle(&mut r, d, p, report, &opts.to).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    let cancelled = t.read.cancel.is_cancelled();
+    let stats = r.finish().await;
+    outcome?;
+    let stats = stats?;
+    report.rotated += stats.rotated;
+    report.cancelled |= cancelled || stats.cancelled;
+    Ok(snapshot)
+}
+
+/// Acks a message whose copy was confirmed, or keeps one whose copy was
+/// refused and stops the run.
+async fn settle(
+    r: &mut super::DlqReader,
+    (m, result): Done,
+    p: &mut Progress,
+    report: &mut ReplayReport,
+    to: &str,
+) -> Result<()> {
+    match result {
+        Ok(()) => {
+            r.take(m.tag);
+            report.moved += 1;
+            p.done += 1;
+        }
+        Err(why) => {
+            report.failed += 1;
+            p.failed += 1;
+            report
+                .stopped
+                .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+            r.keep(m, now_ms()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Messages in the whole DLQ carrying `replay_id` (read, all kept).
+async fn count_replay_id(t: &Target, replay_id: &str) -> Result<u64> {
+    let mut target = t.clone();
+    target.read.at_most = None;
+    let mut r = target.open().await?;
+    let mut n = 0;
+    let outcome = async {
+        while let Some(m) = r.next().await? {
+            if replay_id_of(&m.record.properties).as_deref() == Some(replay_id) {
+                n += 1;
+            }
+            r.keep(m, now_ms()).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    let stats = r.finish().await;
+    outcome?;
+    stats?;
+    Ok(n)
+}
+
+/// Replays the messages of an export file (`--from-file`) to `opts.to`.
+/// The whole file is read and checked first: a line that is not a valid
+/// export line stops the run before anything is published (exit 2, naming
+/// the line). The canary does not apply (nothing to look for in a DLQ).
+pub async fn replay_file(
+    conn: Arc<lapin::Connection>,
+    user: &str,
+    path: &std::path::Path,
+    opts: &ReplayOptions,
+    cancel: &tokio_util::sync::CancellationToken,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<ReplayReport> {
+    use std::io::BufRead;
+    let started = Instant::now();
+    let shown = path.display().to_string();
+    let open = || {
+        std::fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .map_err(|source| Error::Read {
+                path: shown.clone(),
+                source,
+            })
+    };
+    // First pass: every line must read.
+    let mut total = 0u64;
+    for (i, line) in open()?.lines().enumerate() {
+        let line = line.map_err(|source| Error::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        crate::core::export::from_line(&line)
+            .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1)))?;
+        total += 1;
+    }
+    check_destination(&conn, &opts.to).await?;
+    let mut report = ReplayReport {
+        from: shown.clone(),
+        to: opts.to.clone(),
+        replay_id: opts.replay_id.clone(),
+        snapshot: total,
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let mut p = Progress {
+        total,
+        ..Default::default()
+    };
+    let publisher = Arc::new(Publisher::new(conn.clone(), 1, CONFIRM_TIMEOUT));
+    if !opts.dry_run {
+        publisher.warm_up().await.map_err(|e| Error::Broker {
+            context: "cannot open a publishing channel".into(),
+            message: e,
+        })?;
+    }
+    let frame_max = publisher.frame_max();
+    let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
+    let clock = Instant::now();
+    let mut inflight = tokio::task::JoinSet::new();
+    for line in open()?.lines() {
+        let line = line.map_err(|source| Error::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if cancel.is_cancelled() || report.stopped.is_some() {
+            report.cancelled = cancel.is_cancelled();
+            break;
+        }
+        let record = crate::core::export::from_line(&line)
+            .map_err(|e| Error::Usage(format!("{shown}: {e}")))?;
+        p.read += 1;
+        report.read += 1;
+        let now = now_ms();
+        let headers = headers_to_json(record.properties.headers().as_ref());
+        let described = describe(&headers);
+        let id = record.properties.message_id().as_ref().map(|s| {
+            crate::core::shortstr::Shown::of(s.as_str())
+                .for_log()
+                .into_owned()
+        });
+        let matches = opts.selector.matches(
+            &Candidate {
+                described: &described,
+                headers: &headers,
+                message_id: id.as_deref(),
+            },
+            now,
+        );
+        if !matches || opts.limit.is_some_and(|l| p.selected >= l) {
+            report.skipped += 1;
+            progress(&p);
+            continue;
+        }
+        p.selected += 1;
+        if opts.dry_run {
+            report.moved += 1;
+            p.done += 1;
+            progress(&p);
+            continue;
+        }
+        if let Some(b) = bucket.as_mut() {
+            while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
+                tokio::time::sleep(Duration::from_micros(wait)).await;
+            }
+        }
+        let props = replay_copy(&record.properties, user, &opts.replay_id, now);
+        let Ok((props, _)) = fit_retry_copy(props, frame_max) else {
+            report.failed += 1;
+            p.failed += 1;
+            continue;
+        };
+        while inflight.len() >= IN_FLIGHT {
+            if let Some(done) = inflight.join_next().await {
+                file_settle(done, &mut report, &mut p, &opts.to);
+            }
+        }
+        let publisher = publisher.clone();
+        let to = opts.to.clone();
+        inflight.spawn(async move {
+            publisher
+                .publish("", &to, &record.body, props)
+                .await
+                .map_err(|e| e.to_string())
+        });
+        while let Some(done) = inflight.try_join_next() {
+            file_settle(done, &mut report, &mut p, &opts.to);
+        }
+        progress(&p);
+    }
+    while let Some(done) = inflight.join_next().await {
+        file_settle(done, &mut report, &mut p, &opts.to);
+    }
+    progress(&p);
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+fn file_settle(
+    done: std::result::Result<std::result::Result<(), String>, tokio::task::JoinError>,
+    report: &mut ReplayReport,
+    p: &mut Progress,
+    to: &str,
+) {
+    match done {
+        Ok(Ok(())) => {
+            report.moved += 1;
+            p.done += 1;
+        }
+        Ok(Err(why)) => {
+            report.failed += 1;
+            p.failed += 1;
+            report
+                .stopped
+                .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+        }
+        Err(e) => {
+            report.failed += 1;
+            p.failed += 1;
+            report
+                .stopped
+                .get_or_insert_with(|| format!("a publish task failed: {e}"));
+        }
+    }
+}
