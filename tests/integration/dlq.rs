@@ -61,7 +61,7 @@ async fn peek_shows_the_head_and_leaves_every_message_in_order() {
     let run = peek(&file, &pipe.name, &[]).await;
     run.assert_code(0);
     assert!(
-        run.stdout.contains("5 message(s) shown of 5"),
+        run.stdout.contains("5 message(s) shown (5 read of 5 ready"),
         "{}",
         run.stdout
     );
@@ -124,7 +124,7 @@ async fn a_second_reader_of_the_dlq_is_told_it_is_busy() {
     let run = peek(&file, &pipe.name, &[]).await;
     run.assert_code(0);
     assert!(
-        run.stdout.contains("1 message(s) shown of 1"),
+        run.stdout.contains("1 message(s) shown (1 read of 1 ready"),
         "{}",
         run.stdout
     );

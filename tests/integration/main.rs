@@ -6,6 +6,7 @@ mod bad_input;
 mod chaos_support;
 mod cli_io;
 mod dlq;
+mod dlq_ops;
 mod helpers;
 mod poison;
 mod provision;

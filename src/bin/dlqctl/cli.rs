@@ -79,6 +79,11 @@ pub struct DlqTarget {
     /// exiting 1 with "busy".
     #[arg(long)]
     pub wait: bool,
+    /// Kept messages held unacked at most; past it, each kept message is
+    /// rotated (a confirmed copy to the DLQ's tail, then the ack). Lower it
+    /// below the broker's consumer_timeout pace or its max unacked.
+    #[arg(long, value_name = "N", default_value_t = dlqctl::ops::dlq::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub window: u32,
     #[command(flatten)]
     pub connection: Connection,
 }

@@ -44,6 +44,7 @@ async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
         read: ReadOptions {
             retention_ms: pipeline.dead_letter.ttl,
             wait: t.wait,
+            window: t.window,
             cancel,
             ..ReadOptions::default()
         },

@@ -1,0 +1,837 @@
+//! `dlqctl dlq export|replay|purge` against a real broker: lossless export
+//! and import, the snapshot, selectors, rate, canary, rotation past the
+//! window, SIGKILL, and no duplicates left on quorum DLQs.
+
+use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe, Script, WorkerProc};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "dlq".to_string(),
+        verb.to_string(),
+        file.display().to_string(),
+        "--queue".to_string(),
+        queue.to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    dlqctl(&args, RUN_TIMEOUT).await
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", run.output()))
+}
+
+/// A DLQ message as the worker writes one: attempt 3, an error history.
+fn dead(id: &str, reason: &str, error: &str, tenant: &str) -> BasicProperties {
+    let entry = AMQPValue::FieldTable(table(&[
+        ("attempt", i(3)),
+        ("time", s("2026-01-01T00:00:00.000Z")),
+        ("error", s(error)),
+    ]));
+    with_id(id).with_headers(table(&[
+        ("dlqctl-reason", s(reason)),
+        ("dlqctl-attempt", i(3)),
+        ("dlqctl-last-error", s(error)),
+        (
+            "dlqctl-errors",
+            AMQPValue::FieldArray(FieldArray::from(vec![entry])),
+        ),
+        ("dlqctl-dead-lettered-at", s("2026-01-01T00:00:00.000Z")),
+        ("tenant", s(tenant)),
+    ]))
+}
+
+/// Publishes many messages on one confirm channel, then waits for them all.
+async fn publish_many(b: &Broker, queue: &str, msgs: Vec<(Vec<u8>, BasicProperties)>) {
+    let ch = b.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut confirms = Vec::new();
+    for (body, props) in msgs {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.with_delivery_mode(2),
+            )
+            .await
+            .expect("publish");
+        confirms.push(c);
+    }
+    for c in confirms {
+        assert!(c.await.expect("confirm").is_ack());
+    }
+}
+
+async fn scratch_queue(b: &Broker, c: &Cleanup, name: &str) -> String {
+    let q = c.name(name);
+    b.channel()
+        .await
+        .queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("a scratch queue");
+    q
+}
+
+fn ids(ds: &[lapin::message::Delivery]) -> Vec<String> {
+    ds.iter()
+        .map(|d| {
+            d.properties
+                .message_id()
+                .as_ref()
+                .map_or(String::new(), |m| m.as_str().to_string())
+        })
+        .collect()
+}
+
+fn header<'a>(d: &'a lapin::message::Delivery, k: &str) -> Option<&'a AMQPValue> {
+    d.properties.headers().as_ref()?.inner().get(k)
+}
+
+/// Export changes nothing; `replay --from-file` into a scratch queue gives
+/// back the bodies, properties and typed headers byte for byte, except the
+/// documented replay changes.
+#[tokio::test]
+async fn export_then_replay_from_file_round_trips_byte_for_byte() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+
+    let raw = |bytes: &[u8]| ShortString::from(dlqctl::core::shortstr::from_raw_bytes(bytes));
+    let mut rich = dead("m-0", "exhausted", "boom", "acme")
+        .headers()
+        .clone()
+        .unwrap();
+    rich.insert("f".into(), AMQPValue::Double(0.1));
+    rich.insert("n8".into(), AMQPValue::ShortShortInt(-5));
+    rich.insert("ts".into(), AMQPValue::Timestamp(1_700_000_000));
+    rich.insert(
+        "bin".into(),
+        AMQPValue::LongString(LongString::from(vec![0xff, 0])),
+    );
+    rich.insert(raw(&[0xfe, b'k']), AMQPValue::Boolean(true));
+    rich.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(table(&[
+            ("count", i(1)),
+            ("reason", s("rejected")),
+            ("queue", s("somewhere")),
+        ]))])),
+    );
+    rich.insert("x-first-death-reason".into(), s("rejected"));
+    let first = BasicProperties::default()
+        .with_message_id(raw(&[0xff, b'1']))
+        .with_correlation_id(raw(&[0xc0]))
+        .with_content_type("application/octet-stream".into())
+        .with_type("order.created".into())
+        .with_app_id("shop".into())
+        .with_priority(3)
+        .with_timestamp(1_700_000_000)
+        .with_headers(rich);
+    let mut msgs = vec![(vec![0u8, 255, 1, 2], first)];
+    for k in 1..4 {
+        msgs.push((
+            format!("body {k}").into_bytes(),
+            dead(&format!("m-{k}"), "permanent", "bad", "acme"),
+        ));
+    }
+    let originals = msgs.clone();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+
+    let out = dir.path().join("dlq.jsonl");
+    let run = dlq(
+        "export",
+        &file,
+        &pipe.name,
+        &["--output", &out.display().to_string(), "--json"],
+    )
+    .await;
+    run.assert_code(0);
+    let report = json(&run);
+    assert_eq!(report["written"], 4, "{report:#}");
+    assert_eq!(report["removed"], 0);
+    let text = std::fs::read_to_string(&out).expect("the export");
+    assert_eq!(text.lines().count(), 4);
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(line["properties"]["message_id_base64"], "/zE=", "{line:#}");
+    assert_eq!(line["properties"]["headers"]["n8"]["type"], "i8");
+    // The DLQ is unchanged: depth, order and bodies.
+    b.wait_for_count(&pipe.dlq(), 4, Duration::from_secs(10))
+        .await;
+
+    // Exporting to an existing file is refused; --append adds.
+    let run = dlq(
+        "export",
+        &file,
+        &pipe.name,
+        &["--output", &out.display().to_string()],
+    )
+    .await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("exists"), "{}", run.stderr);
+
+    let scratch = scratch_queue(&b, &c, "import").await;
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &[
+            "--from-file",
+            &out.display().to_string(),
+            "--to",
+            &scratch,
+            "--json",
+        ],
+    )
+    .await;
+    run.assert_code(0);
+    assert_eq!(json(&run)["moved"], 4, "{}", run.output());
+    b.wait_for_count(&scratch, 4, Duration::from_secs(10)).await;
+    let got = drain(&b, &scratch).await;
+    assert_eq!(got.len(), 4);
+    for ((body, props), d) in originals.iter().zip(&got) {
+        assert_eq!(&d.data, body);
+        let p = &d.properties;
+        assert_eq!(p.message_id(), props.message_id());
+        assert_eq!(p.correlation_id(), props.correlation_id());
+        assert_eq!(p.content_type(), props.content_type());
+        assert_eq!(p.kind(), props.kind());
+        assert_eq!(p.app_id(), props.app_id());
+        assert_eq!(p.priority(), props.priority());
+        assert_eq!(p.timestamp(), props.timestamp());
+        let mut want = props.headers().clone().unwrap().inner().clone();
+        for gone in ["x-death", "x-first-death-reason", "dlqctl-attempt"] {
+            want.remove(gone);
+        }
+        let mut have = p.headers().clone().unwrap().inner().clone();
+        assert_eq!(have.remove("dlqctl-replayed"), Some(i(1)));
+        assert!(have.remove("dlqctl-replayed-at").is_some());
+        assert!(have.remove("dlqctl-replay-id").is_some());
+        assert_eq!(format!("{have:?}"), format!("{want:?}"));
+    }
+    // The DLQ still holds all four, in order.
+    let left = drain(&b, &pipe.dlq()).await;
+    assert_eq!(
+        left.iter().map(|d| d.data.clone()).collect::<Vec<_>>(),
+        originals.iter().map(|(b, _)| b.clone()).collect::<Vec<_>>()
+    );
+}
+
+/// `--remove` archives: what is written and fsynced is removed; a pipe, a
+/// device or no `--output` is refused with exit 2 before anything is read.
+#[tokio::test]
+async fn export_remove_archives_to_a_regular_file_only() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..50)
+        .map(|k| {
+            (
+                format!("body {k}").into_bytes(),
+                dead(
+                    &format!("m-{k}"),
+                    if k % 2 == 0 { "permanent" } else { "exhausted" },
+                    "e",
+                    "t",
+                ),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+
+    let run = dlq("export", &file, &pipe.name, &["--remove"]).await;
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("--remove needs --output"),
+        "{}",
+        run.stderr
+    );
+    let run = dlq(
+        "export",
+        &file,
+        &pipe.name,
+        &["--remove", "--append", "--output", "/dev/null"],
+    )
+    .await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("not one"), "{}", run.stderr);
+    b.wait_for_count(&pipe.dlq(), 50, Duration::from_secs(10))
+        .await;
+
+    let out = dir.path().join("archive.jsonl");
+    let run = dlq(
+        "export",
+        &file,
+        &pipe.name,
+        &[
+            "--remove",
+            "--filter-reason",
+            "permanent",
+            "--output",
+            &out.display().to_string(),
+        ],
+    )
+    .await;
+    run.assert_code(0);
+    assert!(run.stderr.contains("25 removed"), "{}", run.stderr);
+    let lines = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(lines.lines().count(), 25);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left = drain(&b, &pipe.dlq()).await;
+    assert_eq!(left.len(), 25, "{:?}", ids(&left));
+    assert!(ids(&left)
+        .iter()
+        .all(|id| id.trim_start_matches("m-").parse::<u32>().unwrap() % 2 == 1));
+}
+
+/// The replay moves the snapshot once, even though a worker fails every
+/// message straight back into the DLQ; the worker sees attempt 1 with the
+/// history kept.
+#[tokio::test]
+async fn replay_moves_exactly_the_snapshot_while_a_worker_fails_them_back() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 1);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..20)
+        .map(|k| {
+            (
+                format!("body {k}").into_bytes(),
+                dead(&format!("m-{k}"), "exhausted", "old error", "t"),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let script = Script::new(&dir, "h", "echo 'still broken' >&2; exit 65");
+    let mut worker = WorkerProc::with_script(&file, &pipe.name, &script, &["--concurrency", "4"]);
+    worker.wait_consuming().await;
+
+    let run = dlq("replay", &file, &pipe.name, &["--json"]).await;
+    run.assert_code(0);
+    let r = json(&run);
+    assert_eq!(r["moved"], 20, "{r:#}");
+    assert!(r["read"].as_u64().unwrap() <= 20 + 0, "{r:#}");
+    script.wait_calls(20, Duration::from_secs(30)).await;
+    b.wait_for_count(&pipe.dlq(), 20, Duration::from_secs(20))
+        .await;
+    worker.stop().await;
+    let calls = script.calls();
+    assert_eq!(calls.len(), 20, "each replayed once: {calls:#?}");
+    assert!(calls.iter().all(|c| c.attempt == 1), "{calls:#?}");
+    let h = script.headers(1);
+    let errors = h["dlqctl-errors"].as_array().expect("history");
+    assert_eq!(errors[0]["error"], "old error", "{h:#}");
+    assert_eq!(h["dlqctl-replayed"], 1);
+    let back = drain(&b, &pipe.dlq()).await;
+    assert_eq!(back.len(), 20);
+    for d in &back {
+        assert_eq!(header(d, "dlqctl-replayed"), Some(&i(1)));
+        assert_eq!(header(d, "dlqctl-reason"), Some(&s("permanent")));
+    }
+}
+
+/// Each selector, the limit, --dry-run and --to (guarded for retry queues
+/// and DLQs); what is not selected stays, in order.
+#[tokio::test]
+async fn selectors_limit_dry_run_and_to() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let spec = [
+        ("a0", "exhausted", "order 1 not found", "acme"),
+        ("a1", "exhausted", "order 2 not found", "acme"),
+        ("a2", "permanent", "cannot parse", "acme"),
+        ("b0", "permanent", "cannot parse", "bolt"),
+        ("b1", "exhausted", "HTTP 503 from billing", "bolt"),
+        ("b2", "exhausted", "order 3 not found", "bolt"),
+    ];
+    let msgs = spec
+        .iter()
+        .map(|(id, r, e, t)| (id.as_bytes().to_vec(), dead(id, r, e, t)))
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let to = scratch_queue(&b, &c, "to").await;
+    let f = |extra: &[&str]| {
+        let mut v = vec!["--to", to.as_str(), "--json"];
+        v.extend_from_slice(extra);
+        v.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    async fn moved(b: &Broker, to: &str, n: usize) -> Vec<String> {
+        b.wait_for_count(to, n as u32, Duration::from_secs(10))
+            .await;
+        ids(&drain(b, to).await)
+    }
+    let replay = |extra: Vec<String>| {
+        let file = file.clone();
+        let name = pipe.name.clone();
+        async move {
+            let refs: Vec<&str> = extra.iter().map(String::as_str).collect();
+            dlq("replay", &file, &name, &refs).await
+        }
+    };
+
+    // --dry-run: counts, moves nothing.
+    let run = replay(f(&["--dry-run", "--filter-reason", "permanent"])).await;
+    run.assert_code(0);
+    assert_eq!(json(&run)["moved"], 2);
+    assert_eq!(b.message_count(&to).await, Some(0));
+
+    let run = replay(f(&["--filter-error", "503"])).await;
+    run.assert_code(0);
+    assert_eq!(moved(&b, &to, 1).await, vec!["b1"]);
+
+    let run = replay(f(&[
+        "--filter-header",
+        "tenant=bolt",
+        "--filter-reason",
+        "permanent",
+    ]))
+    .await;
+    run.assert_code(0);
+    assert_eq!(moved(&b, &to, 1).await, vec!["b0"]);
+
+    // The summary group of "order <n> not found" (exhausted).
+    let sum = dlq("summary", &file, &pipe.name, &["--json"]).await;
+    sum.assert_code(0);
+    let group = json(&sum)["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["fingerprint"] == "order <n> not found")
+        .expect("the group")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = replay(f(&["--group", &group, "--limit", "2"])).await;
+    run.assert_code(0);
+    assert_eq!(moved(&b, &to, 2).await, vec!["a0", "a1"]);
+
+    let run = replay(f(&["--message-id", "b2", "--message-id", "nope"])).await;
+    run.assert_code(0);
+    assert_eq!(moved(&b, &to, 1).await, vec!["b2"]);
+
+    // --to a retry queue or a DLQ needs --force; a missing queue is refused.
+    let retry = pipe.retry_queue(60_000);
+    let run = dlq("replay", &file, &pipe.name, &["--to", &retry]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("a retry queue of"), "{}", run.stderr);
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &["--to", &pipe.dlq(), "--dry-run"],
+    )
+    .await;
+    run.assert_code(2);
+    let run = dlq("replay", &file, &pipe.name, &["--to", &c.name("missing")]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &["--to", &retry, "--force", "--dry-run"],
+    )
+    .await;
+    run.assert_code(0);
+
+    // What is left is in order; the default --to is the main queue.
+    b.wait_for_count(&pipe.dlq(), 1, Duration::from_secs(10))
+        .await;
+    let run = dlq("replay", &file, &pipe.name, &[]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&format!(
+            "1 message(s) moved from {} to {}",
+            pipe.dlq(),
+            pipe.name
+        )),
+        "{}",
+        run.stdout
+    );
+    b.wait_for_count(&pipe.name, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(ids(&drain(&b, &pipe.name).await), vec!["a2"]);
+}
+
+/// N messages at R/s take about (N − 1)/R seconds.
+#[tokio::test]
+async fn rate_paces_the_replay() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..21)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(&format!("m-{k}"), "exhausted", "e", "t"),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let started = Instant::now();
+    let run = dlq("replay", &file, &pipe.name, &["--rate", "10", "--json"]).await;
+    let took = started.elapsed();
+    run.assert_code(0);
+    assert_eq!(json(&run)["moved"], 21);
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(10),
+        "21 at 10/s took {took:?}"
+    );
+}
+
+/// A canary that comes back stops the replay (exit 3) and leaves the rest;
+/// one that does not lets the rest go.
+#[tokio::test]
+async fn canary_stops_a_replay_that_fails_again_and_passes_one_that_works() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 1);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..6)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(&format!("m-{k}"), "exhausted", "e", "t"),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+
+    let broken = Script::new(&dir, "broken", "exit 65");
+    let mut worker = WorkerProc::with_script(&file, &pipe.name, &broken, &[]);
+    worker.wait_consuming().await;
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &["--canary", "2", "--canary-wait", "2s", "--json"],
+    )
+    .await;
+    run.assert_code(3);
+    let r = json(&run);
+    assert_eq!(r["canary"]["sent"], 2, "{r:#}");
+    assert_eq!(r["canary"]["came_back"], 2, "{r:#}");
+    assert_eq!(r["canary"]["passed"], false);
+    assert_eq!(r["moved"], 2);
+    worker.stop().await;
+    b.wait_for_count(&pipe.dlq(), 6, Duration::from_secs(10))
+        .await;
+
+    let fixed = Script::new(&dir, "fixed", "exit 0");
+    let mut worker = WorkerProc::with_script(&file, &pipe.name, &fixed, &[]);
+    worker.wait_consuming().await;
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &["--canary", "2", "--canary-wait", "2s", "--json"],
+    )
+    .await;
+    run.assert_code(0);
+    let r = json(&run);
+    assert_eq!(r["canary"]["came_back"], 0, "{r:#}");
+    assert_eq!(r["moved"], 6, "{r:#}");
+    fixed.wait_calls(6, Duration::from_secs(20)).await;
+    worker.stop().await;
+    assert_eq!(b.message_count(&pipe.dlq()).await, Some(0));
+}
+
+/// A replay SIGKILLed mid-run loses nothing: every message is in the DLQ or
+/// at the destination (a copy in flight may be in both).
+#[tokio::test]
+async fn a_replay_killed_mid_run_loses_nothing() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let n = 1500;
+    let msgs = (0..n)
+        .map(|k| (vec![1], dead(&format!("m-{k}"), "exhausted", "e", "t")))
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let to = scratch_queue(&b, &c, "to").await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args([
+            "dlq",
+            "replay",
+            &file.display().to_string(),
+            "--queue",
+            &pipe.name,
+            "--to",
+            &to,
+            "--rate",
+            "500",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("dlqctl");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut seen: Vec<String> = ids(&drain(&b, &pipe.dlq()).await);
+    let moved = ids(&drain(&b, &to).await);
+    assert!(
+        !moved.is_empty() && moved.len() < n,
+        "killed mid-run: {} moved",
+        moved.len()
+    );
+    seen.extend(moved);
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "every message is somewhere");
+}
+
+/// Past the window, kept messages are rotated to the tail: a filtered
+/// replay keeps every message it does not select.
+#[tokio::test]
+async fn a_filtered_replay_past_the_window_keeps_the_rest() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..60)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(
+                    &format!("m-{k}"),
+                    "exhausted",
+                    "e",
+                    if k % 3 == 0 { "pick" } else { "keep" },
+                ),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let to = scratch_queue(&b, &c, "to").await;
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &[
+            "--to",
+            &to,
+            "--filter-header",
+            "tenant=pick",
+            "--window",
+            "5",
+            "--json",
+        ],
+    )
+    .await;
+    run.assert_code(0);
+    let r = json(&run);
+    assert_eq!(r["moved"], 20, "{r:#}");
+    assert_eq!(r["rotated"], 35, "{r:#}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left = drain(&b, &pipe.dlq()).await;
+    let mut left_ids = ids(&left);
+    left_ids.sort();
+    let mut want: Vec<String> = (0..60)
+        .filter(|k| k % 3 != 0)
+        .map(|k| format!("m-{k}"))
+        .collect();
+    want.sort();
+    assert_eq!(left_ids, want);
+    assert_eq!(b.message_count(&to).await, Some(20));
+}
+
+/// Purge counts and exits 2 without --yes; with it, removes only what the
+/// selectors take.
+#[tokio::test]
+async fn purge_needs_yes_and_keeps_what_is_not_selected() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..10)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(
+                    &format!("m-{k}"),
+                    if k < 4 { "permanent" } else { "exhausted" },
+                    "e",
+                    "t",
+                ),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let run = dlq("purge", &file, &pipe.name, &[]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("10 of 10 messages"), "{}", run.stderr);
+    let run = dlq(
+        "purge",
+        &file,
+        &pipe.name,
+        &["--filter-reason", "permanent"],
+    )
+    .await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("4 of 10 messages"), "{}", run.stderr);
+    // Fresh messages are not older than an hour... but these say 2026-01-01.
+    let run = dlq(
+        "purge",
+        &file,
+        &pipe.name,
+        &["--yes", "--older-than", "100000d"],
+    )
+    .await;
+    run.assert_code(0);
+    b.wait_for_count(&pipe.dlq(), 10, Duration::from_secs(10))
+        .await;
+    let run = dlq(
+        "purge",
+        &file,
+        &pipe.name,
+        &["--yes", "--filter-reason", "permanent"],
+    )
+    .await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("4 message(s) removed, 6 kept"),
+        "{}",
+        run.stdout
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left = ids(&drain(&b, &pipe.dlq()).await);
+    assert_eq!(left, (4..10).map(|k| format!("m-{k}")).collect::<Vec<_>>());
+}
+
+/// Acks before a close can be undone on quorum queues; the commands ack
+/// with `multiple` and let acks settle, so a finished run leaves no
+/// duplicate, whole or filtered.
+#[tokio::test]
+async fn no_duplicates_are_left_behind_on_a_quorum_dlq() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let n = 3000;
+    let msgs = |n: usize| {
+        (0..n)
+            .map(|k| {
+                (
+                    vec![1],
+                    dead(
+                        &format!("m-{k}"),
+                        "exhausted",
+                        "e",
+                        if k % 2 == 0 { "even" } else { "odd" },
+                    ),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    publish_many(&b, &pipe.dlq(), msgs(n)).await;
+    let out = dir.path().join("all.jsonl");
+    let run = dlq(
+        "export",
+        &file,
+        &pipe.name,
+        &["--remove", "--output", &out.display().to_string()],
+    )
+    .await;
+    run.assert_code(0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        b.message_count(&pipe.dlq()).await,
+        Some(0),
+        "no message came back"
+    );
+
+    publish_many(&b, &pipe.dlq(), msgs(n)).await;
+    let to = scratch_queue(&b, &c, "to").await;
+    let run = dlq(
+        "replay",
+        &file,
+        &pipe.name,
+        &["--to", &to, "--filter-header", "tenant=even"],
+    )
+    .await;
+    run.assert_code(0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        b.message_count(&pipe.dlq()).await,
+        Some(1500),
+        "exactly the odd ones stay"
+    );
+    assert_eq!(b.message_count(&to).await, Some(1500));
+}
+
+/// `--wait` waits for the holder of the lock instead of exiting 1.
+#[tokio::test]
+async fn wait_waits_for_the_lock() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    publish(
+        &b,
+        "",
+        &pipe.dlq(),
+        b"x",
+        dead("m-0", "permanent", "e", "t"),
+    )
+    .await;
+    let ch = b.channel().await;
+    let lock = dlqctl::ops::dlq::lock_name(&pipe.dlq());
+    ch.queue_declare(
+        lock.as_str().into(),
+        QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("the lock");
+    let f = file.clone();
+    let name = pipe.name.clone();
+    let peek = tokio::spawn(async move { dlq("peek", &f, &name, &["--wait"]).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!peek.is_finished(), "it waits");
+    let _ = ch
+        .queue_delete(lock.as_str().into(), Default::default())
+        .await;
+    let run = peek.await.expect("the peek");
+    run.assert_code(0);
+    assert!(run.stdout.contains("1 message(s) shown"), "{}", run.stdout);
+}
