@@ -2,6 +2,7 @@
 //! leaking passwords, declaring and inspecting a plan, publishing copies
 //! with publisher confirms.
 
+pub mod batch;
 pub mod connection;
 pub mod declare;
 pub mod mgmt;

@@ -5,7 +5,7 @@
 //! before the channel closes.
 
 use crate::amqp::declare::passive_queue;
-use crate::amqp::publisher::Publisher;
+use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::{describe, Described};
 use crate::core::export::Record;
 use crate::core::replay::{remaining_retention, rotation_copy};
@@ -21,15 +21,15 @@ use lapin::{Channel, Connection, Consumer};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// Messages held unacked at most, by default; past it kept messages are
 /// rotated.
 pub const DEFAULT_WINDOW: u32 = 10_000;
 
-/// Copies (rotations) in flight at most.
-pub(crate) const IN_FLIGHT: usize = 512;
+/// Copies in one batch (rotations, replays): published whole, then
+/// confirmed whole ([`BatchPublisher`]).
+pub(crate) const BATCH: usize = 1000;
 
 /// How long to wait for the next delivery before taking the snapshot as
 /// read (messages another client took meanwhile never come).
@@ -103,16 +103,15 @@ pub struct ReadStats {
     pub cancelled: bool,
 }
 
-/// A rotation's tag and outcome.
-type RotationDone = (u64, std::result::Result<(), String>);
-
 /// A DLQ being read (see the module docs).
 pub struct DlqReader {
     dlq: String,
     conn: Arc<Connection>,
     lock: Channel,
     ch: Option<(Channel, Consumer)>,
-    publisher: Option<Arc<Publisher>>,
+    rotator: Option<BatchPublisher>,
+    /// Originals of the rotation copies of the current batch.
+    rotating: Vec<u64>,
     user: String,
     opts: ReadOptions,
     stats: ReadStats,
@@ -124,11 +123,6 @@ pub struct DlqReader {
     pending: BTreeSet<u64>,
     /// A kept message is held: acks can no longer be `multiple`.
     holding: bool,
-    rotations_out: usize,
-    rotations: (
-        mpsc::UnboundedSender<RotationDone>,
-        mpsc::UnboundedReceiver<RotationDone>,
-    ),
     rotation_refused: Option<String>,
 }
 
@@ -158,7 +152,8 @@ impl DlqReader {
             conn: conn.clone(),
             lock,
             ch: None,
-            publisher: None,
+            rotator: None,
+            rotating: Vec::new(),
             user: user.to_string(),
             opts,
             stats: ReadStats {
@@ -170,8 +165,6 @@ impl DlqReader {
             floor: 0,
             pending: BTreeSet::new(),
             holding: false,
-            rotations_out: 0,
-            rotations: mpsc::unbounded_channel(),
             rotation_refused: None,
         };
         if to_read > 0 {
@@ -181,7 +174,7 @@ impl DlqReader {
                 .map_err(|e| Error::broker("cannot open a channel", &e))?;
             // Room for the held window, the copies in flight and the acks
             // not yet sent: the broker never stops delivering because of us.
-            let prefetch = (u64::from(reader.opts.window) + 2 * IN_FLIGHT as u64)
+            let prefetch = (u64::from(reader.opts.window) + 2 * BATCH as u64)
                 .min(to_read)
                 .clamp(1, u64::from(u16::MAX)) as u16;
             ch.basic_qos(prefetch, BasicQosOptions { global: false })
@@ -220,7 +213,6 @@ impl DlqReader {
     /// delivery comes for 3 s (others took the rest) or when cancelled.
     /// An error when a rotation copy was refused: nothing more is acked.
     pub async fn next(&mut self) -> Result<Option<Message>> {
-        self.collect_rotations(false).await?;
         if self.pending.len() >= 256 {
             self.flush_acks().await?;
         }
@@ -283,13 +275,12 @@ impl DlqReader {
             self.holding = true;
             return Ok(());
         }
-        while self.rotations_out >= IN_FLIGHT {
-            self.collect_rotations(true).await?;
-        }
         if let Some(why) = &self.rotation_refused {
             return Err(rotation_error(&self.dlq, why));
         }
-        let publisher = self.publisher().await?;
+        if self.rotator.is_none() {
+            self.rotator = Some(BatchPublisher::open(&self.conn, CONFIRM_TIMEOUT).await?);
+        }
         let at = m
             .described
             .dead_lettered_at
@@ -297,63 +288,60 @@ impl DlqReader {
             .and_then(crate::core::text::parse_rfc3339_millis);
         let expiration = remaining_retention(self.opts.retention_ms, at, now_unix_ms);
         let props = rotation_copy(&m.record.properties, &self.user, expiration);
-        let dlq = self.dlq.clone();
-        let done = self.rotations.0.clone();
-        self.rotations_out += 1;
-        tokio::spawn(async move {
-            let r = publisher
-                .publish("", &dlq, &m.record.body, props)
-                .await
-                .map_err(|e| e.to_string());
-            let _ = done.send((m.tag, r));
-        });
+        let published = match self.rotator.as_mut() {
+            Some(rotator) => rotator.publish("", &self.dlq, &m.record.body, props).await,
+            None => Err("no publishing channel".to_string()),
+        };
+        self.rotating.push(m.tag);
+        if let Err(why) = published {
+            self.rotation_refused = Some(why);
+        }
+        if self.rotating.len() >= BATCH || self.rotation_refused.is_some() {
+            self.settle_rotations().await?;
+        }
         Ok(())
     }
 
-    /// A confirm-mode publisher on the reader's connection.
-    pub async fn publisher(&mut self) -> Result<Arc<Publisher>> {
-        if let Some(p) = &self.publisher {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(Publisher::new(self.conn.clone(), 1, CONFIRM_TIMEOUT));
-        p.warm_up().await.map_err(|e| Error::Broker {
-            context: "cannot open a publishing channel".into(),
-            message: e,
-        })?;
-        self.publisher = Some(p.clone());
-        Ok(p)
+    /// Hands a message back as kept without rotating it (a copy of it was
+    /// refused and the command stops).
+    pub fn hold(&mut self, _tag: u64) {
+        self.held += 1;
+        self.holding = true;
     }
 
-    /// Takes the rotations that are done (all of them with `wait`).
-    async fn collect_rotations(&mut self, wait: bool) -> Result<()> {
-        loop {
-            let got = if wait && self.rotations_out > 0 {
-                self.rotations.1.recv().await
-            } else {
-                self.rotations.1.try_recv().ok()
+    /// Confirms the rotation batch; its originals are then acked. A
+    /// refusal stops the command: nothing more is acked.
+    async fn settle_rotations(&mut self) -> Result<()> {
+        if self.rotating.is_empty() {
+            return match &self.rotation_refused {
+                Some(why) => Err(rotation_error(&self.dlq, why)),
+                None => Ok(()),
             };
-            let Some((tag, r)) = got else { break };
-            self.rotations_out -= 1;
-            match r {
-                Ok(()) if self.rotation_refused.is_none() => {
-                    self.stats.rotated += 1;
-                    self.pending.insert(tag);
-                }
-                Ok(()) => {
-                    // Copied but not acked after a refusal: a duplicate at
-                    // the tail, never a loss.
-                }
-                Err(why) => {
+        }
+        let verdict = match self.rotator.as_mut() {
+            Some(r) => r.settle().await,
+            None => Err("no publishing channel".to_string()),
+        };
+        let tags = std::mem::take(&mut self.rotating);
+        match (verdict, &self.rotation_refused) {
+            (Ok(()), None) => {
+                self.stats.rotated += tags.len() as u64;
+                self.pending.extend(tags);
+                Ok(())
+            }
+            (verdict, _) => {
+                if let Err(why) = verdict {
                     self.rotation_refused.get_or_insert(why);
                 }
+                // Their originals stay unacked and go back at the end; the
+                // copies that were confirmed are duplicates, never losses.
+                self.held += tags.len() as u64;
+                self.holding = true;
+                Err(rotation_error(
+                    &self.dlq,
+                    self.rotation_refused.as_deref().unwrap_or("refused"),
+                ))
             }
-            if wait && self.rotations_out < IN_FLIGHT {
-                break;
-            }
-        }
-        match &self.rotation_refused {
-            Some(why) => Err(rotation_error(&self.dlq, why)),
-            None => Ok(()),
         }
     }
 
@@ -396,14 +384,10 @@ impl DlqReader {
     /// (`nack(multiple, requeue)`), lets it all settle, closes the channel
     /// and releases the lock.
     pub async fn finish(mut self) -> Result<ReadStats> {
-        let rotated = async {
-            while self.rotations_out > 0 {
-                if self.collect_rotations(true).await.is_err() && self.rotations_out == 0 {
-                    break;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(CONFIRM_TIMEOUT + Duration::from_secs(5), rotated).await;
+        let _ = self.settle_rotations().await;
+        if let Some(r) = self.rotator.take() {
+            r.close().await;
+        }
         let refused = self.rotation_refused.clone();
         // Out-of-order leftovers of a multiple run go one by one.
         if !self.pending.is_empty() {
@@ -435,9 +419,6 @@ impl DlqReader {
             }
             let _ =
                 tokio::time::timeout(Duration::from_secs(5), ch.close(200, "done".into())).await;
-        }
-        if let Some(p) = self.publisher.take() {
-            drop(p);
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(5),

@@ -4,10 +4,10 @@
 //! queue's name as routing key, `mandatory`, persistent and confirmed; the
 //! DLQ message is acked only after its copy is confirmed and not returned.
 
-use super::reader::{CONFIRM_TIMEOUT, IN_FLIGHT};
+use super::reader::{BATCH, CONFIRM_TIMEOUT};
 use super::{now_ms, selected, Progress, Target};
 use crate::amqp::declare::passive_queue;
-use crate::amqp::publisher::Publisher;
+use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::describe;
 use crate::core::rate::TokenBucket;
 use crate::core::replay::{replay_copy, replay_id_of};
@@ -17,7 +17,6 @@ use crate::core::select::{Candidate, Selector};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// What to replay, and how.
 #[derive(Debug, Clone)]
@@ -175,11 +174,11 @@ async fn check_destination(conn: &lapin::Connection, to: &str) -> Result<()> {
     }
 }
 
-/// What a publish task hands back.
-type Done = (super::Message, std::result::Result<(), String>);
-
 /// One pass over the DLQ: replays up to `limit` selected messages of at
-/// most `at_most` read. Returns the snapshot.
+/// most `at_most` read, in strict batches ([`BatchPublisher`]): a batch's
+/// originals are acked once every copy of it is confirmed and routed; a
+/// refused batch stops the run and its originals stay. Returns the
+/// snapshot.
 async fn pass(
     t: &Target,
     opts: &ReplayOptions,
@@ -196,34 +195,18 @@ async fn pass(
         p.total = r.snapshot();
     }
     let snapshot = r.snapshot();
-    let publisher = if opts.dry_run {
+    let mut publisher = if opts.dry_run {
         None
     } else {
-        Some(r.publisher().await?)
+        Some(BatchPublisher::open(&t.conn, CONFIRM_TIMEOUT).await?)
     };
-    let frame_max = publisher.as_ref().map_or(u32::MAX, |p| p.frame_max());
+    let frame_max = t.conn.configuration().frame_max();
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
-    let mut out = 0usize;
+    let mut batch: Vec<u64> = Vec::new();
     let mut taken = 0u64;
     let outcome = async {
         loop {
-            // Settle what is done.
-            while let Ok(d) = done_rx.try_recv() {
-                out -= 1;
-                settle(&mut r, d, p, report, &opts.to).await?;
-            }
-            if out >= IN_FLIGHT {
-                if let Some(d) = done_rx.recv().await {
-                    out -= 1;
-                    settle(&mut r, d, p, report, &opts.to).await?;
-                }
-                continue;
-            }
-            if report.stopped.is_some() {
-                break;
-            }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
             p.read += 1;
@@ -238,7 +221,7 @@ async fn pass(
             }
             taken += 1;
             p.selected += 1;
-            let Some(publisher) = publisher.clone() else {
+            let Some(publisher) = publisher.as_mut() else {
                 // Dry run.
                 report.moved += 1;
                 p.done += 1;
@@ -247,15 +230,14 @@ async fn pass(
                 continue;
             };
             if let Some(b) = bucket.as_mut() {
-                loop {
-                    match b.take(clock.elapsed().as_micros() as u64) {
-                        Ok(()) => break,
-                        Err(wait) => {
-                            tokio::select! {
-                                _ = t.read.cancel.cancelled() => break,
-                                _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
-                            }
-                        }
+                // Paced: what is published is confirmed before the wait.
+                if b.take(clock.elapsed().as_micros() as u64).is_err() {
+                    settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
+                }
+                while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
+                    tokio::select! {
+                        _ = t.read.cancel.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
                     }
                 }
                 if t.read.cancel.is_cancelled() {
@@ -282,25 +264,31 @@ async fn pass(
                     continue;
                 }
             };
-            let to = opts.to.clone();
-            let tx = done_tx.clone();
-            out += 1;
-            tokio::spawn(async move {
-                let result = publisher
-                    .publish("", &to, &m.record.body, props)
-                    .await
-                    .map_err(|e| e.to_string());
-                let _ = tx.send((m, result));
-            });
+            let sent = publisher
+                .publish("", &opts.to, &m.record.body, props)
+                .await;
+            batch.push(m.tag);
+            if let Err(why) = sent {
+                report.stopped.get_or_insert(format!("{} refused a copy: {why}", opts.to));
+            }
+            if batch.len() >= BATCH || report.stopped.is_some() {
+                settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
+            }
+            progress(p);
+            if report.stopped.is_some() {
+                break;
+            }
         }
-        while out > 0 {
-            let Some(d) = done_rx.recv().await else { break };
-            out -= 1;
-            settle(&mut r, d, p, report, &opts.to).await?;
+        if let Some(publisher) = publisher.as_mut() {
+            settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
         }
+        progress(p);
         Ok::<_, Error>(())
     }
     .await;
+    if let Some(publisher) = publisher.take() {
+        publisher.close().await;
+    }
     let cancelled = t.read.cancel.is_cancelled();
     let stats = r.finish().await;
     outcome?;
@@ -310,31 +298,42 @@ async fn pass(
     Ok(snapshot)
 }
 
-/// Acks a message whose copy was confirmed, or keeps one whose copy was
-/// refused and stops the run.
+/// Confirms the batch: its originals are acked, or, when any copy was
+/// refused, all kept and the run stopped.
 async fn settle(
     r: &mut super::DlqReader,
-    (m, result): Done,
+    publisher: &mut BatchPublisher,
+    batch: &mut Vec<u64>,
     p: &mut Progress,
     report: &mut ReplayReport,
     to: &str,
-) -> Result<()> {
-    match result {
-        Ok(()) => {
-            r.take(m.tag);
-            report.moved += 1;
-            p.done += 1;
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let verdict = publisher.settle().await;
+    let n = batch.len() as u64;
+    match (verdict, &report.stopped) {
+        (Ok(()), None) => {
+            for tag in batch.drain(..) {
+                r.take(tag);
+            }
+            report.moved += n;
+            p.done += n;
         }
-        Err(why) => {
-            report.failed += 1;
-            p.failed += 1;
-            report
-                .stopped
-                .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
-            r.keep(m, now_ms()).await?;
+        (verdict, _) => {
+            if let Err(why) = verdict {
+                report
+                    .stopped
+                    .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+            }
+            for tag in batch.drain(..) {
+                r.hold(tag);
+            }
+            report.failed += n;
+            p.failed += n;
         }
     }
-    Ok(())
 }
 
 /// Messages in the whole DLQ carrying `replay_id` (read, all kept).
@@ -409,17 +408,15 @@ pub async fn replay_file(
         total,
         ..Default::default()
     };
-    let publisher = Arc::new(Publisher::new(conn.clone(), 1, CONFIRM_TIMEOUT));
-    if !opts.dry_run {
-        publisher.warm_up().await.map_err(|e| Error::Broker {
-            context: "cannot open a publishing channel".into(),
-            message: e,
-        })?;
-    }
-    let frame_max = publisher.frame_max();
+    let mut publisher = if opts.dry_run {
+        None
+    } else {
+        Some(BatchPublisher::open(&conn, CONFIRM_TIMEOUT).await?)
+    };
+    let frame_max = conn.configuration().frame_max();
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
-    let mut inflight = tokio::task::JoinSet::new();
+    let mut in_batch = 0u64;
     for line in open()?.lines() {
         let line = line.map_err(|source| Error::Read {
             path: shown.clone(),
@@ -439,11 +436,11 @@ pub async fn replay_file(
         let now = now_ms();
         let headers = headers_to_json(record.properties.headers().as_ref());
         let described = describe(&headers);
-        let id = record.properties.message_id().as_ref().map(|s| {
-            crate::core::shortstr::Shown::of(s.as_str())
-                .for_log()
-                .into_owned()
-        });
+        let id = record
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| crate::core::shortstr::Shown::of(s.as_str()).for_log().into_owned());
         let matches = opts.selector.matches(
             &Candidate {
                 described: &described,
@@ -458,13 +455,16 @@ pub async fn replay_file(
             continue;
         }
         p.selected += 1;
-        if opts.dry_run {
+        let Some(publisher) = publisher.as_mut() else {
             report.moved += 1;
             p.done += 1;
             progress(&p);
             continue;
-        }
+        };
         if let Some(b) = bucket.as_mut() {
+            if b.take(clock.elapsed().as_micros() as u64).is_err() {
+                file_settle(publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
+            }
             while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
                 tokio::time::sleep(Duration::from_micros(wait)).await;
             }
@@ -475,56 +475,53 @@ pub async fn replay_file(
             p.failed += 1;
             continue;
         };
-        while inflight.len() >= IN_FLIGHT {
-            if let Some(done) = inflight.join_next().await {
-                file_settle(done, &mut report, &mut p, &opts.to);
-            }
+        if let Err(why) = publisher.publish("", &opts.to, &record.body, props).await {
+            report
+                .stopped
+                .get_or_insert_with(|| format!("{} refused a copy: {why}", opts.to));
         }
-        let publisher = publisher.clone();
-        let to = opts.to.clone();
-        inflight.spawn(async move {
-            publisher
-                .publish("", &to, &record.body, props)
-                .await
-                .map_err(|e| e.to_string())
-        });
-        while let Some(done) = inflight.try_join_next() {
-            file_settle(done, &mut report, &mut p, &opts.to);
+        in_batch += 1;
+        if in_batch >= BATCH as u64 || report.stopped.is_some() {
+            file_settle(publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
         }
         progress(&p);
     }
-    while let Some(done) = inflight.join_next().await {
-        file_settle(done, &mut report, &mut p, &opts.to);
+    if let Some(mut publisher) = publisher.take() {
+        file_settle(&mut publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
+        publisher.close().await;
     }
     progress(&p);
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
 }
 
-fn file_settle(
-    done: std::result::Result<std::result::Result<(), String>, tokio::task::JoinError>,
+/// Confirms a batch of copies from a file (there is no original to ack).
+async fn file_settle(
+    publisher: &mut BatchPublisher,
+    in_batch: &mut u64,
     report: &mut ReplayReport,
     p: &mut Progress,
     to: &str,
 ) {
-    match done {
-        Ok(Ok(())) => {
-            report.moved += 1;
-            p.done += 1;
+    if *in_batch == 0 {
+        return;
+    }
+    let n = std::mem::take(in_batch);
+    match publisher.settle().await {
+        Ok(()) if report.stopped.is_none() => {
+            report.moved += n;
+            p.done += n;
         }
-        Ok(Err(why)) => {
-            report.failed += 1;
-            p.failed += 1;
-            report
-                .stopped
-                .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
-        }
-        Err(e) => {
-            report.failed += 1;
-            p.failed += 1;
-            report
-                .stopped
-                .get_or_insert_with(|| format!("a publish task failed: {e}"));
+        verdict => {
+            if let Err(why) = verdict {
+                report
+                    .stopped
+                    .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+            }
+            // Some of these may have arrived: the file is still there to
+            // replay again (a duplicate, never a loss).
+            report.failed += n;
+            p.failed += n;
         }
     }
 }

@@ -1,0 +1,317 @@
+//! `cargo bench --bench dlq`: the DLQ commands at scale, each beside a
+//! baseline measured in the same run (figures are printed, nothing is
+//! asserted: absolute times on shared machines are noise).
+//!
+//! - **replay** of N messages (default 100,000; `BENCH_DLQ_N`) from a
+//!   quorum DLQ to its main queue, against RabbitMQ's own move: a dynamic
+//!   shovel with `src-delete-after: queue-length` and `ack-mode:
+//!   on-confirm` between the same queues. Needs the `rabbitmq_shovel` and
+//!   `rabbitmq_shovel_management` plugins. Two pairs, A B A B.
+//! - **summary** and **peek --limit 10000** of the same N: wall time and
+//!   peak RSS of the dlqctl process, against a raw lapin read of the same
+//!   queue (unlimited prefetch, nothing acked, then closed: the least work
+//!   a read can do, without dlqctl's bounds).
+//!
+//! Needs the broker of the integration tests and its management API on
+//! 15672 (guest/guest). Everything is created under a unique prefix and
+//! deleted at the end.
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeleteOptions, QueuePurgeOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const MGMT: &str = "http://127.0.0.1:15672/api";
+
+fn n() -> usize {
+    std::env::var("BENCH_DLQ_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+/// Wall time and peak RSS (KiB) of a finished child.
+struct Measured {
+    wall: Duration,
+    max_rss_kib: i64,
+    status: i32,
+    stdout: String,
+}
+
+/// Runs `cmd` and measures it with wait4 (peak RSS of that process only).
+fn measure(cmd: &mut Command) -> Measured {
+    let out = tempfile_path("out");
+    let f = std::fs::File::create(&out).expect("stdout file");
+    let start = Instant::now();
+    let child = cmd
+        .stdout(f)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our child; status and usage are valid for writes.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4");
+    let wall = start.elapsed();
+    std::mem::forget(child);
+    Measured {
+        wall,
+        max_rss_kib: usage.ru_maxrss,
+        status: libc::WEXITSTATUS(status),
+        stdout: std::fs::read_to_string(&out).unwrap_or_default(),
+    }
+}
+
+fn tempfile_path(what: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("dlqctl-bench-{}-{what}", std::process::id()))
+}
+
+async fn fill(conn: &Connection, queue: &str, n: usize) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut pending = Vec::new();
+    for k in 0..n {
+        let mut h = FieldTable::default();
+        h.insert(
+            "dlqctl-reason".into(),
+            AMQPValue::LongString(LongString::from("exhausted")),
+        );
+        h.insert(
+            "dlqctl-last-error".into(),
+            AMQPValue::LongString(LongString::from(format!("order {} not found", k % 97))),
+        );
+        h.insert("dlqctl-attempt".into(), AMQPValue::LongLongInt(4));
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{k}").into())
+            .with_delivery_mode(2)
+            .with_headers(h);
+        pending.push(
+            ch.basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                format!("{{\"order\":{k},\"pad\":\"{}\"}}", "x".repeat(60)).as_bytes(),
+                props,
+            )
+            .await
+            .expect("publish"),
+        );
+        if pending.len() >= 2000 {
+            for c in pending.drain(..) {
+                c.await.expect("confirm");
+            }
+        }
+    }
+    for c in pending {
+        c.await.expect("confirm");
+    }
+    let _ = ch.close(200, "".into()).await;
+}
+
+async fn depth(conn: &Connection, queue: &str) -> u64 {
+    dlqctl::amqp::declare::ready_messages(conn, queue)
+        .await
+        .map_or(0, u64::from)
+}
+
+async fn purge(conn: &Connection, queue: &str) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.queue_purge(queue.into(), QueuePurgeOptions::default())
+        .await
+        .expect("purge");
+    let _ = ch.close(200, "".into()).await;
+}
+
+async fn shovel(http: &reqwest::Client, name: &str, src: &str, dest: &str) {
+    let body = serde_json::json!({"value": {
+        "src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": src,
+        "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": dest,
+        "src-delete-after": "queue-length", "ack-mode": "on-confirm"
+    }});
+    let r = http
+        .put(format!("{MGMT}/parameters/shovel/%2F/{name}"))
+        .basic_auth("guest", Some("guest"))
+        .json(&body)
+        .send()
+        .await
+        .expect("the management API");
+    assert!(
+        r.status().is_success(),
+        "shovel: {} {} (enable rabbitmq_shovel and rabbitmq_shovel_management)",
+        r.status(),
+        r.text().await.unwrap_or_default()
+    );
+}
+
+/// The raw baseline for a read: drains N messages with a plain lapin
+/// consumer (prefetch 2,000, an ack with `multiple` every 1,000), the
+/// floor for any read of the queue. (It cannot leave them unacked: a
+/// quorum queue stops delivering to an unlimited-prefetch consumer after a
+/// few thousand unacked messages.) Run as `dlq-bench --raw-read QUEUE N`;
+/// the bench refills the queue after it.
+async fn raw_read(queue: &str, n: usize) {
+    let conn = Connection::connect(URL, ConnectionProperties::default())
+        .await
+        .expect("connect");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(prefetch(), BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut c = ch
+        .basic_consume(
+            queue.into(),
+            "raw".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut seen = 0;
+    let mut bytes = 0usize;
+    while seen < n {
+        match c.next().await {
+            Some(Ok(d)) => {
+                seen += 1;
+                bytes += d.data.len();
+                if seen % 1000 == 0 || seen == n {
+                    ch.basic_ack(d.delivery_tag, lapin::options::BasicAckOptions { multiple: true })
+                        .await
+                        .expect("ack");
+                }
+            }
+            _ => break,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = ch.close(200, "".into()).await;
+    let _ = conn.close(200, "".into()).await;
+    println!("{seen} {bytes}");
+}
+
+fn dlqctl(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlqctl"));
+    c.args(args);
+    c
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--raw-read") {
+        raw_read(&args[i + 1], args[i + 2].parse().expect("N")).await;
+        return;
+    }
+    let n = n();
+    let prefix = format!("bench-dlq-{}", std::process::id());
+    let name = format!("{prefix}-orders");
+    let dlq = format!("{name}.dlq");
+    let dir = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("topology.yaml");
+    std::fs::write(
+        &file,
+        format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{ delays: [10s], max_attempts: 3 }}\n"),
+    )
+    .expect("topology");
+    let f = file.display().to_string();
+    assert_eq!(measure(&mut dlqctl(&["provision", &f])).status, 0, "provision");
+    let conn = Connection::connect(URL, ConnectionProperties::default())
+        .await
+        .expect("the broker");
+    let http = reqwest::Client::new();
+
+    println!("# dlq bench: N = {n} messages (~200 bytes, dlqctl headers), quorum queues");
+    println!("\n## replay of N to the main queue vs a dynamic shovel (src-delete-after: queue-length, on-confirm)");
+    let mut ratios = Vec::new();
+    for round in 1..=2 {
+        fill(&conn, &dlq, n).await;
+        let m = measure(&mut dlqctl(&["dlq", "replay", &f, "--queue", &name, "--json"]));
+        assert_eq!(m.status, 0, "replay: {}", m.stdout);
+        let moved = serde_json::from_str::<serde_json::Value>(&m.stdout)
+            .ok()
+            .and_then(|v| v["moved"].as_u64())
+            .unwrap_or(0);
+        let ours = moved as f64 / m.wall.as_secs_f64();
+        purge(&conn, &name).await;
+
+        fill(&conn, &dlq, n).await;
+        let sname = format!("{prefix}-shovel-{round}");
+        let start = Instant::now();
+        shovel(&http, &sname, &dlq, &name).await;
+        while depth(&conn, &name).await < n as u64 && start.elapsed() < Duration::from_secs(600) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let wall = start.elapsed();
+        let theirs = n as f64 / wall.as_secs_f64();
+        purge(&conn, &name).await;
+        let _ = http
+            .delete(format!("{MGMT}/parameters/shovel/%2F/{sname}"))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await;
+        println!(
+            "round {round}: dlqctl replay {moved} in {:.2}s = {ours:.0} msg/s (peak RSS {} MiB); shovel {n} in {:.2}s = {theirs:.0} msg/s; ratio dlqctl/shovel {:.2}",
+            m.wall.as_secs_f64(),
+            m.max_rss_kib / 1024,
+            wall.as_secs_f64(),
+            ours / theirs
+        );
+        ratios.push(ours / theirs);
+    }
+    println!("replay ÷ shovel, per pair: {ratios:.2?}");
+
+    println!("\n## summary and peek of N (the DLQ is left as it was), vs a raw drain of N");
+    fill(&conn, &dlq, n).await;
+    let me = std::env::current_exe().expect("self");
+    for round in 1..=2 {
+        let s = measure(&mut dlqctl(&["dlq", "summary", &f, "--queue", &name, "--json"]));
+        assert_eq!(s.status, 0, "summary");
+        let p = measure(&mut dlqctl(&[
+            "dlq", "peek", &f, "--queue", &name, "--limit", "10000", "--json",
+        ]));
+        assert_eq!(p.status, 0, "peek");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let raw = measure(Command::new(&me).args(["--raw-read", &dlq, &n.to_string()]));
+        assert_eq!(raw.status, 0, "raw read");
+        fill(&conn, &dlq, n).await;
+        println!(
+            "round {round}: summary {:.2}s, peak RSS {} MiB | peek --limit 10000 {:.2}s, peak RSS {} MiB | raw drain of N {:.2}s, peak RSS {} MiB | summary÷raw time {:.2}",
+            s.wall.as_secs_f64(),
+            s.max_rss_kib / 1024,
+            p.wall.as_secs_f64(),
+            p.max_rss_kib / 1024,
+            raw.wall.as_secs_f64(),
+            raw.max_rss_kib / 1024,
+            s.wall.as_secs_f64() / raw.wall.as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        println!("  DLQ depth after: {}", depth(&conn, &dlq).await);
+    }
+
+    let ch = conn.create_channel().await.expect("channel");
+    for q in [name.clone(), dlq.clone(), format!("{name}.retry.10s")] {
+        let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+    }
+    for x in [format!("{name}.retry"), format!("{name}.dlx")] {
+        let _ = ch.exchange_delete(x.as_str().into(), Default::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(tempfile_path("out"));
+}
+
+fn prefetch() -> u16 {
+    std::env::var("BENCH_RAW_PREFETCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
