@@ -184,9 +184,12 @@ async fn raw_read(queue: &str, n: usize) {
                 seen += 1;
                 bytes += d.data.len();
                 if seen % 1000 == 0 || seen == n {
-                    ch.basic_ack(d.delivery_tag, lapin::options::BasicAckOptions { multiple: true })
-                        .await
-                        .expect("ack");
+                    ch.basic_ack(
+                        d.delivery_tag,
+                        lapin::options::BasicAckOptions { multiple: true },
+                    )
+                    .await
+                    .expect("ack");
                 }
             }
             _ => break,
@@ -224,7 +227,11 @@ async fn main() {
     )
     .expect("topology");
     let f = file.display().to_string();
-    assert_eq!(measure(&mut dlqctl(&["provision", &f])).status, 0, "provision");
+    assert_eq!(
+        measure(&mut dlqctl(&["provision", &f])).status,
+        0,
+        "provision"
+    );
     let conn = Connection::connect(URL, ConnectionProperties::default())
         .await
         .expect("the broker");
@@ -235,7 +242,9 @@ async fn main() {
     let mut ratios = Vec::new();
     for round in 1..=2 {
         fill(&conn, &dlq, n).await;
-        let m = measure(&mut dlqctl(&["dlq", "replay", &f, "--queue", &name, "--json"]));
+        let m = measure(&mut dlqctl(&[
+            "dlq", "replay", &f, "--queue", &name, "--json",
+        ]));
         assert_eq!(m.status, 0, "replay: {}", m.stdout);
         let moved = serde_json::from_str::<serde_json::Value>(&m.stdout)
             .ok()
@@ -274,7 +283,9 @@ async fn main() {
     fill(&conn, &dlq, n).await;
     let me = std::env::current_exe().expect("self");
     for round in 1..=2 {
-        let s = measure(&mut dlqctl(&["dlq", "summary", &f, "--queue", &name, "--json"]));
+        let s = measure(&mut dlqctl(&[
+            "dlq", "summary", &f, "--queue", &name, "--json",
+        ]));
         assert_eq!(s.status, 0, "summary");
         let p = measure(&mut dlqctl(&[
             "dlq", "peek", &f, "--queue", &name, "--limit", "10000", "--json",
@@ -300,10 +311,14 @@ async fn main() {
 
     let ch = conn.create_channel().await.expect("channel");
     for q in [name.clone(), dlq.clone(), format!("{name}.retry.10s")] {
-        let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
     }
     for x in [format!("{name}.retry"), format!("{name}.dlx")] {
-        let _ = ch.exchange_delete(x.as_str().into(), Default::default()).await;
+        let _ = ch
+            .exchange_delete(x.as_str().into(), Default::default())
+            .await;
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(tempfile_path("out"));

@@ -114,7 +114,161 @@ impl BatchPublisher {
 
     /// Closes the channel.
     pub async fn close(self) {
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.ch.close(200, "done".into()))
-            .await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), self.ch.close(200, "done".into())).await;
+    }
+}
+
+/// What a finished batch hands back: the tokens given with its copies, in
+/// order, and its verdict.
+pub type Settled<T> = (Vec<T>, std::result::Result<(), String>);
+
+type InFlight<T> = futures_util::future::BoxFuture<
+    'static,
+    (BatchPublisher, Vec<T>, std::result::Result<(), String>),
+>;
+
+/// Several [`BatchPublisher`]s ("lanes") with a batch in flight on each:
+/// while one lane's batch waits for its confirms, the next lane publishes.
+/// A return can only land on a confirm of its own channel and batch, so
+/// each batch's verdict stays its own. Batches finish in the order they
+/// were sealed.
+pub struct BatchPipeline<T> {
+    idle: Vec<BatchPublisher>,
+    current: Option<(BatchPublisher, Vec<T>)>,
+    in_flight: futures_util::stream::FuturesOrdered<InFlight<T>>,
+    batch: usize,
+    /// Copies published whose batch has not been handed back.
+    unsettled: usize,
+}
+
+impl<T: Send + 'static> BatchPipeline<T> {
+    /// `lanes` channels on `conn`, batches of `batch` copies.
+    pub async fn open(
+        conn: &Connection,
+        lanes: usize,
+        batch: usize,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let mut idle = Vec::new();
+        for _ in 0..lanes.max(1) {
+            idle.push(BatchPublisher::open(conn, timeout).await?);
+        }
+        Ok(BatchPipeline {
+            idle,
+            current: None,
+            in_flight: futures_util::stream::FuturesOrdered::new(),
+            batch: batch.max(1),
+            unsettled: 0,
+        })
+    }
+
+    /// Publishes one copy carrying `token`. Returns the batches that
+    /// finished meanwhile (waiting for the oldest when every lane is busy).
+    pub async fn publish(
+        &mut self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+        token: T,
+    ) -> Vec<Settled<T>> {
+        let mut done = self.ready();
+        if self.current.is_none() {
+            use futures_util::StreamExt;
+            while self.idle.is_empty() {
+                match self.in_flight.next().await {
+                    Some((lane, tokens, verdict)) => {
+                        self.idle.push(lane);
+                        self.unsettled -= tokens.len();
+                        done.push((tokens, verdict));
+                    }
+                    None => break,
+                }
+            }
+            match self.idle.pop() {
+                Some(lane) => self.current = Some((lane, Vec::new())),
+                None => {
+                    done.push((vec![token], Err("no publishing channel is left".into())));
+                    return done;
+                }
+            }
+        }
+        let Some((mut lane, mut tokens)) = self.current.take() else {
+            return done;
+        };
+        let sent = lane.publish(exchange, routing_key, body, props).await;
+        tokens.push(token);
+        self.unsettled += 1;
+        if let Err(why) = sent {
+            // The batch fails as a whole; settle what it holds now.
+            let _ = lane.settle().await;
+            self.idle.push(lane);
+            self.unsettled -= tokens.len();
+            done.push((tokens, Err(why)));
+            return done;
+        }
+        self.current = Some((lane, tokens));
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(_, t)| t.len() >= self.batch)
+        {
+            self.seal();
+        }
+        done
+    }
+
+    /// Copies published whose verdict has not been handed back yet.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled
+    }
+
+    /// Changes the batch size (at least 1) from the next copy on.
+    pub fn set_batch(&mut self, batch: usize) {
+        self.batch = batch.max(1);
+    }
+
+    /// Sends the current batch off for confirmation (before a pause, say).
+    pub fn seal(&mut self) {
+        if let Some((mut lane, tokens)) = self.current.take() {
+            self.in_flight.push_back(Box::pin(async move {
+                let verdict = lane.settle().await;
+                (lane, tokens, verdict)
+            }));
+        }
+    }
+
+    /// The batches already finished, without waiting.
+    pub fn ready(&mut self) -> Vec<Settled<T>> {
+        use futures_util::{FutureExt, StreamExt};
+        let mut done = Vec::new();
+        while let Some(Some((lane, tokens, verdict))) = self.in_flight.next().now_or_never() {
+            self.idle.push(lane);
+            self.unsettled -= tokens.len();
+            done.push((tokens, verdict));
+        }
+        done
+    }
+
+    /// Seals the current batch and waits for every batch.
+    pub async fn drain(&mut self) -> Vec<Settled<T>> {
+        use futures_util::StreamExt;
+        self.seal();
+        let mut done = Vec::new();
+        while let Some((lane, tokens, verdict)) = self.in_flight.next().await {
+            self.idle.push(lane);
+            self.unsettled -= tokens.len();
+            done.push((tokens, verdict));
+        }
+        done
+    }
+
+    /// Closes every lane (after [`BatchPipeline::drain`]).
+    pub async fn close(mut self) {
+        let _ = self.drain().await;
+        for lane in self.idle {
+            lane.close().await;
+        }
     }
 }

@@ -835,3 +835,46 @@ async fn wait_waits_for_the_lock() {
     run.assert_code(0);
     assert!(run.stdout.contains("1 message(s) shown"), "{}", run.stdout);
 }
+
+/// A copy the destination refuses (a full queue's nack) stops the replay
+/// with exit 1; the DLQ keeps every message whose copy was not confirmed.
+#[tokio::test]
+async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], 3);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..10)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(&format!("m-{k}"), "exhausted", "e", "t"),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let full = c.name("full");
+    b.declare_queue(
+        &full,
+        table(&[("x-max-length", i(3)), ("x-overflow", s("reject-publish"))]),
+    )
+    .await;
+    let run = dlq("replay", &file, &pipe.name, &["--to", &full, "--json"]).await;
+    run.assert_code(1);
+    let r = json(&run);
+    assert!(
+        r["stopped"].as_str().unwrap_or("").contains("refused"),
+        "{r:#}"
+    );
+    // What was confirmed moved (the queue takes 3); the rest stays.
+    assert_eq!(r["moved"], 3, "{r:#}");
+    b.wait_for_count(&pipe.dlq(), 7, Duration::from_secs(10))
+        .await;
+    let mut all = ids(&drain(&b, &pipe.dlq()).await);
+    all.extend(ids(&drain(&b, &full).await));
+    all.sort();
+    let mut want: Vec<String> = (0..10).map(|k| format!("m-{k}")).collect();
+    want.sort();
+    assert_eq!(all, want);
+}

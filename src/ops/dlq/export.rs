@@ -76,7 +76,7 @@ pub struct ExportReport {
 }
 
 /// Lines written between two fsyncs of an archive, at most.
-const SYNC_EVERY_LINES: usize = 2000;
+const SYNC_EVERY_LINES: usize = 500;
 /// Time between two fsyncs of an archive, at most.
 const SYNC_EVERY: Duration = Duration::from_secs(1);
 
@@ -128,8 +128,12 @@ pub async fn export(
             } else {
                 r.keep(m, now).await?;
             }
+            // Unsynced lines hold their messages unacked: sync before they
+            // could fill what the broker may send.
             if opts.remove
-                && (unsynced.len() >= SYNC_EVERY_LINES || last_sync.elapsed() >= SYNC_EVERY)
+                && (unsynced.len() >= SYNC_EVERY_LINES
+                    || unsynced.len() as u64 + 1 >= r.free_slots()
+                    || last_sync.elapsed() >= SYNC_EVERY)
             {
                 sink.sync().map_err(write_err)?;
                 for tag in unsynced.drain(..) {

@@ -4,8 +4,8 @@
 //! rotation past it, acks with `multiple` where possible and settled
 //! before the channel closes.
 
+use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
-use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::{describe, Described};
 use crate::core::export::Record;
 use crate::core::replay::{remaining_retention, rotation_copy};
@@ -28,8 +28,16 @@ use tokio_util::sync::CancellationToken;
 pub const DEFAULT_WINDOW: u32 = 10_000;
 
 /// Copies in one batch (rotations, replays): published whole, then
-/// confirmed whole ([`BatchPublisher`]).
-pub(crate) const BATCH: usize = 1000;
+/// confirmed whole ([`crate::amqp::batch::BatchPublisher`]).
+pub(crate) const BATCH: usize = 500;
+/// Publishing channels, each with a batch in flight.
+pub(crate) const LANES: usize = 8;
+
+/// Messages the broker may send beyond the held window: the copies in
+/// flight (every lane's batch and a partial one), unread deliveries and
+/// acks not yet sent. RabbitMQ applies a prefetch to a consumer when it
+/// starts, so this is fixed for the run.
+const AHEAD: u64 = ((LANES + 1) * BATCH + 1000) as u64;
 
 /// How long to wait for the next delivery before taking the snapshot as
 /// read (messages another client took meanwhile never come).
@@ -37,7 +45,7 @@ const NEXT_DELIVERY: Duration = Duration::from_secs(3);
 
 /// How long acks are given to settle before the channel closes: on quorum
 /// queues an ack followed at once by a close can be undone (README,
-/// "Operating the DLQ").
+/// "Operating the DLQ"; rabbitmq-facts: 50 ms sufficed there).
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// How long a copy may wait for its confirm.
@@ -103,26 +111,141 @@ pub struct ReadStats {
     pub cancelled: bool,
 }
 
+/// Tags of the second reading channel carry this bit (a channel's
+/// delivery tags never come near it).
+const SECOND: u64 = 1 << 62;
+
+/// A channel the reader consumes on, with its own acks.
+struct ReadLane {
+    ch: Channel,
+    /// `None` once its stream has ended (cancelled and drained).
+    consumer: Option<Consumer>,
+    /// No message at or below this tag is unacked by us.
+    floor: u64,
+    /// Tags to ack, not yet sent.
+    pending: BTreeSet<u64>,
+    /// A kept message is held on it: its acks can no longer be `multiple`.
+    holding: bool,
+    /// Its prefetch.
+    prefetch: u64,
+    /// Messages held on it.
+    held: u64,
+}
+
+impl ReadLane {
+    async fn open(conn: &Connection, dlq: &str, tag: &str, prefetch: u16) -> Result<Self> {
+        let ch = conn
+            .create_channel()
+            .await
+            .map_err(|e| Error::broker("cannot open a channel", &e))?;
+        ch.basic_qos(prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
+        let consumer = ch
+            .basic_consume(
+                dlq.into(),
+                tag.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| Error::broker(format!("cannot read {dlq}"), &e))?;
+        Ok(ReadLane {
+            ch,
+            consumer: Some(consumer),
+            floor: 0,
+            pending: BTreeSet::new(),
+            holding: false,
+            prefetch: u64::from(prefetch),
+            held: 0,
+        })
+    }
+
+    /// Sends the pending acks: one `multiple` ack for the run that follows
+    /// the floor while nothing is held, else one by one (all sent, then
+    /// awaited). Returns how many messages they ack.
+    async fn flush(&mut self, dlq: &str, all: bool) -> Result<u64> {
+        if self.pending.is_empty() {
+            return Ok(0);
+        }
+        let mut sends: Vec<(u64, bool)> = Vec::new();
+        let mut acked = 0;
+        if !self.holding {
+            let mut top = self.floor;
+            while self.pending.remove(&(top + 1)) {
+                top += 1;
+            }
+            if top > self.floor {
+                sends.push((top, true));
+                acked += top - self.floor;
+                self.floor = top;
+            }
+        }
+        if self.holding || all {
+            for tag in std::mem::take(&mut self.pending) {
+                sends.push((tag, false));
+                acked += 1;
+            }
+        }
+        let ch = &self.ch;
+        let acks = sends
+            .into_iter()
+            .map(|(tag, multiple)| ch.basic_ack(tag, BasicAckOptions { multiple }));
+        for r in futures_util::future::join_all(acks).await {
+            r.map_err(|e| Error::broker(format!("cannot ack on {dlq}"), &e))?;
+        }
+        Ok(acked)
+    }
+
+    /// Returns every unacked delivery together, then a round trip.
+    async fn give_back(&mut self, any: bool) {
+        if any {
+            let _ = self
+                .ch
+                .basic_nack(
+                    0,
+                    BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    },
+                )
+                .await;
+        }
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.ch.basic_qos(1, BasicQosOptions { global: false }),
+        )
+        .await;
+    }
+
+    async fn close(self) {
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), self.ch.close(200, "done".into())).await;
+    }
+}
+
 /// A DLQ being read (see the module docs).
+///
+/// It reads on one channel until the window is full of held messages.
+/// Then it cancels that consumer (the held messages stay unacked on it),
+/// reads what that channel had been sent already, and goes on on a second
+/// channel, where nothing is held: each kept message there is rotated,
+/// and every ack is `multiple`.
 pub struct DlqReader {
     dlq: String,
     conn: Arc<Connection>,
     lock: Channel,
-    ch: Option<(Channel, Consumer)>,
-    rotator: Option<BatchPublisher>,
-    /// Originals of the rotation copies of the current batch.
-    rotating: Vec<u64>,
+    tag: String,
+    /// The first reading channel, then the second.
+    lanes: Vec<ReadLane>,
+    /// The lane being read.
+    reading: usize,
+    rotator: Option<BatchPipeline<u64>>,
     user: String,
     opts: ReadOptions,
     stats: ReadStats,
     to_read: u64,
     held: u64,
-    /// No message at or below this tag is unacked by us.
-    floor: u64,
-    /// Tags to ack, not yet sent.
-    pending: BTreeSet<u64>,
-    /// A kept message is held: acks can no longer be `multiple`.
-    holding: bool,
     rotation_refused: Option<String>,
 }
 
@@ -151,9 +274,10 @@ impl DlqReader {
             dlq: dlq.to_string(),
             conn: conn.clone(),
             lock,
-            ch: None,
+            tag: tag.to_string(),
+            lanes: Vec::new(),
+            reading: 0,
             rotator: None,
-            rotating: Vec::new(),
             user: user.to_string(),
             opts,
             stats: ReadStats {
@@ -162,36 +286,28 @@ impl DlqReader {
             },
             to_read,
             held: 0,
-            floor: 0,
-            pending: BTreeSet::new(),
-            holding: false,
             rotation_refused: None,
         };
         if to_read > 0 {
-            let ch = conn
-                .create_channel()
-                .await
-                .map_err(|e| Error::broker("cannot open a channel", &e))?;
-            // Room for the held window, the copies in flight and the acks
-            // not yet sent: the broker never stops delivering because of us.
-            let prefetch = (u64::from(reader.opts.window) + 2 * BATCH as u64)
+            // Exactly the window: once it is full of held messages, the
+            // broker sends this channel nothing more, and reading goes on on
+            // a second one. No basic.cancel is needed, so nothing already
+            // sent to the first channel is left unread.
+            let prefetch = u64::from(reader.opts.window)
                 .min(to_read)
                 .clamp(1, u64::from(u16::MAX)) as u16;
-            ch.basic_qos(prefetch, BasicQosOptions { global: false })
-                .await
-                .map_err(|e| Error::broker("cannot set the prefetch", &e))?;
-            let consumer = ch
-                .basic_consume(
-                    dlq.into(),
-                    tag.into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| Error::broker(format!("cannot read {dlq}"), &e))?;
-            reader.ch = Some((ch, consumer));
+            reader
+                .lanes
+                .push(ReadLane::open(&conn, dlq, tag, prefetch).await?);
         }
         Ok(reader)
+    }
+
+    /// The batch size for copies (rotations, replays): every lane's batch
+    /// and a partial one fit in what the reading channel may still be
+    /// sent, so a batch can always fill.
+    pub fn batch_size(&self) -> usize {
+        (self.free_slots() as usize / (LANES + 1)).clamp(1, BATCH)
     }
 
     /// The DLQ.
@@ -209,60 +325,98 @@ impl DlqReader {
         self.stats.read
     }
 
+    /// The lane and raw tag of a tag handed out.
+    fn split(tag: u64) -> (usize, u64) {
+        if tag & SECOND != 0 {
+            (1, tag & !SECOND)
+        } else {
+            (0, tag)
+        }
+    }
+
     /// The next message of the snapshot; `None` when it is read, when no
     /// delivery comes for 3 s (others took the rest) or when cancelled.
     /// An error when a rotation copy was refused: nothing more is acked.
     pub async fn next(&mut self) -> Result<Option<Message>> {
-        if self.pending.len() >= 256 {
+        if self.lanes.iter().any(|l| l.pending.len() >= 256) {
             self.flush_acks().await?;
         }
         if self.stats.read >= self.to_read {
             return Ok(None);
         }
-        let Some((_, consumer)) = self.ch.as_mut() else {
+        let rotating = self.rotator.as_ref().map_or(0, |r| r.unsettled()) as u64;
+        if rotating > 0 && rotating + 1 > self.free_slots() {
+            self.settle_rotations().await?;
+            self.flush_acks().await?;
+        }
+        let i = self.reading;
+        if self.lanes.get(i).is_none_or(|l| l.consumer.is_none()) {
             return Ok(None);
-        };
-        let cancel = self.opts.cancel.clone();
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
-                self.stats.cancelled = true;
-                return Ok(None);
+        }
+        // Acks not yet sent hold prefetch slots: send them before waiting.
+        let ready = self.lanes[i]
+            .consumer
+            .as_mut()
+            .and_then(|c| futures_util::FutureExt::now_or_never(c.next()));
+        let next = match ready {
+            Some(n) => Ok(n),
+            None => {
+                self.flush_acks().await?;
+                let cancel = self.opts.cancel.clone();
+                let Some(consumer) = self.lanes[i].consumer.as_mut() else {
+                    return Ok(None);
+                };
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => {
+                        self.stats.cancelled = true;
+                        return Ok(None);
+                    }
+                    n = tokio::time::timeout(NEXT_DELIVERY, consumer.next()) => n,
+                }
             }
-            n = tokio::time::timeout(NEXT_DELIVERY, consumer.next()) => n,
         };
-        let d = match next {
-            Err(_) | Ok(None) => return Ok(None),
-            Ok(Some(Err(e))) => return Err(Error::broker(format!("reading {}", self.dlq), &e)),
-            Ok(Some(Ok(d))) => d,
-        };
-        self.stats.read += 1;
-        let headers = headers_to_json(d.properties.headers().as_ref());
-        let message_id = d
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| shortstr::Shown::of(s.as_str()).for_log().into_owned());
-        Ok(Some(Message {
-            tag: d.delivery_tag,
-            described: describe(&headers),
-            headers,
-            message_id,
-            record: Record {
-                queue: self.dlq.clone(),
-                exchange: d.exchange.as_str().to_string(),
-                routing_key: d.routing_key.as_str().to_string(),
-                redelivered: d.redelivered,
-                properties: d.properties,
-                body: d.data,
-            },
-        }))
+        {
+            let d = match next {
+                Err(_) | Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(Error::broker(format!("reading {}", self.dlq), &e)),
+                Ok(Some(Ok(d))) => d,
+            };
+            self.stats.read += 1;
+            let headers = headers_to_json(d.properties.headers().as_ref());
+            let message_id = d
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| shortstr::Shown::of(s.as_str()).for_log().into_owned());
+            Ok(Some(Message {
+                tag: if i == 1 {
+                    d.delivery_tag | SECOND
+                } else {
+                    d.delivery_tag
+                },
+                described: describe(&headers),
+                headers,
+                message_id,
+                record: Record {
+                    queue: self.dlq.clone(),
+                    exchange: d.exchange.as_str().to_string(),
+                    routing_key: d.routing_key.as_str().to_string(),
+                    redelivered: d.redelivered,
+                    properties: d.properties,
+                    body: d.data,
+                },
+            }))
+        }
     }
 
     /// Removes a message from the DLQ (its ack is sent soon, with
     /// `multiple` where it can be).
     pub fn take(&mut self, tag: u64) {
-        self.pending.insert(tag);
+        let (i, raw) = Self::split(tag);
+        if let Some(l) = self.lanes.get_mut(i) {
+            l.pending.insert(raw);
+        }
     }
 
     /// Keeps a message in the DLQ: held unacked while the window has room
@@ -270,16 +424,19 @@ impl DlqReader {
     /// a confirmed copy goes to the DLQ's tail with its remaining
     /// retention as `expiration`, then the original is acked.
     pub async fn keep(&mut self, m: Message, now_unix_ms: u64) -> Result<()> {
-        if self.held < u64::from(self.opts.window) {
-            self.held += 1;
-            self.holding = true;
+        if self.reading == 0 && self.held < u64::from(self.opts.window) {
+            self.hold(m.tag);
+            if self.held == u64::from(self.opts.window) && self.stats.read < self.to_read {
+                self.second_lane().await?;
+            }
             return Ok(());
         }
         if let Some(why) = &self.rotation_refused {
             return Err(rotation_error(&self.dlq, why));
         }
         if self.rotator.is_none() {
-            self.rotator = Some(BatchPublisher::open(&self.conn, CONFIRM_TIMEOUT).await?);
+            self.rotator =
+                Some(BatchPipeline::open(&self.conn, LANES, BATCH, CONFIRM_TIMEOUT).await?);
         }
         let at = m
             .described
@@ -288,100 +445,100 @@ impl DlqReader {
             .and_then(crate::core::text::parse_rfc3339_millis);
         let expiration = remaining_retention(self.opts.retention_ms, at, now_unix_ms);
         let props = rotation_copy(&m.record.properties, &self.user, expiration);
-        let published = match self.rotator.as_mut() {
-            Some(rotator) => rotator.publish("", &self.dlq, &m.record.body, props).await,
-            None => Err("no publishing channel".to_string()),
+        let done = match self.rotator.as_mut() {
+            Some(rotator) => {
+                rotator
+                    .publish("", &self.dlq, &m.record.body, props, m.tag)
+                    .await
+            }
+            None => vec![(vec![m.tag], Err("no publishing channel".to_string()))],
         };
-        self.rotating.push(m.tag);
-        if let Err(why) = published {
-            self.rotation_refused = Some(why);
-        }
-        if self.rotating.len() >= BATCH || self.rotation_refused.is_some() {
-            self.settle_rotations().await?;
-        }
+        self.rotated(done)
+    }
+
+    /// The window is full of held messages: the first channel is sent
+    /// nothing more, and a second one reads the rest.
+    async fn second_lane(&mut self) -> Result<()> {
+        self.flush_acks().await?;
+        let left = self.to_read.saturating_sub(self.stats.read);
+        let prefetch = AHEAD.min(left).clamp(1, u64::from(u16::MAX)) as u16;
+        let lane = ReadLane::open(&self.conn, &self.dlq, &self.tag, prefetch).await?;
+        self.lanes.push(lane);
+        self.reading = 1;
         Ok(())
     }
 
-    /// Hands a message back as kept without rotating it (a copy of it was
-    /// refused and the command stops).
-    pub fn hold(&mut self, _tag: u64) {
+    /// Leaves a message unacked, to go back with the others at the end
+    /// (kept within the window, or whose copy was refused).
+    pub fn hold(&mut self, tag: u64) {
         self.held += 1;
-        self.holding = true;
+        let (i, _) = Self::split(tag);
+        if let Some(l) = self.lanes.get_mut(i) {
+            l.holding = true;
+            l.held += 1;
+        }
     }
 
-    /// Confirms the rotation batch; its originals are then acked. A
-    /// refusal stops the command: nothing more is acked.
-    async fn settle_rotations(&mut self) -> Result<()> {
-        if self.rotating.is_empty() {
-            return match &self.rotation_refused {
-                Some(why) => Err(rotation_error(&self.dlq, why)),
-                None => Ok(()),
-            };
-        }
-        let verdict = match self.rotator.as_mut() {
-            Some(r) => r.settle().await,
-            None => Err("no publishing channel".to_string()),
-        };
-        let tags = std::mem::take(&mut self.rotating);
-        match (verdict, &self.rotation_refused) {
-            (Ok(()), None) => {
-                self.stats.rotated += tags.len() as u64;
-                self.pending.extend(tags);
-                Ok(())
-            }
-            (verdict, _) => {
-                if let Err(why) = verdict {
-                    self.rotation_refused.get_or_insert(why);
+    /// Deliveries the reading channel may still be sent, besides what the
+    /// caller has in flight: its prefetch less what is held on it and the
+    /// acks not yet sent. A caller with more copies in flight than this
+    /// settles them before reading on, or the read would wait for nothing.
+    pub fn free_slots(&self) -> u64 {
+        self.lanes.get(self.reading).map_or(0, |l| {
+            l.prefetch
+                .saturating_sub(l.held)
+                .saturating_sub(l.pending.len() as u64)
+        })
+    }
+
+    /// Takes finished rotation batches: their originals are acked, unless
+    /// a copy was refused: then nothing more is acked and the command
+    /// stops (confirmed copies become duplicates, never losses).
+    fn rotated(&mut self, done: Vec<Settled<u64>>) -> Result<()> {
+        for (tags, verdict) in done {
+            match (verdict, &self.rotation_refused) {
+                (Ok(()), None) => {
+                    self.stats.rotated += tags.len() as u64;
+                    for tag in tags {
+                        self.take(tag);
+                    }
                 }
-                // Their originals stay unacked and go back at the end; the
-                // copies that were confirmed are duplicates, never losses.
-                self.held += tags.len() as u64;
-                self.holding = true;
-                Err(rotation_error(
-                    &self.dlq,
-                    self.rotation_refused.as_deref().unwrap_or("refused"),
-                ))
+                (verdict, _) => {
+                    if let Err(why) = verdict {
+                        self.rotation_refused.get_or_insert(why);
+                    }
+                    for tag in tags {
+                        self.hold(tag);
+                    }
+                }
             }
+        }
+        match &self.rotation_refused {
+            Some(why) => Err(rotation_error(&self.dlq, why)),
+            None => Ok(()),
         }
     }
 
-    /// Sends the pending acks: one `multiple` ack for the run that follows
-    /// the floor while no kept message is held, else one by one.
-    pub async fn flush_acks(&mut self) -> Result<()> {
-        let Some((ch, _)) = self.ch.as_ref() else {
-            return Ok(());
+    /// Waits for every rotation batch.
+    async fn settle_rotations(&mut self) -> Result<()> {
+        let done = match self.rotator.as_mut() {
+            Some(r) => r.drain().await,
+            None => Vec::new(),
         };
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let mut sends: Vec<(u64, bool)> = Vec::new();
-        if !self.holding {
-            let mut top = self.floor;
-            while self.pending.remove(&(top + 1)) {
-                top += 1;
-            }
-            if top > self.floor {
-                sends.push((top, true));
-                self.stats.acked += top - self.floor;
-                self.floor = top;
-            }
-        } else {
-            for tag in std::mem::take(&mut self.pending) {
-                sends.push((tag, false));
-                self.stats.acked += 1;
-            }
-        }
-        for (tag, multiple) in sends {
-            ch.basic_ack(tag, BasicAckOptions { multiple })
-                .await
-                .map_err(|e| Error::broker(format!("cannot ack on {}", self.dlq), &e))?;
+        self.rotated(done)
+    }
+
+    /// Sends the pending acks of every lane.
+    pub async fn flush_acks(&mut self) -> Result<()> {
+        for l in &mut self.lanes {
+            self.stats.acked += l.flush(&self.dlq, false).await?;
         }
         Ok(())
     }
 
     /// Ends the read: waits for the rotations in flight, sends every
     /// pending ack, returns the held messages together
-    /// (`nack(multiple, requeue)`), lets it all settle, closes the channel
+    /// (`nack(multiple, requeue)`), lets it all settle, closes the channels
     /// and releases the lock.
     pub async fn finish(mut self) -> Result<ReadStats> {
         let _ = self.settle_rotations().await;
@@ -389,36 +546,21 @@ impl DlqReader {
             r.close().await;
         }
         let refused = self.rotation_refused.clone();
-        // Out-of-order leftovers of a multiple run go one by one.
-        if !self.pending.is_empty() {
-            let holding = std::mem::replace(&mut self.holding, true);
-            self.flush_acks().await?;
-            self.holding = holding;
+        for l in &mut self.lanes {
+            // Out-of-order leftovers of a multiple run go one by one.
+            self.stats.acked += l.flush(&self.dlq, true).await?;
         }
-        if let Some((ch, _)) = self.ch.take() {
-            self.stats.returned = self.stats.read.saturating_sub(self.stats.acked);
-            if self.stats.returned > 0 {
-                let _ = ch
-                    .basic_nack(
-                        0,
-                        BasicNackOptions {
-                            multiple: true,
-                            requeue: true,
-                        },
-                    )
-                    .await;
-            }
-            // A round trip, then time for the queue to apply it all.
-            let _ = tokio::time::timeout(
-                Duration::from_secs(5),
-                ch.basic_qos(1, BasicQosOptions { global: false }),
-            )
-            .await;
-            if self.stats.acked > 0 {
-                tokio::time::sleep(SETTLE).await;
-            }
-            let _ =
-                tokio::time::timeout(Duration::from_secs(5), ch.close(200, "done".into())).await;
+        self.stats.returned = self.stats.read.saturating_sub(self.stats.acked);
+        tracing::debug!(stats = ?self.stats, lanes = self.lanes.len(), "DLQ read done");
+        let mut lanes = std::mem::take(&mut self.lanes);
+        for l in &mut lanes {
+            l.give_back(self.stats.returned > 0).await;
+        }
+        if self.stats.acked > 0 {
+            tokio::time::sleep(SETTLE).await;
+        }
+        for l in lanes {
+            l.close().await;
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(5),

@@ -4,10 +4,10 @@
 //! queue's name as routing key, `mandatory`, persistent and confirmed; the
 //! DLQ message is acked only after its copy is confirmed and not returned.
 
-use super::reader::{BATCH, CONFIRM_TIMEOUT};
+use super::reader::{BATCH, CONFIRM_TIMEOUT, LANES};
 use super::{now_ms, selected, Progress, Target};
+use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
-use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::describe;
 use crate::core::rate::TokenBucket;
 use crate::core::replay::{replay_copy, replay_id_of};
@@ -198,15 +198,24 @@ async fn pass(
     let mut publisher = if opts.dry_run {
         None
     } else {
-        Some(BatchPublisher::open(&t.conn, CONFIRM_TIMEOUT).await?)
+        Some(BatchPipeline::open(&t.conn, LANES, BATCH, CONFIRM_TIMEOUT).await?)
     };
     let frame_max = t.conn.configuration().frame_max();
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
-    let mut batch: Vec<u64> = Vec::new();
     let mut taken = 0u64;
     let outcome = async {
         loop {
+            // Copies in flight hold their originals unacked: settle them
+            // before they could fill what the broker may send.
+            if let Some(publisher) = publisher.as_mut() {
+                let out = publisher.unsettled() as u64;
+                if out > 0 && out + 1 > r.free_slots() {
+                    let done = publisher.drain().await;
+                    settle(&mut r, done, p, report, &opts.to);
+                    r.flush_acks().await?;
+                }
+            }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
             p.read += 1;
@@ -230,9 +239,12 @@ async fn pass(
                 continue;
             };
             if let Some(b) = bucket.as_mut() {
-                // Paced: what is published is confirmed before the wait.
+                // Paced: what is published goes to be confirmed before the
+                // wait.
                 if b.take(clock.elapsed().as_micros() as u64).is_err() {
-                    settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
+                    publisher.seal();
+                    let done = publisher.ready();
+                    settle(&mut r, done, p, report, &opts.to);
                 }
                 while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
                     tokio::select! {
@@ -264,23 +276,19 @@ async fn pass(
                     continue;
                 }
             };
-            let sent = publisher
-                .publish("", &opts.to, &m.record.body, props)
+            publisher.set_batch(r.batch_size());
+            let done = publisher
+                .publish("", &opts.to, &m.record.body, props, m.tag)
                 .await;
-            batch.push(m.tag);
-            if let Err(why) = sent {
-                report.stopped.get_or_insert(format!("{} refused a copy: {why}", opts.to));
-            }
-            if batch.len() >= BATCH || report.stopped.is_some() {
-                settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
-            }
+            settle(&mut r, done, p, report, &opts.to);
             progress(p);
             if report.stopped.is_some() {
                 break;
             }
         }
         if let Some(publisher) = publisher.as_mut() {
-            settle(&mut r, publisher, &mut batch, p, report, &opts.to).await;
+            let done = publisher.drain().await;
+            settle(&mut r, done, p, report, &opts.to);
         }
         progress(p);
         Ok::<_, Error>(())
@@ -298,40 +306,36 @@ async fn pass(
     Ok(snapshot)
 }
 
-/// Confirms the batch: its originals are acked, or, when any copy was
-/// refused, all kept and the run stopped.
-async fn settle(
+/// Takes finished batches: a confirmed batch's originals are acked (its
+/// copies are at the destination); a refused one's are kept, and the run
+/// stops.
+fn settle(
     r: &mut super::DlqReader,
-    publisher: &mut BatchPublisher,
-    batch: &mut Vec<u64>,
+    done: Vec<Settled<u64>>,
     p: &mut Progress,
     report: &mut ReplayReport,
     to: &str,
 ) {
-    if batch.is_empty() {
-        return;
-    }
-    let verdict = publisher.settle().await;
-    let n = batch.len() as u64;
-    match (verdict, &report.stopped) {
-        (Ok(()), None) => {
-            for tag in batch.drain(..) {
-                r.take(tag);
+    for (tags, verdict) in done {
+        let n = tags.len() as u64;
+        match verdict {
+            Ok(()) => {
+                for tag in tags {
+                    r.take(tag);
+                }
+                report.moved += n;
+                p.done += n;
             }
-            report.moved += n;
-            p.done += n;
-        }
-        (verdict, _) => {
-            if let Err(why) = verdict {
+            Err(why) => {
                 report
                     .stopped
                     .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+                for tag in tags {
+                    r.hold(tag);
+                }
+                report.failed += n;
+                p.failed += n;
             }
-            for tag in batch.drain(..) {
-                r.hold(tag);
-            }
-            report.failed += n;
-            p.failed += n;
         }
     }
 }
@@ -411,12 +415,11 @@ pub async fn replay_file(
     let mut publisher = if opts.dry_run {
         None
     } else {
-        Some(BatchPublisher::open(&conn, CONFIRM_TIMEOUT).await?)
+        Some(BatchPipeline::<()>::open(&conn, LANES, BATCH, CONFIRM_TIMEOUT).await?)
     };
     let frame_max = conn.configuration().frame_max();
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
-    let mut in_batch = 0u64;
     for line in open()?.lines() {
         let line = line.map_err(|source| Error::Read {
             path: shown.clone(),
@@ -436,11 +439,11 @@ pub async fn replay_file(
         let now = now_ms();
         let headers = headers_to_json(record.properties.headers().as_ref());
         let described = describe(&headers);
-        let id = record
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| crate::core::shortstr::Shown::of(s.as_str()).for_log().into_owned());
+        let id = record.properties.message_id().as_ref().map(|s| {
+            crate::core::shortstr::Shown::of(s.as_str())
+                .for_log()
+                .into_owned()
+        });
         let matches = opts.selector.matches(
             &Candidate {
                 described: &described,
@@ -463,7 +466,9 @@ pub async fn replay_file(
         };
         if let Some(b) = bucket.as_mut() {
             if b.take(clock.elapsed().as_micros() as u64).is_err() {
-                file_settle(publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
+                publisher.seal();
+                let done = publisher.ready();
+                file_settle(done, &mut report, &mut p, &opts.to);
             }
             while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
                 tokio::time::sleep(Duration::from_micros(wait)).await;
@@ -475,19 +480,15 @@ pub async fn replay_file(
             p.failed += 1;
             continue;
         };
-        if let Err(why) = publisher.publish("", &opts.to, &record.body, props).await {
-            report
-                .stopped
-                .get_or_insert_with(|| format!("{} refused a copy: {why}", opts.to));
-        }
-        in_batch += 1;
-        if in_batch >= BATCH as u64 || report.stopped.is_some() {
-            file_settle(publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
-        }
+        let done = publisher
+            .publish("", &opts.to, &record.body, props, ())
+            .await;
+        file_settle(done, &mut report, &mut p, &opts.to);
         progress(&p);
     }
     if let Some(mut publisher) = publisher.take() {
-        file_settle(&mut publisher, &mut in_batch, &mut report, &mut p, &opts.to).await;
+        let done = publisher.drain().await;
+        file_settle(done, &mut report, &mut p, &opts.to);
         publisher.close().await;
     }
     progress(&p);
@@ -495,33 +496,25 @@ pub async fn replay_file(
     Ok(report)
 }
 
-/// Confirms a batch of copies from a file (there is no original to ack).
-async fn file_settle(
-    publisher: &mut BatchPublisher,
-    in_batch: &mut u64,
-    report: &mut ReplayReport,
-    p: &mut Progress,
-    to: &str,
-) {
-    if *in_batch == 0 {
-        return;
-    }
-    let n = std::mem::take(in_batch);
-    match publisher.settle().await {
-        Ok(()) if report.stopped.is_none() => {
-            report.moved += n;
-            p.done += n;
-        }
-        verdict => {
-            if let Err(why) = verdict {
+/// Takes finished batches of copies from a file (there is no original
+/// to ack): a refused batch stops the run.
+fn file_settle(done: Vec<Settled<()>>, report: &mut ReplayReport, p: &mut Progress, to: &str) {
+    for (tokens, verdict) in done {
+        let n = tokens.len() as u64;
+        match verdict {
+            Ok(()) => {
+                report.moved += n;
+                p.done += n;
+            }
+            Err(why) => {
                 report
                     .stopped
                     .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+                // Some of these may have arrived: the file is still there
+                // to replay again (a duplicate, never a loss).
+                report.failed += n;
+                p.failed += n;
             }
-            // Some of these may have arrived: the file is still there to
-            // replay again (a duplicate, never a loss).
-            report.failed += n;
-            p.failed += n;
         }
     }
 }
