@@ -878,3 +878,65 @@ async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
     want.sort();
     assert_eq!(all, want);
 }
+
+/// A rotation copy refused by a full bounded DLQ (kept full by a producer
+/// while the command reads it: a bounded queue counts ready messages only)
+/// stops the command with a report, and nothing is lost.
+#[tokio::test]
+async fn a_refused_rotation_stops_the_command_and_loses_nothing() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let mut pipe = Pipe::new(&c, &[60_000], 3);
+    pipe.dlq_max_length = Some(100);
+    let file = pipe.provision(&dir).await;
+    let msgs = (0..100)
+        .map(|k| {
+            (
+                vec![k as u8],
+                dead(&format!("m-{k}"), "exhausted", "e", "t"),
+            )
+        })
+        .collect();
+    publish_many(&b, &pipe.dlq(), msgs).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let filler = {
+        let (stop, dlq) = (stop.clone(), pipe.dlq());
+        let ch = b.channel().await;
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                // Fire and forget: refills every place the command frees.
+                for _ in 0..50 {
+                    let _ = ch
+                        .basic_publish(
+                            "".into(),
+                            dlq.as_str().into(),
+                            BasicPublishOptions::default(),
+                            b"filler",
+                            with_id("filler"),
+                        )
+                        .await;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = dlq("summary", &file, &pipe.name, &["--window", "10"]).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = filler.await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("refused a rotated copy"),
+        "{}",
+        run.output()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut left: Vec<String> = ids(&drain(&b, &pipe.dlq()).await)
+        .into_iter()
+        .filter(|id| id.starts_with("m-"))
+        .collect();
+    left.sort();
+    left.dedup();
+    assert_eq!(left.len(), 100, "every original is still there");
+}
