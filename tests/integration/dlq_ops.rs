@@ -73,6 +73,54 @@ async fn publish_many(b: &Broker, queue: &str, msgs: Vec<(Vec<u8>, BasicProperti
     }
 }
 
+/// A provisioned pipeline whose DLQ holds the given messages.
+struct Fixture {
+    b: Broker,
+    c: Cleanup,
+    _dir: Scratch,
+    pipe: Pipe,
+    file: std::path::PathBuf,
+}
+
+impl Fixture {
+    async fn new(
+        max_attempts: u32,
+        tweak: impl FnOnce(&mut Pipe),
+        msgs: Vec<(Vec<u8>, BasicProperties)>,
+    ) -> Fixture {
+        let b = Broker::connect().await;
+        let c = Cleanup::new();
+        let dir = Scratch::new();
+        let mut pipe = Pipe::new(&c, &[60_000], max_attempts);
+        tweak(&mut pipe);
+        let file = pipe.provision(&dir).await;
+        publish_many(&b, &pipe.dlq(), msgs).await;
+        Fixture {
+            b,
+            c,
+            _dir: dir,
+            pipe,
+            file,
+        }
+    }
+}
+
+/// `n` dead messages `m-0`.., with `reason(k)` and `tenant(k)`.
+fn dead_many(
+    n: usize,
+    reason: impl Fn(usize) -> &'static str,
+    tenant: impl Fn(usize) -> &'static str,
+) -> Vec<(Vec<u8>, BasicProperties)> {
+    (0..n)
+        .map(|k| {
+            (
+                format!("body {k}").into_bytes(),
+                dead(&format!("m-{k}"), reason(k), "e", tenant(k)),
+            )
+        })
+        .collect()
+}
+
 async fn scratch_queue(b: &Broker, c: &Cleanup, name: &str) -> String {
     let q = c.name(name);
     b.channel()
@@ -481,22 +529,10 @@ async fn selectors_limit_dry_run_and_to() {
 /// N messages at R/s take about (N − 1)/R seconds.
 #[tokio::test]
 async fn rate_paces_the_replay() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    let msgs = (0..21)
-        .map(|k| {
-            (
-                vec![k as u8],
-                dead(&format!("m-{k}"), "exhausted", "e", "t"),
-            )
-        })
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
+    let f = Fixture::new(3, |_| {}, dead_many(21, |_| "exhausted", |_| "t")).await;
+    let (pipe, file) = (&f.pipe, &f.file);
     let started = Instant::now();
-    let run = dlq("replay", &file, &pipe.name, &["--rate", "10", "--json"]).await;
+    let run = dlq("replay", file, &pipe.name, &["--rate", "10", "--json"]).await;
     let took = started.elapsed();
     run.assert_code(0);
     assert_eq!(json(&run)["moved"], 21);
@@ -568,17 +604,10 @@ async fn canary_stops_a_replay_that_fails_again_and_passes_one_that_works() {
 /// at the destination (a copy in flight may be in both).
 #[tokio::test]
 async fn a_replay_killed_mid_run_loses_nothing() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
     let n = 1500;
-    let msgs = (0..n)
-        .map(|k| (vec![1], dead(&format!("m-{k}"), "exhausted", "e", "t")))
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
-    let to = scratch_queue(&b, &c, "to").await;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
+    let to = scratch_queue(b, c, "to").await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
         .args([
             "dlq",
@@ -599,8 +628,8 @@ async fn a_replay_killed_mid_run_loses_nothing() {
     child.start_kill().expect("SIGKILL");
     let _ = child.wait().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut seen: Vec<String> = ids(&drain(&b, &pipe.dlq()).await);
-    let moved = ids(&drain(&b, &to).await);
+    let mut seen: Vec<String> = ids(&drain(b, &pipe.dlq()).await);
+    let moved = ids(&drain(b, &to).await);
     assert!(
         !moved.is_empty() && moved.len() < n,
         "killed mid-run: {} moved",
@@ -616,29 +645,21 @@ async fn a_replay_killed_mid_run_loses_nothing() {
 /// replay keeps every message it does not select.
 #[tokio::test]
 async fn a_filtered_replay_past_the_window_keeps_the_rest() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    let msgs = (0..60)
-        .map(|k| {
-            (
-                vec![k as u8],
-                dead(
-                    &format!("m-{k}"),
-                    "exhausted",
-                    "e",
-                    if k % 3 == 0 { "pick" } else { "keep" },
-                ),
-            )
-        })
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
-    let to = scratch_queue(&b, &c, "to").await;
+    let f = Fixture::new(
+        3,
+        |_| {},
+        dead_many(
+            60,
+            |_| "exhausted",
+            |k| if k % 3 == 0 { "pick" } else { "keep" },
+        ),
+    )
+    .await;
+    let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
+    let to = scratch_queue(b, c, "to").await;
     let run = dlq(
         "replay",
-        &file,
+        file,
         &pipe.name,
         &[
             "--to",
@@ -656,7 +677,7 @@ async fn a_filtered_replay_past_the_window_keeps_the_rest() {
     assert_eq!(r["moved"], 20, "{r:#}");
     assert_eq!(r["rotated"], 35, "{r:#}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let left = drain(&b, &pipe.dlq()).await;
+    let left = drain(b, &pipe.dlq()).await;
     let mut left_ids = ids(&left);
     left_ids.sort();
     let mut want: Vec<String> = (0..60)
@@ -672,41 +693,27 @@ async fn a_filtered_replay_past_the_window_keeps_the_rest() {
 /// selectors take.
 #[tokio::test]
 async fn purge_needs_yes_and_keeps_what_is_not_selected() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    let msgs = (0..10)
-        .map(|k| {
-            (
-                vec![k as u8],
-                dead(
-                    &format!("m-{k}"),
-                    if k < 4 { "permanent" } else { "exhausted" },
-                    "e",
-                    "t",
-                ),
-            )
-        })
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
-    let run = dlq("purge", &file, &pipe.name, &[]).await;
-    run.assert_code(2);
-    assert!(run.stderr.contains("10 of 10 messages"), "{}", run.stderr);
-    let run = dlq(
-        "purge",
-        &file,
-        &pipe.name,
-        &["--filter-reason", "permanent"],
+    let f = Fixture::new(
+        3,
+        |_| {},
+        dead_many(
+            10,
+            |k| if k < 4 { "permanent" } else { "exhausted" },
+            |_| "t",
+        ),
     )
     .await;
+    let (b, pipe, file) = (&f.b, &f.pipe, &f.file);
+    let run = dlq("purge", file, &pipe.name, &[]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("10 of 10 messages"), "{}", run.stderr);
+    let run = dlq("purge", file, &pipe.name, &["--filter-reason", "permanent"]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("4 of 10 messages"), "{}", run.stderr);
     // Fresh messages are not older than an hour... but these say 2026-01-01.
     let run = dlq(
         "purge",
-        &file,
+        file,
         &pipe.name,
         &["--yes", "--older-than", "100000d"],
     )
@@ -716,7 +723,7 @@ async fn purge_needs_yes_and_keeps_what_is_not_selected() {
         .await;
     let run = dlq(
         "purge",
-        &file,
+        file,
         &pipe.name,
         &["--yes", "--filter-reason", "permanent"],
     )
@@ -728,7 +735,7 @@ async fn purge_needs_yes_and_keeps_what_is_not_selected() {
         run.stdout
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let left = ids(&drain(&b, &pipe.dlq()).await);
+    let left = ids(&drain(b, &pipe.dlq()).await);
     assert_eq!(left, (4..10).map(|k| format!("m-{k}")).collect::<Vec<_>>());
 }
 
@@ -840,27 +847,15 @@ async fn wait_waits_for_the_lock() {
 /// with exit 1; the DLQ keeps every message whose copy was not confirmed.
 #[tokio::test]
 async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    let msgs = (0..10)
-        .map(|k| {
-            (
-                vec![k as u8],
-                dead(&format!("m-{k}"), "exhausted", "e", "t"),
-            )
-        })
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
+    let f = Fixture::new(3, |_| {}, dead_many(10, |_| "exhausted", |_| "t")).await;
+    let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
     let full = c.name("full");
     b.declare_queue(
         &full,
         table(&[("x-max-length", i(3)), ("x-overflow", s("reject-publish"))]),
     )
     .await;
-    let run = dlq("replay", &file, &pipe.name, &["--to", &full, "--json"]).await;
+    let run = dlq("replay", file, &pipe.name, &["--to", &full, "--json"]).await;
     run.assert_code(1);
     let r = json(&run);
     assert!(
@@ -871,8 +866,8 @@ async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
     assert_eq!(r["moved"], 3, "{r:#}");
     b.wait_for_count(&pipe.dlq(), 7, Duration::from_secs(10))
         .await;
-    let mut all = ids(&drain(&b, &pipe.dlq()).await);
-    all.extend(ids(&drain(&b, &full).await));
+    let mut all = ids(&drain(b, &pipe.dlq()).await);
+    all.extend(ids(&drain(b, &full).await));
     all.sort();
     let mut want: Vec<String> = (0..10).map(|k| format!("m-{k}")).collect();
     want.sort();
@@ -884,21 +879,13 @@ async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
 /// stops the command with a report, and nothing is lost.
 #[tokio::test]
 async fn a_refused_rotation_stops_the_command_and_loses_nothing() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let mut pipe = Pipe::new(&c, &[60_000], 3);
-    pipe.dlq_max_length = Some(100);
-    let file = pipe.provision(&dir).await;
-    let msgs = (0..100)
-        .map(|k| {
-            (
-                vec![k as u8],
-                dead(&format!("m-{k}"), "exhausted", "e", "t"),
-            )
-        })
-        .collect();
-    publish_many(&b, &pipe.dlq(), msgs).await;
+    let f = Fixture::new(
+        3,
+        |p| p.dlq_max_length = Some(100),
+        dead_many(100, |_| "exhausted", |_| "t"),
+    )
+    .await;
+    let (b, pipe, file) = (&f.b, &f.pipe, &f.file);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let filler = {
         let (stop, dlq) = (stop.clone(), pipe.dlq());
@@ -922,7 +909,7 @@ async fn a_refused_rotation_stops_the_command_and_loses_nothing() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let run = dlq("summary", &file, &pipe.name, &["--window", "10"]).await;
+    let run = dlq("summary", file, &pipe.name, &["--window", "10"]).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = filler.await;
     run.assert_code(1);
@@ -932,7 +919,7 @@ async fn a_refused_rotation_stops_the_command_and_loses_nothing() {
         run.output()
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut left: Vec<String> = ids(&drain(&b, &pipe.dlq()).await)
+    let mut left: Vec<String> = ids(&drain(b, &pipe.dlq()).await)
         .into_iter()
         .filter(|id| id.starts_with("m-"))
         .collect();

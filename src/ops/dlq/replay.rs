@@ -316,25 +316,41 @@ fn settle(
     report: &mut ReplayReport,
     to: &str,
 ) {
-    for (tags, verdict) in done {
-        let n = tags.len() as u64;
+    let (mut ok, mut refused) = (Vec::new(), Vec::new());
+    tally(done, p, report, to, |t| ok.push(t), |t| refused.push(t));
+    for tag in ok {
+        r.take(tag);
+    }
+    for tag in refused {
+        r.hold(tag);
+    }
+}
+
+/// Counts finished batches as moved or failed (the first refusal stops the
+/// run) and hands each token to `ok` or `refused`.
+fn tally<T>(
+    done: Vec<Settled<T>>,
+    p: &mut Progress,
+    report: &mut ReplayReport,
+    to: &str,
+    mut ok: impl FnMut(T),
+    mut refused: impl FnMut(T),
+) {
+    for (tokens, verdict) in done {
+        let n = tokens.len() as u64;
         match verdict {
             Ok(()) => {
-                for tag in tags {
-                    r.take(tag);
-                }
                 report.moved += n;
                 p.done += n;
+                tokens.into_iter().for_each(&mut ok);
             }
             Err(why) => {
                 report
                     .stopped
                     .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
-                for tag in tags {
-                    r.hold(tag);
-                }
                 report.failed += n;
                 p.failed += n;
+                tokens.into_iter().for_each(&mut refused);
             }
         }
     }
@@ -497,24 +513,9 @@ pub async fn replay_file(
 }
 
 /// Takes finished batches of copies from a file (there is no original
-/// to ack): a refused batch stops the run.
+/// to ack): a refused batch stops the run. Some of its copies may have
+/// arrived: the file is still there to replay again (a duplicate, never a
+/// loss).
 fn file_settle(done: Vec<Settled<()>>, report: &mut ReplayReport, p: &mut Progress, to: &str) {
-    for (tokens, verdict) in done {
-        let n = tokens.len() as u64;
-        match verdict {
-            Ok(()) => {
-                report.moved += n;
-                p.done += n;
-            }
-            Err(why) => {
-                report
-                    .stopped
-                    .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
-                // Some of these may have arrived: the file is still there
-                // to replay again (a duplicate, never a loss).
-                report.failed += n;
-                p.failed += n;
-            }
-        }
-    }
+    tally(done, p, report, to, |_| {}, |_| {});
 }
