@@ -239,8 +239,12 @@ async fn main() {
 
     println!("# dlq bench: N = {n} messages (~200 bytes, dlqctl headers), quorum queues");
     println!("\n## replay of N to the main queue vs a dynamic shovel (src-delete-after: queue-length, on-confirm)");
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let mut ratios = Vec::new();
-    for round in 1..=2 {
+    for round in 1..=rounds {
         fill(&conn, &dlq, n).await;
         let m = measure(&mut dlqctl(&[
             "dlq", "replay", &f, "--queue", &name, "--json",

@@ -927,3 +927,46 @@ async fn a_refused_rotation_stops_the_command_and_loses_nothing() {
     left.dedup();
     assert_eq!(left.len(), 100, "every original is still there");
 }
+
+/// SIGINT stops a replay after the copies in flight: it reports what moved,
+/// exits 1, and every message is in exactly one place.
+#[tokio::test]
+async fn sigint_stops_a_replay_after_the_copies_in_flight() {
+    let f = Fixture::new(3, |_| {}, dead_many(200, |_| "exhausted", |_| "t")).await;
+    let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
+    let to = scratch_queue(b, c, "to").await;
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args([
+            "dlq",
+            "replay",
+            &file.display().to_string(),
+            "--queue",
+            &pipe.name,
+            "--to",
+            &to,
+            "--rate",
+            "50",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("dlqctl");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pid = child.id().expect("a pid") as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("it stops")
+        .expect("output");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).expect("a report");
+    assert_eq!(r["cancelled"], true, "{r:#}");
+    let moved = r["moved"].as_u64().unwrap();
+    assert!(moved > 0 && moved < 200, "{r:#}");
+    b.wait_for_count(&to, moved as u32, Duration::from_secs(10))
+        .await;
+    b.wait_for_count(&pipe.dlq(), 200 - moved as u32, Duration::from_secs(15))
+        .await;
+}
