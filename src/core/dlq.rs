@@ -11,7 +11,7 @@ use crate::core::retry::{
 use serde_json::Value;
 
 /// What is known of one DLQ message.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Described {
     /// `dlqctl-reason`, or the broker's `x-death` reason.
     pub reason: Option<String>,

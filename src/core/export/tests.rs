@@ -335,3 +335,31 @@ fn nesting_is_bounded_both_ways() {
     r.properties = BasicProperties::default().with_headers(h);
     assert!(to_line(&r).unwrap_err().to_string().contains("deeper"));
 }
+
+#[test]
+fn floats_read_back_to_the_same_bits() {
+    // A simple generator over the whole range of finite doubles.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (d, f) = (f64::from_bits(x), f32::from_bits(x as u32));
+        let mut h = FieldTable::default();
+        h.insert("d".into(), AMQPValue::Double(d));
+        h.insert("f".into(), AMQPValue::Float(f));
+        let r = Record {
+            properties: BasicProperties::default().with_headers(h),
+            ..record()
+        };
+        let back = from_line(&to_line(&r).unwrap()).unwrap();
+        let h = back.properties.headers().clone().unwrap();
+        match (h.inner().get("d"), h.inner().get("f")) {
+            (Some(AMQPValue::Double(d2)), Some(AMQPValue::Float(f2))) => {
+                assert_eq!(d2.to_bits(), d.to_bits(), "{d:e}");
+                assert_eq!(f2.to_bits(), f.to_bits(), "{f:e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

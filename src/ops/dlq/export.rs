@@ -99,7 +99,12 @@ pub async fn export(
         source: e,
     };
     let outcome = async {
-        while let Some(m) = r.next().await? {
+        loop {
+            if opts.limit.is_some_and(|l| p.selected >= l) {
+                // The limit is reached: the rest stays where it is, unread.
+                break;
+            }
+            let Some(m) = r.next().await? else { break };
             let now = now_ms();
             p.read += 1;
             let wanted = opts.limit.is_none_or(|l| p.selected < l);

@@ -60,7 +60,12 @@ pub async fn purge(
         ..Default::default()
     };
     let outcome = async {
-        while let Some(m) = r.next().await? {
+        loop {
+            if limit.is_some_and(|l| p.selected >= l) {
+                // The limit is reached: the rest stays where it is, unread.
+                break;
+            }
+            let Some(m) = r.next().await? else { break };
             let now = now_ms();
             p.read += 1;
             let wanted = limit.is_none_or(|l| p.selected < l);

@@ -65,6 +65,10 @@ pub struct ReadOptions {
     /// Read at most this many messages even when the DLQ holds more (the
     /// rest of a canary replay).
     pub at_most: Option<u64>,
+    /// Read each message's headers into [`Message::headers`] and
+    /// [`Message::described`] (off: both empty, for a replay without
+    /// selectors, which needs neither).
+    pub describe: bool,
 }
 
 impl Default for ReadOptions {
@@ -75,6 +79,7 @@ impl Default for ReadOptions {
             wait: false,
             cancel: CancellationToken::new(),
             at_most: None,
+            describe: true,
         }
     }
 }
@@ -383,7 +388,11 @@ impl DlqReader {
                 Ok(Some(Ok(d))) => d,
             };
             self.stats.read += 1;
-            let headers = headers_to_json(d.properties.headers().as_ref());
+            let headers = if self.opts.describe {
+                headers_to_json(d.properties.headers().as_ref())
+            } else {
+                serde_json::Value::Null
+            };
             let message_id = d
                 .properties
                 .message_id()
@@ -395,7 +404,11 @@ impl DlqReader {
                 } else {
                     d.delivery_tag
                 },
-                described: describe(&headers),
+                described: if self.opts.describe {
+                    describe(&headers)
+                } else {
+                    Described::default()
+                },
                 headers,
                 message_id,
                 record: Record {
@@ -438,8 +451,14 @@ impl DlqReader {
             self.rotator =
                 Some(BatchPipeline::open(&self.conn, LANES, BATCH, CONFIRM_TIMEOUT).await?);
         }
-        let at = m
-            .described
+        let read_now;
+        let described = if self.opts.describe {
+            &m.described
+        } else {
+            read_now = describe(&headers_to_json(m.record.properties.headers().as_ref()));
+            &read_now
+        };
+        let at = described
             .dead_lettered_at
             .as_deref()
             .and_then(crate::core::text::parse_rfc3339_millis);

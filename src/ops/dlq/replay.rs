@@ -190,6 +190,9 @@ async fn pass(
 ) -> Result<u64> {
     let mut target = t.clone();
     target.read.at_most = at_most;
+    // Without selectors nothing here reads the headers (a rotation reads
+    // what it needs itself).
+    target.read.describe = !opts.selector.is_empty();
     let mut r = target.open().await?;
     if p.total == 0 {
         p.total = r.snapshot();
@@ -215,6 +218,10 @@ async fn pass(
                     settle(&mut r, done, p, report, &opts.to);
                     r.flush_acks().await?;
                 }
+            }
+            if limit.is_some_and(|l| taken >= l) {
+                // The limit is reached: the rest stays where it is, unread.
+                break;
             }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
