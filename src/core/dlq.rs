@@ -42,6 +42,42 @@ pub fn describe(headers: &Value) -> Described {
     let death_time = from_death("time")
         .and_then(Value::as_u64)
         .map(|secs| crate::core::text::rfc3339_millis(secs.saturating_mul(1000)));
+    let death_reason = || {
+        from_death("reason")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let death_queue = || {
+        from_death("queue")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    // A replay strips `x-death`: on a replayed message, an `x-death` is a
+    // broker dead-lettering after the replay, newer than the dlqctl
+    // headers the replay kept.
+    if death.is_some()
+        && headers
+            .get(crate::core::replay::REPLAYED_AT_HEADER)
+            .is_some()
+    {
+        return Described {
+            reason: death_reason().or_else(|| text(REASON_HEADER)),
+            dead_lettered_at: death_time.or_else(|| text(DEAD_LETTERED_AT_HEADER)),
+            source_queue: death_queue().or_else(|| text(SOURCE_QUEUE_HEADER)),
+            ..describe_dlqctl_first(headers, death)
+        };
+    }
+    describe_dlqctl_first(headers, death)
+}
+
+/// What the headers say, dlqctl's own first, the newest `x-death` entry
+/// (`death`) where they are absent.
+fn describe_dlqctl_first(headers: &Value, death: Option<&Value>) -> Described {
+    let text = |k: &str| headers.get(k).and_then(Value::as_str).map(str::to_string);
+    let from_death = |k: &str| death.and_then(|d| d.get(k));
+    let death_time = from_death("time")
+        .and_then(Value::as_u64)
+        .map(|secs| crate::core::text::rfc3339_millis(secs.saturating_mul(1000)));
     Described {
         reason: text(REASON_HEADER).or_else(|| {
             from_death("reason")
@@ -161,6 +197,39 @@ mod tests {
         assert_eq!(d.original_routing_key.as_deref(), Some("order.paid"));
         assert_eq!(d.source_queue.as_deref(), Some("orders"));
         assert_eq!(d.last_error, None);
+    }
+
+    #[test]
+    fn a_broker_death_after_a_replay_wins_over_the_headers_the_replay_kept() {
+        let h = json!({
+            "dlqctl-reason": "exhausted",
+            "dlqctl-dead-lettered-at": "2026-01-01T00:00:00.000Z",
+            "dlqctl-source-queue": "orders",
+            "dlqctl-last-error": "timeout",
+            "dlqctl-replayed-at": "2026-01-02T00:00:00.000Z",
+            "x-death": [{"reason": "delivery_limit", "count": 1, "queue": "orders2",
+                "time": 1_767_312_000u64}]
+        });
+        let d = describe(&h);
+        assert_eq!(d.reason.as_deref(), Some("delivery_limit"));
+        assert_eq!(
+            d.dead_lettered_at.as_deref(),
+            Some("2026-01-02T00:00:00.000Z")
+        );
+        assert_eq!(d.source_queue.as_deref(), Some("orders2"));
+        assert_eq!(
+            d.last_error.as_deref(),
+            Some("timeout"),
+            "the history stays"
+        );
+        // Not replayed: dlqctl's headers win, as before.
+        let mut h2 = h.clone();
+        h2.as_object_mut().unwrap().remove("dlqctl-replayed-at");
+        assert_eq!(describe(&h2).reason.as_deref(), Some("exhausted"));
+        // Replayed and dead-lettered by the worker again (no x-death).
+        let mut h3 = h.clone();
+        h3.as_object_mut().unwrap().remove("x-death");
+        assert_eq!(describe(&h3).reason.as_deref(), Some("exhausted"));
     }
 
     #[test]
