@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 /// A DLQ command's pipeline, topology and broker.
 struct Opened {
     pipeline: Pipeline,
-    topology: Topology,
     target: Target,
 }
 
@@ -30,7 +29,6 @@ impl Opened {
 /// Reads the topology, connects as `dlqctl dlq VERB`, and arms SIGINT and
 /// SIGTERM to stop after the copies in flight.
 async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
-    let topology = super::load(&t.file)?;
     let pipeline = super::pipeline(&t.file, &t.queue)?;
     let url = BrokerUrl::parse(&t.connection.url)?;
     let name = format!("dlqctl dlq {verb} {}", pipeline.name);
@@ -50,11 +48,7 @@ async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
         },
         tag: name,
     };
-    Ok(Opened {
-        pipeline,
-        topology,
-        target,
-    })
+    Ok(Opened { pipeline, target })
 }
 
 fn print_json<T: serde::Serialize>(report: &T) -> Result<()> {
@@ -225,7 +219,6 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         }
     }
     let o = open(&a.target, "replay").await?;
-    debug_assert_eq!(o.topology.pipelines.len(), topology.pipelines.len());
     let opts = dlqctl::ops::dlq::replay::ReplayOptions {
         selector: a.select.selector(),
         limit: a.limit,
