@@ -99,6 +99,34 @@ pub struct Message {
     pub message_id: Option<String>,
 }
 
+impl Message {
+    /// A message read as `tag`, with its headers read when `describe`
+    /// (else [`Message::headers`] is null and [`Message::described`]
+    /// empty: for a run without selectors, which reads neither).
+    pub fn new(tag: u64, record: Record, describe: bool) -> Message {
+        let headers = if describe {
+            headers_to_json(record.properties.headers().as_ref())
+        } else {
+            serde_json::Value::Null
+        };
+        Message {
+            tag,
+            described: if describe {
+                self::describe(&headers)
+            } else {
+                Described::default()
+            },
+            message_id: record
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| shortstr::Shown::of(s.as_str()).for_log().into_owned()),
+            headers,
+            record,
+        }
+    }
+}
+
 /// What the reader did, for the reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ReadStats {
@@ -388,38 +416,20 @@ impl DlqReader {
                 Ok(Some(Ok(d))) => d,
             };
             self.stats.read += 1;
-            let headers = if self.opts.describe {
-                headers_to_json(d.properties.headers().as_ref())
+            let tag = if i == 1 {
+                d.delivery_tag | SECOND
             } else {
-                serde_json::Value::Null
+                d.delivery_tag
             };
-            let message_id = d
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|s| shortstr::Shown::of(s.as_str()).for_log().into_owned());
-            Ok(Some(Message {
-                tag: if i == 1 {
-                    d.delivery_tag | SECOND
-                } else {
-                    d.delivery_tag
-                },
-                described: if self.opts.describe {
-                    describe(&headers)
-                } else {
-                    Described::default()
-                },
-                headers,
-                message_id,
-                record: Record {
-                    queue: self.dlq.clone(),
-                    exchange: d.exchange.as_str().to_string(),
-                    routing_key: d.routing_key.as_str().to_string(),
-                    redelivered: d.redelivered,
-                    properties: d.properties,
-                    body: d.data,
-                },
-            }))
+            let record = Record {
+                queue: self.dlq.clone(),
+                exchange: d.exchange.as_str().to_string(),
+                routing_key: d.routing_key.as_str().to_string(),
+                redelivered: d.redelivered,
+                properties: d.properties,
+                body: d.data,
+            };
+            Ok(Some(Message::new(tag, record, self.opts.describe)))
         }
     }
 

@@ -8,12 +8,10 @@ use super::reader::{BATCH, CONFIRM_TIMEOUT, LANES};
 use super::{now_ms, selected, Progress, Target};
 use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
-use crate::core::dlq::describe;
 use crate::core::rate::TokenBucket;
 use crate::core::replay::{replay_copy, replay_id_of};
 use crate::core::retry::fit::fit_retry_copy;
-use crate::core::retry::headers_to_json;
-use crate::core::select::{Candidate, Selector};
+use crate::core::select::Selector;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -245,25 +243,12 @@ async fn pass(
                 progress(p);
                 continue;
             };
-            if let Some(b) = bucket.as_mut() {
-                // Paced: what is published goes to be confirmed before the
-                // wait.
-                if b.take(clock.elapsed().as_micros() as u64).is_err() {
-                    publisher.seal();
-                    let done = publisher.ready();
-                    settle(&mut r, done, p, report, &opts.to);
-                }
-                while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
-                    tokio::select! {
-                        _ = t.read.cancel.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
-                    }
-                }
-                if t.read.cancel.is_cancelled() {
-                    report.skipped += 1;
-                    r.keep(m, now).await?;
-                    break;
-                }
+            let (done, go_on) = pace(&mut bucket, clock, publisher, &t.read.cancel).await;
+            settle(&mut r, done, p, report, &opts.to);
+            if !go_on {
+                report.skipped += 1;
+                r.keep(m, now).await?;
+                break;
             }
             let props = replay_copy(&m.record.properties, &t.user, &opts.replay_id, now);
             let props = match fit_retry_copy(props, frame_max) {
@@ -385,6 +370,58 @@ async fn count_replay_id(t: &Target, replay_id: &str) -> Result<u64> {
     Ok(n)
 }
 
+/// The messages of an export file, blank lines skipped; a line that does
+/// not read is bad usage naming `FILE:LINE`.
+fn export_records(
+    path: &std::path::Path,
+) -> Result<impl Iterator<Item = Result<crate::core::export::Record>> + '_> {
+    use std::io::BufRead;
+    let shown = path.display().to_string();
+    let read_err = move |source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    Ok(std::io::BufReader::new(file)
+        .lines()
+        .enumerate()
+        .filter_map(move |(i, line)| match line {
+            Err(source) => Some(Err(read_err(source))),
+            Ok(line) if line.trim().is_empty() => None,
+            Ok(line) => Some(
+                crate::core::export::from_line(&line)
+                    .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1))),
+            ),
+        }))
+}
+
+/// Waits for a token of `bucket` when the replay is paced. What is
+/// published goes to be confirmed first, so it is confirmed during the
+/// wait. Returns the batches that finished, and `false` when cancelled
+/// during the wait.
+async fn pace<T: Send + 'static>(
+    bucket: &mut Option<TokenBucket>,
+    clock: Instant,
+    publisher: &mut BatchPipeline<T>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> (Vec<Settled<T>>, bool) {
+    let Some(b) = bucket.as_mut() else {
+        return (Vec::new(), true);
+    };
+    let mut done = Vec::new();
+    if b.take(clock.elapsed().as_micros() as u64).is_err() {
+        publisher.seal();
+        done = publisher.ready();
+        while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
+            tokio::select! {
+                _ = cancel.cancelled() => return (done, false),
+                _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
+            }
+        }
+    }
+    (done, true)
+}
+
 /// Replays the messages of an export file (`--from-file`) to `opts.to`.
 /// The whole file is read and checked first: a line that is not a valid
 /// export line stops the run before anything is published (exit 2, naming
@@ -397,34 +434,16 @@ pub async fn replay_file(
     cancel: &tokio_util::sync::CancellationToken,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<ReplayReport> {
-    use std::io::BufRead;
     let started = Instant::now();
-    let shown = path.display().to_string();
-    let open = || {
-        std::fs::File::open(path)
-            .map(std::io::BufReader::new)
-            .map_err(|source| Error::Read {
-                path: shown.clone(),
-                source,
-            })
-    };
     // First pass: every line must read.
     let mut total = 0u64;
-    for (i, line) in open()?.lines().enumerate() {
-        let line = line.map_err(|source| Error::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        crate::core::export::from_line(&line)
-            .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1)))?;
+    for record in export_records(path)? {
+        record?;
         total += 1;
     }
     check_destination(&conn, &opts.to).await?;
     let mut report = ReplayReport {
-        from: shown.clone(),
+        from: path.display().to_string(),
         to: opts.to.clone(),
         replay_id: opts.replay_id.clone(),
         snapshot: total,
@@ -443,39 +462,16 @@ pub async fn replay_file(
     let frame_max = conn.configuration().frame_max();
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
-    for line in open()?.lines() {
-        let line = line.map_err(|source| Error::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for record in export_records(path)? {
         if cancel.is_cancelled() || report.stopped.is_some() {
             report.cancelled = cancel.is_cancelled();
             break;
         }
-        let record = crate::core::export::from_line(&line)
-            .map_err(|e| Error::Usage(format!("{shown}: {e}")))?;
+        let m = super::Message::new(0, record?, !opts.selector.is_empty());
         p.read += 1;
         report.read += 1;
         let now = now_ms();
-        let headers = headers_to_json(record.properties.headers().as_ref());
-        let described = describe(&headers);
-        let id = record.properties.message_id().as_ref().map(|s| {
-            crate::core::shortstr::Shown::of(s.as_str())
-                .for_log()
-                .into_owned()
-        });
-        let matches = opts.selector.matches(
-            &Candidate {
-                described: &described,
-                headers: &headers,
-                message_id: id.as_deref(),
-            },
-            now,
-        );
-        if !matches || opts.limit.is_some_and(|l| p.selected >= l) {
+        if !selected(&opts.selector, &m, now) || opts.limit.is_some_and(|l| p.selected >= l) {
             report.skipped += 1;
             progress(&p);
             continue;
@@ -487,24 +483,20 @@ pub async fn replay_file(
             progress(&p);
             continue;
         };
-        if let Some(b) = bucket.as_mut() {
-            if b.take(clock.elapsed().as_micros() as u64).is_err() {
-                publisher.seal();
-                let done = publisher.ready();
-                file_settle(done, &mut report, &mut p, &opts.to);
-            }
-            while let Err(wait) = b.take(clock.elapsed().as_micros() as u64) {
-                tokio::time::sleep(Duration::from_micros(wait)).await;
-            }
+        let (done, go_on) = pace(&mut bucket, clock, publisher, cancel).await;
+        file_settle(done, &mut report, &mut p, &opts.to);
+        if !go_on {
+            report.cancelled = true;
+            break;
         }
-        let props = replay_copy(&record.properties, user, &opts.replay_id, now);
+        let props = replay_copy(&m.record.properties, user, &opts.replay_id, now);
         let Ok((props, _)) = fit_retry_copy(props, frame_max) else {
             report.failed += 1;
             p.failed += 1;
             continue;
         };
         let done = publisher
-            .publish("", &opts.to, &record.body, props, ())
+            .publish("", &opts.to, &m.record.body, props, ())
             .await;
         file_settle(done, &mut report, &mut p, &opts.to);
         progress(&p);
