@@ -42,21 +42,6 @@ impl BatchPublisher {
         })
     }
 
-    /// The negotiated `frame_max`.
-    pub fn frame_max(&self, conn: &Connection) -> u32 {
-        conn.configuration().frame_max()
-    }
-
-    /// Copies published and not yet settled.
-    pub fn len(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether no copy waits for its confirm.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
-    }
-
     /// Publishes one copy, `mandatory`, into the current batch.
     pub async fn publish(
         &mut self,

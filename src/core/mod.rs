@@ -1,10 +1,12 @@
 //! The pure core: the topology model and its validation, the provisioning
 //! plan, the reading of the broker's refusals, attempts, decisions, jitter
-//! and the properties of copies.
+//! and the properties of copies; for the DLQ commands, the description and
+//! grouping of a dead-lettered message, the selectors, the rate, the replay
+//! and rotation copies and the export line.
 //!
-//! Nothing here does I/O: no tokio, no files, no sockets, no clock and no
-//! random numbers (the current time and random draws are parameters), so
-//! every rule is unit tested without a broker.
+//! Nothing here does I/O: no async runtime, no files, no sockets, no clock
+//! and no random numbers (the current time and random draws are
+//! parameters), so every rule is unit tested without a broker.
 
 pub mod backoff;
 pub mod breaker;

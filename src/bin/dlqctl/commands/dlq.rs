@@ -51,8 +51,18 @@ async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
     Ok(Opened { pipeline, target })
 }
 
-fn print_json<T: serde::Serialize>(report: &T) -> Result<()> {
-    output::stdout_line(&serde_json::to_string_pretty(report).unwrap_or_default())?;
+/// Prints a report on standard output: as JSON with `json`, else as
+/// `text` renders it.
+fn print_report<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    text: impl FnOnce(&T) -> String,
+) -> Result<()> {
+    if json {
+        output::stdout_line(&serde_json::to_string_pretty(report).unwrap_or_default())?;
+    } else {
+        output::stdout(&text(report))?;
+    }
     Ok(())
 }
 
@@ -64,12 +74,7 @@ pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
         dlqctl::ops::dlq::summary(&o.target, &a.select.selector(), &mut |p| bar.update(p)).await;
     bar.finish();
     o.close().await;
-    let report = result?;
-    if a.json {
-        print_json(&report)?;
-    } else {
-        output::stdout(&output::text::summary_text(&report))?;
-    }
+    print_report(a.json, &result?, output::text::summary_text)?;
     Ok(Outcome::Success)
 }
 
@@ -79,16 +84,11 @@ pub async fn peek(a: &PeekArgs) -> Result<Outcome> {
     let o = open(&a.target, "peek").await?;
     let result = dlqctl::ops::dlq::peek(&o.target, &a.select.selector(), a.limit).await;
     o.close().await;
-    let report = result?;
-    if a.json {
-        print_json(&report)?;
-    } else {
-        let width = std::env::var("COLUMNS")
-            .ok()
-            .and_then(|c| c.parse::<usize>().ok())
-            .unwrap_or(100);
-        output::stdout(&output::text::peek_text(&report, width))?;
-    }
+    let width = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+        .unwrap_or(100);
+    print_report(a.json, &result?, |r| output::text::peek_text(r, width))?;
     Ok(Outcome::Success)
 }
 
@@ -251,11 +251,7 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
     bar.finish();
     o.close().await;
     let r = result?;
-    if a.json {
-        print_json(&r)?;
-    } else {
-        output::stdout(&output::text::replay_text(&r))?;
-    }
+    print_report(a.json, &r, output::text::replay_text)?;
     Ok(match (&r.canary, &r.stopped) {
         (Some(c), _) if !c.passed && !r.cancelled => Outcome::Difference,
         (_, Some(_)) => Outcome::Failure,
@@ -276,11 +272,7 @@ pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
     bar.finish();
     o.close().await;
     let r = result?;
-    if a.json {
-        print_json(&r)?;
-    } else {
-        output::stdout(&output::text::purge_text(&r))?;
-    }
+    print_report(a.json, &r, output::text::purge_text)?;
     if !a.yes {
         output::stderr_line(&format!(
             "nothing removed: {} of {} messages in {} would go; add --yes to remove them (no \
