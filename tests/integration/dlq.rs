@@ -21,6 +21,40 @@ async fn peek(file: &Path, queue: &str, extra: &[&str]) -> Run {
     dlqctl(&args, RUN_TIMEOUT).await
 }
 
+/// Another DLQ command's lock on `dlq`, as it declares it.
+pub struct HeldLock {
+    ch: lapin::Channel,
+    name: String,
+}
+
+/// Takes the lock of `dlq` as a DLQ command would.
+pub async fn hold_lock(b: &Broker, dlq: &str) -> HeldLock {
+    let ch = b.channel().await;
+    let name = dlqctl::ops::dlq::lock_name(dlq);
+    ch.queue_declare(
+        name.as_str().into(),
+        QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("the lock");
+    HeldLock { ch, name }
+}
+
+impl HeldLock {
+    /// Ends the holder (deletes its lock queue).
+    pub async fn release(self) {
+        let _ = self
+            .ch
+            .queue_delete(self.name.as_str().into(), Default::default())
+            .await;
+    }
+}
+
 async fn fill(b: &Broker, pipe: &Pipe, n: usize) {
     for k in 0..n {
         let headers = table(&[
@@ -99,28 +133,12 @@ async fn a_second_reader_of_the_dlq_is_told_it_is_busy() {
     let file = pipe.provision(&dir).await;
     fill(&b, &pipe, 1).await;
     // Another command's lock: the exclusive queue it declares.
-    let ch = b.channel().await;
-    ch.queue_declare(
-        dlqctl::ops::dlq::lock_name(&pipe.dlq()).as_str().into(),
-        QueueDeclareOptions {
-            exclusive: true,
-            auto_delete: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("the lock");
+    let lock = hold_lock(&b, &pipe.dlq()).await;
     let run = peek(&file, &pipe.name, &[]).await;
     run.assert_code(1);
     assert!(run.stderr.contains("is busy"), "{}", run.stderr);
     // The holder ends (its connection's exclusive queue goes with it).
-    let _ = ch
-        .queue_delete(
-            dlqctl::ops::dlq::lock_name(&pipe.dlq()).as_str().into(),
-            Default::default(),
-        )
-        .await;
+    lock.release().await;
     let run = peek(&file, &pipe.name, &[]).await;
     run.assert_code(0);
     assert!(

@@ -817,27 +817,13 @@ async fn wait_waits_for_the_lock() {
         dead("m-0", "permanent", "e", "t"),
     )
     .await;
-    let ch = b.channel().await;
-    let lock = dlqctl::ops::dlq::lock_name(&pipe.dlq());
-    ch.queue_declare(
-        lock.as_str().into(),
-        QueueDeclareOptions {
-            exclusive: true,
-            auto_delete: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("the lock");
+    let lock = crate::dlq::hold_lock(&b, &pipe.dlq()).await;
     let f = file.clone();
     let name = pipe.name.clone();
     let peek = tokio::spawn(async move { dlq("peek", &f, &name, &["--wait"]).await });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!peek.is_finished(), "it waits");
-    let _ = ch
-        .queue_delete(lock.as_str().into(), Default::default())
-        .await;
+    lock.release().await;
     let run = peek.await.expect("the peek");
     run.assert_code(0);
     assert!(run.stdout.contains("1 message(s) shown"), "{}", run.stdout);
