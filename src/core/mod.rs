@@ -17,6 +17,8 @@ pub mod duration;
 pub mod export;
 pub mod finding;
 pub mod fingerprint;
+pub mod jsonl;
+pub mod message;
 pub mod outcome;
 pub mod rate;
 pub mod replay;

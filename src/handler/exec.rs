@@ -40,18 +40,19 @@
 //! holds it open.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
 use tokio::time::Instant;
 
+pub use super::process::{check_program, resolve_program};
+use super::process::{
+    format_timeout, io_error_text, read_some, signal_name, with_tail, GroupChild, TailBuffer,
+};
 use super::{Handler, HandlerMessage};
-use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
 
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
@@ -332,18 +333,6 @@ impl Handler for ExecHandler {
     }
 }
 
-/// Reads once from the pipe; `None` at EOF or on an error, and pends for ever
-/// when there is no pipe (so a `select!` branch on it goes quiet).
-async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
-    match pipe {
-        Some(pipe) => match pipe.read(buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(n) => Some(n),
-        },
-        None => std::future::pending().await,
-    }
-}
-
 /// The outcome of a program that ended by itself.
 fn outcome_of(status: ExitStatus, tail: String) -> Outcome {
     match (status.code(), status.signal()) {
@@ -371,213 +360,10 @@ fn or_describe(tail: String, description: String) -> String {
     }
 }
 
-fn with_tail(description: String, tail: &str) -> String {
-    if tail.is_empty() {
-        description
-    } else {
-        format!("{description}: {tail}")
-    }
-}
-
-fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGHUP => " (SIGHUP)",
-        libc::SIGINT => " (SIGINT)",
-        libc::SIGQUIT => " (SIGQUIT)",
-        libc::SIGILL => " (SIGILL)",
-        libc::SIGABRT => " (SIGABRT)",
-        libc::SIGBUS => " (SIGBUS)",
-        libc::SIGFPE => " (SIGFPE)",
-        libc::SIGKILL => " (SIGKILL)",
-        libc::SIGSEGV => " (SIGSEGV)",
-        libc::SIGPIPE => " (SIGPIPE)",
-        libc::SIGALRM => " (SIGALRM)",
-        libc::SIGTERM => " (SIGTERM)",
-        _ => "",
-    }
-}
-
-fn format_timeout(timeout: Duration) -> String {
-    tier_name(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// An `io::Error`'s text without the `(os error N)` suffix.
-fn io_error_text(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) if text.ends_with(')') => text[..at].to_string(),
-        _ => text,
-    }
-}
-
-/// A spawned child whose process group is killed if it is dropped before
-/// it was reaped (the handler's future was cancelled).
-///
-/// The group id is the child's pid, which stays reserved until the child is
-/// reaped, so killing the group before that cannot hit another process.
-struct GroupChild {
-    pgid: libc::pid_t,
-    reaped: bool,
-    child: Child,
-}
-
-impl GroupChild {
-    fn new(child: Child) -> Option<Self> {
-        let pgid = libc::pid_t::try_from(child.id()?).ok()?;
-        Some(GroupChild {
-            pgid,
-            reaped: false,
-            child,
-        })
-    }
-
-    fn kill_group(&self) {
-        if !self.reaped && self.pgid > 0 {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for GroupChild {
-    fn drop(&mut self) {
-        // Runs before `child` is dropped (fields drop after this), so the
-        // child is not yet reaped; its own drop then kills and reaps it.
-        self.kill_group();
-    }
-}
-
-/// The last `cap` bytes written to it, in memory bounded by twice `cap`.
-#[derive(Debug)]
-struct TailBuffer {
-    cap: usize,
-    buf: Vec<u8>,
-    cut: bool,
-}
-
-impl TailBuffer {
-    fn new(cap: usize) -> Self {
-        TailBuffer {
-            cap,
-            buf: Vec::with_capacity(2 * cap),
-            cut: false,
-        }
-    }
-
-    fn push(&mut self, data: &[u8]) {
-        if data.len() >= self.cap {
-            self.cut |= !self.buf.is_empty() || data.len() > self.cap;
-            self.buf.clear();
-            self.buf.extend_from_slice(&data[data.len() - self.cap..]);
-            return;
-        }
-        if self.buf.len() + data.len() > 2 * self.cap {
-            let drop = self.buf.len() + data.len() - self.cap;
-            self.buf.drain(..drop);
-            self.cut = true;
-        }
-        self.buf.extend_from_slice(data);
-    }
-
-    fn bytes(&self) -> &[u8] {
-        let start = self.buf.len().saturating_sub(self.cap);
-        &self.buf[start..]
-    }
-
-    /// The tail as trimmed lossy UTF-8, prefixed with `…` when cut.
-    fn text(&self) -> String {
-        let mut bytes = self.bytes();
-        let cut = self.cut || bytes.len() < self.buf.len();
-        if cut {
-            // Do not start in the middle of a UTF-8 sequence.
-            let skip = bytes
-                .iter()
-                .take(3)
-                .take_while(|b| (**b & 0xC0) == 0x80)
-                .count();
-            bytes = &bytes[skip..];
-        }
-        let text = String::from_utf8_lossy(bytes);
-        let text = text.trim();
-        if cut && !text.is_empty() {
-            format!("…{text}")
-        } else {
-            text.to_string()
-        }
-    }
-}
-
-/// Checks that `program` can be started, resolving it like `execvp` does:
-/// a name with a slash is a path; otherwise it is looked up in `PATH`
-/// (`/bin:/usr/bin` when unset; an empty entry is the current directory).
-/// The file must exist, be a regular file (after symlinks) and be
-/// executable by us.
-///
-/// The worker calls this at start-up; at run time a program that cannot be
-/// started is a transient failure.
-pub fn check_program(program: impl AsRef<OsStr>) -> Result<(), String> {
-    resolve_program(program.as_ref()).map(|_| ())
-}
-
-/// Where `execvp` would find `program`, or why it would not.
-pub fn resolve_program(program: &OsStr) -> Result<PathBuf, String> {
-    let name = program.to_string_lossy();
-    if program.is_empty() {
-        return Err("the handler program is empty".to_string());
-    }
-    if program.as_bytes().contains(&b'/') {
-        let path = Path::new(program);
-        return check_executable(path)
-            .map(|()| path.to_path_buf())
-            .map_err(|why| format!("cannot start handler `{name}`: {why}"));
-    }
-    let path_var = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/bin:/usr/bin"));
-    let mut first_problem = None;
-    for dir in std::env::split_paths(&path_var) {
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        let candidate = dir.join(program);
-        match check_executable(&candidate) {
-            Ok(()) => return Ok(candidate),
-            // Keep looking, as execvp does, but remember why a file that
-            // exists was unusable.
-            Err(why) if candidate.exists() && first_problem.is_none() => {
-                first_problem = Some(format!("{}: {why}", candidate.display()));
-            }
-            Err(_) => {}
-        }
-    }
-    Err(match first_problem {
-        Some(problem) => format!("cannot start handler `{name}`: {problem}"),
-        None => format!("cannot start handler `{name}`: not found in PATH"),
-    })
-}
-
-fn check_executable(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error_text(&e))?;
-    if meta.is_dir() {
-        return Err("is a directory".to_string());
-    }
-    if !meta.is_file() {
-        return Err("not a regular file".to_string());
-    }
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| "contains a NUL byte".to_string())?;
-    // SAFETY: c_path is a valid NUL-terminated string for the call's duration.
-    if unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } != 0 {
-        return Err("not executable (permission denied)".to_string());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
     use std::time::Instant as StdInstant;
 
     fn sh(script: &str, timeout: Duration) -> ExecHandler {
@@ -776,34 +562,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn tail_buffer_is_bounded() {
-        let mut t = TailBuffer::new(16);
-        assert_eq!(t.text(), "");
-        t.push(b"  hello ");
-        assert_eq!(t.text(), "hello");
-        for i in 0..100_000u32 {
-            t.push(format!("{i},").as_bytes());
-            assert!(t.buf.capacity() <= 32, "capacity {}", t.buf.capacity());
-        }
-        assert_eq!(t.bytes(), b"997,99998,99999,");
-        assert_eq!(t.text(), "…997,99998,99999,");
-        let mut t = TailBuffer::new(4);
-        t.push("xé".as_bytes());
-        t.push("éé".as_bytes());
-        // The last 4 bytes are "é" "é"; a cut in the middle of a character
-        // is skipped rather than shown as a replacement character.
-        assert_eq!(t.text(), "…éé");
-        t.push(b"a");
-        assert_eq!(t.text(), "…éa");
-        let mut t = TailBuffer::new(4);
-        t.push(b"exact");
-        assert_eq!(t.text(), "…xact");
-    }
-
-    /// A program missing when the message comes is the machine's fault,
-    /// not the message's: the run waits (no outcome, so no attempt is
-    /// counted) and goes on once the program is back.
     #[tokio::test]
     async fn a_missing_program_holds_the_message_until_it_can_start() {
         use std::os::unix::fs::PermissionsExt;
@@ -888,32 +646,6 @@ mod tests {
         let started = StdInstant::now();
         assert_eq!(h.handle(&msg(b"")).await, Outcome::Success);
         assert!(started.elapsed() < Duration::from_secs(3));
-    }
-
-    #[test]
-    fn check_program_resolves_like_execvp() {
-        assert_eq!(check_program("sh"), Ok(()));
-        assert_eq!(check_program("/bin/sh"), Ok(()));
-        assert!(resolve_program(OsStr::new("sh")).unwrap().is_absolute());
-        let e = check_program("dlqctl-no-such-program").unwrap_err();
-        assert_eq!(
-            e,
-            "cannot start handler `dlqctl-no-such-program`: not found in PATH"
-        );
-        let e = check_program("/nonexistent/x").unwrap_err();
-        assert_eq!(
-            e,
-            "cannot start handler `/nonexistent/x`: No such file or directory"
-        );
-        let e = check_program("/tmp").unwrap_err();
-        assert!(e.ends_with("is a directory"), "{e}");
-        assert!(check_program("").is_err());
-
-        let file = temp_path("noexec");
-        std::fs::write(&file, "#!/bin/sh\n").unwrap();
-        let e = check_program(&file).unwrap_err();
-        assert!(e.ends_with("not executable (permission denied)"), "{e}");
-        std::fs::remove_file(&file).unwrap();
     }
 
     #[tokio::test]

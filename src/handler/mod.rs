@@ -21,69 +21,10 @@ use crate::core::outcome::Outcome;
 
 pub mod exec;
 pub mod http;
+pub mod jsonl;
+mod process;
 
-/// One delivery as a handler sees it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct HandlerMessage {
-    /// The message body, unchanged.
-    pub body: Vec<u8>,
-    /// The main queue the message was consumed from.
-    pub queue: String,
-    /// The AMQP `message_id` property, when the publisher set one.
-    pub message_id: Option<String>,
-    /// The AMQP `content_type` property, when the publisher set one.
-    pub content_type: Option<String>,
-    /// This run's number: 1 on the first delivery, `max_attempts` on the last.
-    pub attempt: u32,
-    /// How many runs the message gets before it is dead-lettered.
-    pub max_attempts: u32,
-    /// The exchange the message was originally published to (not the retry
-    /// exchange it came back through).
-    pub exchange: String,
-    /// The routing key the message was originally published with.
-    pub routing_key: String,
-    /// The message's AMQP headers as a JSON object (bytes that are not
-    /// UTF-8 as base64, see [`crate::core::retry::headers_to_json`]).
-    pub headers: serde_json::Value,
-    /// The values above whose bytes are not UTF-8 (RabbitMQ passes short
-    /// strings through as bytes): each is here as its bytes, and its field
-    /// above is then `None` or empty.
-    pub not_utf8: NotUtf8,
-}
-
-/// The short strings of a message that are not UTF-8, as their bytes.
-///
-/// Handlers that run programs give each as `DLQCTL_<NAME>_BASE64`
-/// (standard base64), with `DLQCTL_<NAME>` empty.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NotUtf8 {
-    /// The `message_id` property.
-    pub message_id: Option<Vec<u8>>,
-    /// The `content_type` property.
-    pub content_type: Option<Vec<u8>>,
-    /// The original exchange.
-    pub exchange: Option<Vec<u8>>,
-    /// The original routing key.
-    pub routing_key: Option<Vec<u8>>,
-}
-
-impl HandlerMessage {
-    /// The message id's bytes, UTF-8 or not; `None` when it has none.
-    pub fn message_id_bytes(&self) -> Option<&[u8]> {
-        self.message_id
-            .as_deref()
-            .map(str::as_bytes)
-            .or(self.not_utf8.message_id.as_deref())
-    }
-
-    /// The content type's bytes, UTF-8 or not; `None` when it has none.
-    pub fn content_type_bytes(&self) -> Option<&[u8]> {
-        self.content_type
-            .as_deref()
-            .map(str::as_bytes)
-            .or(self.not_utf8.content_type.as_deref())
-    }
-}
+pub use crate::core::message::{HandlerMessage, NotUtf8};
 
 /// Processes one message and says how it went.
 ///

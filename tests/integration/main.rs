@@ -8,6 +8,7 @@ mod cli_io;
 mod dlq;
 mod dlq_ops;
 mod helpers;
+mod jsonl;
 mod poison;
 mod provision;
 mod secrets;

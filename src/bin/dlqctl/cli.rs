@@ -300,7 +300,7 @@ pub struct WorkArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub concurrency: u16,
     /// A handler run longer than this is killed and counts as transient
-    /// (above 0).
+    /// (above 0). With --jsonl: how long a message waits for its answer.
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_timeout)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
@@ -317,8 +317,20 @@ pub struct WorkArgs {
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// POST each message to this URL instead of running a command.
-    #[arg(long, conflicts_with = "command")]
+    #[arg(long, conflicts_with_all = ["command", "jsonl"])]
     pub http: Option<String>,
+    /// Keep COMMAND running and hand it messages as JSON lines on stdin;
+    /// it answers outcomes on stdout (README, "The JSON-lines protocol").
+    #[arg(long, requires = "command")]
+    pub jsonl: bool,
+    /// With --jsonl: how many copies of COMMAND run. The --concurrency
+    /// messages in flight are spread over them.
+    #[arg(long, default_value_t = 1, requires = "jsonl", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub processes: u16,
+    /// With --jsonl: how long a process may take to answer the hello line
+    /// with its ready line.
+    #[arg(long, default_value = "60s", requires = "jsonl", value_parser = dlqctl::core::duration::parse_cli_timeout)]
+    pub handler_start_timeout: std::time::Duration,
     #[command(flatten)]
     pub connection: Connection,
     /// The handler program and its arguments (after `--`).

@@ -8,6 +8,7 @@ use dlqctl::core::topology::QueueType;
 use dlqctl::error::Error;
 use dlqctl::handler::exec::{check_program, ExecHandler};
 use dlqctl::handler::http::HttpHandler;
+use dlqctl::handler::jsonl::{JsonlConfig, JsonlHandler};
 use dlqctl::handler::Handler;
 use dlqctl::worker::metrics::Metrics;
 use dlqctl::worker::{self, Worker, WorkerConfig};
@@ -38,6 +39,29 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
             let h = HttpHandler::new(url, a.handler_timeout)
                 .map_err(|e| Error::Usage(format!("--http: {e}")))?;
             serve(cfg, h, a).await
+        }
+        (None, Some((program, args))) if a.jsonl => {
+            check_program(program).map_err(|e| Error::Usage(format!("handler: {e}")))?;
+            let processes = usize::from(a.processes);
+            if processes > cfg.concurrency {
+                return Err(Error::Usage(format!(
+                    "--processes {processes} is more than --concurrency {}: each process needs \
+                     at least one message in flight; raise --concurrency",
+                    cfg.concurrency
+                ))
+                .into());
+            }
+            let mut jc = JsonlConfig::new(program.clone(), args.to_vec(), &cfg.pipeline.name);
+            jc.processes = processes;
+            jc.max_in_flight = cfg.concurrency.div_ceil(processes);
+            jc.timeout = a.handler_timeout;
+            jc.start_timeout = a.handler_start_timeout;
+            let h = Arc::new(JsonlHandler::start(jc));
+            let result = serve(cfg, h.clone(), a).await;
+            // After the worker: the answers in flight are in (or the grace
+            // is over); now EOF, a short wait, then kill.
+            h.shutdown().await;
+            result
         }
         (None, Some((program, args))) => {
             check_program(program).map_err(|e| Error::Usage(format!("handler: {e}")))?;
