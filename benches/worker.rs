@@ -11,12 +11,19 @@
 //!    the worker's retry path (handler always transient);
 //! 3. exec handler (`/bin/true`) at concurrency 1 and 8 vs a hand-written
 //!    consume-spawn-ack loop;
-//! 4. peak RSS of `dlqctl work --http` over 100,000 messages at prefetch 200.
+//! 4. peak RSS of `dlqctl work --http` over 100,000 messages at prefetch 200;
+//! 5. `--jsonl` with one Python process vs exec of a Python script per
+//!    message (the same logic: parse the JSON body, succeed) and vs the
+//!    in-process no-op handler, in alternating rounds; then the peak RSS of
+//!    `dlqctl work --jsonl` over 100,000 messages at prefetch 200.
+//!
+//! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
 use dlqctl::core::outcome::Outcome;
 use dlqctl::core::topology::{parse_topology, plan, Pipeline};
 use dlqctl::handler::exec::ExecHandler;
+use dlqctl::handler::jsonl::{JsonlConfig, JsonlHandler};
 use dlqctl::handler::{handler_fn, Handler, HandlerMessage};
 use dlqctl::worker::{Worker, WorkerConfig};
 use futures_util::StreamExt;
@@ -71,7 +78,8 @@ impl Setup {
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .expect("confirms");
-        let body = vec![b'x'; 256];
+        // 256 bytes of JSON, for handlers that parse it.
+        let body = format!("{{\"order\":\"{}\"}}", "x".repeat(244)).into_bytes();
         let mut pending = Vec::with_capacity(1000);
         for i in 0..n {
             let props = BasicProperties::default()
@@ -354,116 +362,12 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
-    // nextest (`--list ...`) run this binary as a test: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(run());
-}
-
-async fn run() {
-    let s = Setup::new().await;
-    let n_ack = env_usize("BENCH_ACK_N", 20_000);
-    let n_retry = env_usize("BENCH_RETRY_N", 10_000);
-    let n_exec = env_usize("BENCH_EXEC_N", 600);
-    let n_rss = env_usize("BENCH_RSS_N", 100_000);
-    println!(
-        "dlqctl worker benchmark (RabbitMQ at {}, quorum queues)\n",
-        s.url.endpoint()
-    );
-
-    // 1. success path
-    let p = s.pipeline("ack", "[1h]", 5).await;
-    s.preload(&p.name, n_ack).await;
-    let raw = measure(
-        "raw lapin consume+ack (prefetch 200)",
-        n_ack,
-        raw_ack(&s, &p.name, n_ack, 200),
-    )
-    .await;
-    s.preload(&p.name, n_ack).await;
-    let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
-    let wk = measure(
-        "Worker, no-op handler (prefetch 200, concurrency 200)",
-        n_ack,
-        worker_run(&s, &p, noop, n_ack, 200, 200),
-    )
-    .await;
-    println!("  ratio worker/raw: {:.2} (target >= 0.95)\n", wk / raw);
-    s.cleanup(&p).await;
-
-    // 2. retry path: copies go to a 1h tier and stay there.
-    let p = s.pipeline("retry", "[1h]", 1000).await;
-    s.preload(&p.name, n_retry).await;
-    let raw = measure(
-        "raw lapin consume+confirmed republish+ack (pipelined)",
-        n_retry,
-        raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 1),
-    )
-    .await;
-    s.preload(&p.name, n_retry).await;
-    let raw_safe = measure(
-        "raw, one copy in flight per channel (200 channels)",
-        n_retry,
-        raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 200),
-    )
-    .await;
-    s.preload(&p.name, n_retry).await;
-    let failing = handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
-    let wk = measure(
-        "Worker retry path (prefetch 200, concurrency 200)",
-        n_retry,
-        worker_run(&s, &p, failing, n_retry, 200, 200),
-    )
-    .await;
-    println!(
-        "  ratio worker/raw: {:.2} (target >= 1.0); worker/raw one-in-flight: {:.2}\n",
-        wk / raw,
-        wk / raw_safe
-    );
-    s.cleanup(&p).await;
-
-    // 3. exec handler
-    let p = s.pipeline("exec", "[1h]", 5).await;
-    s.preload(&p.name, n_exec).await;
-    let raw = row(
-        "hand-written consume-spawn(/bin/true)-ack loop",
-        n_exec,
-        raw_exec(&s, &p.name, n_exec).await,
-    );
-    for conc in [1usize, 8] {
-        s.preload(&p.name, n_exec).await;
-        let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(30));
-        let wk = row(
-            &format!("Worker exec /bin/true, concurrency {conc}"),
-            n_exec,
-            worker_run(&s, &p, h, n_exec, 50, conc).await,
-        );
-        println!(
-            "  ratio worker/hand-written: {:.2}{}",
-            wk / raw,
-            if conc == 8 { " (target >= 3)" } else { "" }
-        );
-    }
-    println!();
-    s.cleanup(&p).await;
-
-    // 4. memory: the binary over many messages through an HTTP handler.
-    let p = s.pipeline("rss", "[1h]", 5).await;
-    s.preload(&p.name, n_rss).await;
-    let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let dir = std::env::temp_dir().join(format!("{}-rss", s.prefix));
+/// Runs the binary with `args` over `n` preloaded messages of a fresh
+/// pipeline and prints its rate and peak RSS.
+async fn binary_rss(s: &Setup, name: &str, n: usize, args: &[&str], label: &str) {
+    let p = s.pipeline(name, "[1h]", 5).await;
+    s.preload(&p.name, n).await;
+    let dir = std::env::temp_dir().join(format!("{}-{name}", s.prefix));
     std::fs::create_dir_all(&dir).expect("dir");
     let yaml = dir.join("t.yaml");
     std::fs::write(
@@ -479,13 +383,8 @@ async fn run() {
             yaml.to_str().unwrap_or_default(),
             "--queue",
             &p.name,
-            "--prefetch",
-            "200",
-            "--concurrency",
-            "32",
         ])
-        .arg("--http")
-        .arg(format!("http://{addr}/"))
+        .args(args)
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("spawn dlqctl work");
@@ -518,16 +417,251 @@ async fn run() {
     let el = t0.elapsed();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-    row(
-        "dlqctl work --http (prefetch 200, concurrency 32)",
-        n_rss,
-        el,
-    );
+    row(label, n, el);
     println!(
         "  peak RSS: {:.1} MiB (target < 50 MiB)",
         peak as f64 / 1024.0
     );
     let _ = std::fs::remove_dir_all(&dir);
     s.cleanup(&p).await;
+}
+
+/// Exec: parse the JSON body from stdin, succeed.
+const EXEC_PY: &str = "import json, sys\njson.loads(sys.stdin.buffer.read())\n";
+
+/// --jsonl: the same logic per message line.
+const JSONL_PY: &str = r#"import json, sys
+out = sys.stdout
+sys.stdin.buffer.readline()
+out.write('{"ready": true, "version": 1}\n')
+out.flush()
+for line in sys.stdin.buffer:
+    msg = json.loads(line)
+    json.loads(msg["body"])
+    out.write('{"id": %d, "outcome": "success"}\n' % msg["id"])
+    out.flush()
+"#;
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
+    // nextest (`--list ...`) run this binary as a test: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(run());
+}
+
+async fn run() {
+    let s = Setup::new().await;
+    let n_ack = env_usize("BENCH_ACK_N", 20_000);
+    let n_retry = env_usize("BENCH_RETRY_N", 10_000);
+    let n_exec = env_usize("BENCH_EXEC_N", 600);
+    let n_rss = env_usize("BENCH_RSS_N", 100_000);
+    let n_exec_py = env_usize("BENCH_EXEC_PY_N", 300);
+    let n_jsonl = env_usize("BENCH_JSONL_N", 20_000);
+    let rounds = env_usize("BENCH_ROUNDS", 2);
+    // BENCH_ONLY=5 (or 1,3,...) runs only those scenarios.
+    let picked: Vec<usize> = std::env::var("BENCH_ONLY")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let only = |n: usize| picked.is_empty() || picked.contains(&n);
+    println!(
+        "dlqctl worker benchmark (RabbitMQ at {}, quorum queues)\n",
+        s.url.endpoint()
+    );
+
+    // 1. success path
+    if only(1) {
+        let p = s.pipeline("ack", "[1h]", 5).await;
+        s.preload(&p.name, n_ack).await;
+        let raw = measure(
+            "raw lapin consume+ack (prefetch 200)",
+            n_ack,
+            raw_ack(&s, &p.name, n_ack, 200),
+        )
+        .await;
+        s.preload(&p.name, n_ack).await;
+        let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
+        let wk = measure(
+            "Worker, no-op handler (prefetch 200, concurrency 200)",
+            n_ack,
+            worker_run(&s, &p, noop, n_ack, 200, 200),
+        )
+        .await;
+        println!("  ratio worker/raw: {:.2} (target >= 0.95)\n", wk / raw);
+        s.cleanup(&p).await;
+    }
+
+    // 2. retry path: copies go to a 1h tier and stay there.
+    if only(2) {
+        let p = s.pipeline("retry", "[1h]", 1000).await;
+        s.preload(&p.name, n_retry).await;
+        let raw = measure(
+            "raw lapin consume+confirmed republish+ack (pipelined)",
+            n_retry,
+            raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 1),
+        )
+        .await;
+        s.preload(&p.name, n_retry).await;
+        let raw_safe = measure(
+            "raw, one copy in flight per channel (200 channels)",
+            n_retry,
+            raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 200),
+        )
+        .await;
+        s.preload(&p.name, n_retry).await;
+        let failing = handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
+        let wk = measure(
+            "Worker retry path (prefetch 200, concurrency 200)",
+            n_retry,
+            worker_run(&s, &p, failing, n_retry, 200, 200),
+        )
+        .await;
+        println!(
+            "  ratio worker/raw: {:.2} (target >= 1.0); worker/raw one-in-flight: {:.2}\n",
+            wk / raw,
+            wk / raw_safe
+        );
+        s.cleanup(&p).await;
+    }
+
+    // 3. exec handler
+    if only(3) {
+        let p = s.pipeline("exec", "[1h]", 5).await;
+        s.preload(&p.name, n_exec).await;
+        let raw = row(
+            "hand-written consume-spawn(/bin/true)-ack loop",
+            n_exec,
+            raw_exec(&s, &p.name, n_exec).await,
+        );
+        for conc in [1usize, 8] {
+            s.preload(&p.name, n_exec).await;
+            let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(30));
+            let wk = row(
+                &format!("Worker exec /bin/true, concurrency {conc}"),
+                n_exec,
+                worker_run(&s, &p, h, n_exec, 50, conc).await,
+            );
+            println!(
+                "  ratio worker/hand-written: {:.2}{}",
+                wk / raw,
+                if conc == 8 { " (target >= 3)" } else { "" }
+            );
+        }
+        println!();
+        s.cleanup(&p).await;
+    }
+
+    // 4. memory: the binary over many messages through an HTTP handler.
+    if only(4) {
+        let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let url = format!("http://{addr}/");
+        binary_rss(
+            &s,
+            "rss",
+            n_rss,
+            &["--prefetch", "200", "--concurrency", "32", "--http", &url],
+            "dlqctl work --http (prefetch 200, concurrency 32)",
+        )
+        .await;
+        println!();
+    }
+
+    // 5. the JSON-lines handler: one Python process against a Python
+    // script per message (the same logic: parse the JSON body, succeed),
+    // and against the in-process no-op handler.
+    if only(5) {
+        let dir = std::env::temp_dir().join(format!("{}-py", s.prefix));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let exec_py = dir.join("exec.py");
+        std::fs::write(&exec_py, EXEC_PY).expect("exec.py");
+        let jsonl_py = dir.join("jsonl.py");
+        std::fs::write(&jsonl_py, JSONL_PY).expect("jsonl.py");
+        let python = if std::path::Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let p = s.pipeline("jsonl", "[1h]", 5).await;
+        s.preload(&p.name, n_exec_py).await;
+        let h = ExecHandler::new(
+            python,
+            vec![exec_py.clone().into()],
+            Duration::from_secs(30),
+        );
+        let exec = measure(
+            "exec python3 per message (concurrency 8)",
+            n_exec_py,
+            worker_run(&s, &p, h, n_exec_py, 8, 8),
+        )
+        .await;
+        let mut jsonl_rate = 0.0;
+        let mut noop_rate = 0.0;
+        for round in 0..rounds {
+            s.preload(&p.name, n_jsonl).await;
+            let mut jc = JsonlConfig::new(python, vec![jsonl_py.clone().into()], &p.name);
+            jc.max_in_flight = 64;
+            let h = Arc::new(JsonlHandler::start(jc));
+            let r = measure(
+                &format!(
+                    "--jsonl, one python3 process (concurrency 64), round {}",
+                    round + 1
+                ),
+                n_jsonl,
+                worker_run(&s, &p, h.clone(), n_jsonl, 64, 64),
+            )
+            .await;
+            h.shutdown().await;
+            s.preload(&p.name, n_jsonl).await;
+            let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
+            let n = measure(
+                &format!(
+                    "in-process no-op handler (concurrency 64), round {}",
+                    round + 1
+                ),
+                n_jsonl,
+                worker_run(&s, &p, noop, n_jsonl, 64, 64),
+            )
+            .await;
+            println!("  ratio --jsonl/no-op this round: {:.2}", r / n);
+            jsonl_rate += r;
+            noop_rate += n;
+        }
+        println!(
+            "  ratio --jsonl/exec python: {:.1} (target >= 20); --jsonl/no-op: {:.2} (target >= 0.5)",
+            jsonl_rate / exec,
+            jsonl_rate / noop_rate
+        );
+        s.cleanup(&p).await;
+        binary_rss(
+            &s,
+            "jsonl-rss",
+            n_rss,
+            &[
+                "--prefetch",
+                "200",
+                "--concurrency",
+                "200",
+                "--jsonl",
+                "--",
+                python,
+                jsonl_py.to_str().unwrap_or_default(),
+            ],
+            "dlqctl work --jsonl python3 (prefetch 200, concurrency 200)",
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let _ = s.conn.close(200, "bye".into()).await;
 }

@@ -902,6 +902,16 @@ impl Limiter {
         }
     }
 
+    /// Reports the count of a window that is over.
+    fn tick(&mut self, now: Instant, report: impl FnOnce(u64)) {
+        if self
+            .started
+            .is_some_and(|start| now.duration_since(start) >= self.window)
+        {
+            self.flush(report);
+        }
+    }
+
     fn flush(&mut self, report: impl FnOnce(u64)) {
         if self.suppressed > 0 {
             report(std::mem::take(&mut self.suppressed));
@@ -934,7 +944,16 @@ async fn log_stderr(mut stderr: ChildStderr, index: usize, pid: u32, tail: Arc<M
         }
     };
     loop {
-        match stderr.read(&mut buf).await {
+        // A count of lines not logged is reported once its window is over,
+        // even when no line follows.
+        let read = tokio::select! {
+            r = stderr.read(&mut buf) => r,
+            () = tokio::time::sleep(Duration::from_secs(1)), if limiter.suppressed > 0 => {
+                limiter.tick(Instant::now(), report);
+                continue;
+            }
+        };
+        match read {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 if let Ok(mut t) = tail.lock() {

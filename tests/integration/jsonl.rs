@@ -464,6 +464,84 @@ async fn garbage_on_stdout_is_logged_and_ignored() {
     assert_empty(&f.broker, &f.all_queues()).await;
 }
 
+/// stderr is logged line by line, each cut at 4 KiB and at most 100 lines
+/// a second, the rest counted.
+#[tokio::test]
+async fn stderr_is_logged_bounded_per_line_and_in_rate() {
+    let f = Fixture::new(&[100], 2).await;
+    let mut w = f.worker(&[], &[]);
+    w.wait_consuming().await;
+    f.publish_json("chatty", json!({"do": "chatty"})).await;
+    w.wait_decisions(1, SECS_30).await;
+    let dropped = w
+        .wait_event(
+            "handler stderr lines were not logged (over 100 a second)",
+            1,
+            SECS_30,
+        )
+        .await;
+    let lines = w.events("handler stderr");
+    let long = &lines[0];
+    assert!(
+        text(long, "line").ends_with("… (5904 more bytes)") && text(long, "line").len() < 4200,
+        "{long}"
+    );
+    let logged = lines.len() as u64;
+    let not_logged: u64 = dropped.iter().map(|e| e["count"].as_u64().unwrap()).sum();
+    assert!(logged <= 400, "{logged} stderr lines logged");
+    // Every line is either logged or counted (the last count may come
+    // with a later window).
+    assert!(logged + not_logged <= 3001, "{logged} + {not_logged}");
+    assert!(not_logged >= 2000, "{not_logged} counted");
+    w.stop().await;
+}
+
+/// `--processes` needs `--jsonl`, and at most `--concurrency` of them.
+#[tokio::test]
+async fn processes_options_are_checked() {
+    let f = Fixture::new(&[100], 2).await;
+    let run = crate::helpers::dlqctl(
+        &[
+            "work",
+            f.file.to_str().unwrap(),
+            "--queue",
+            &f.pipe.name,
+            "--processes",
+            "2",
+            "--",
+            "true",
+        ],
+        crate::helpers::RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("--jsonl"), "{}", run.stderr);
+    let run = crate::helpers::dlqctl(
+        &[
+            "work",
+            f.file.to_str().unwrap(),
+            "--queue",
+            &f.pipe.name,
+            "--jsonl",
+            "--processes",
+            "4",
+            "--concurrency",
+            "2",
+            "--",
+            "true",
+        ],
+        crate::helpers::RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("--processes 4 is more than --concurrency 2"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// A process that stops reading stdin holds dlqctl back: messages time
 /// out (and go on to the DLQ), and dlqctl's memory stays far below the
 /// bodies published.

@@ -14,6 +14,7 @@ A body that is a JSON object {"do": ...}:
   crash-once                        crash unless FILE ("marker") exists; make it
   hang                              never answer this one
   garbage                           junk lines first, then success, then a duplicate
+  chatty                            a 10,000-byte stderr line, then 3,000 short ones
   "delay_ms": N                     wait N ms before answering
 Any other body: success, logging its length and sha256.
 """
@@ -95,6 +96,12 @@ def handle(msg):
         os._exit(7)
     if do == "hang":
         return
+    if do == "chatty":
+        sys.stderr.write("y" * 10000 + "\n")
+        for i in range(3000):
+            sys.stderr.write(f"chatter {i}\n")
+        sys.stderr.flush()
+        answer["outcome"] = "success"
     if do == "garbage":
         write("this is not json\n")
         write(json.dumps({"id": 999999, "outcome": "success"}) + "\n")
