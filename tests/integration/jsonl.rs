@@ -385,7 +385,7 @@ async fn a_poison_message_reaches_the_dlq_with_the_crash() {
     assert_eq!(poison.len(), 3, "{d:#?}");
     assert_eq!(text(poison[2], "decision"), "dead_letter");
     assert_eq!(text(poison[2], "reason"), "exhausted");
-    assert_eq!(text(&by_message_id(&d, "fine")[0], "decision"), "ack");
+    assert_eq!(text(by_message_id(&d, "fine")[0], "decision"), "ack");
     let dead = f.dlq(1).await;
     let error = header_str(&dead[0], "dlqctl-last-error");
     assert!(
