@@ -35,7 +35,7 @@
 //! - [`JsonlHandler::shutdown`] closes every process's stdin (EOF means
 //!   "exit"), waits `exit_wait`, then kills the process group.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -55,6 +55,9 @@ use super::{Handler, HandlerMessage};
 use crate::core::backoff::Backoff;
 use crate::core::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::core::outcome::Outcome;
+use limits::{Limiter, RecentIds};
+
+mod limits;
 
 /// stderr lines longer than this are cut in the log.
 pub const STDERR_LINE_BYTES: usize = 4096;
@@ -411,6 +414,7 @@ async fn supervise(pool: Arc<Pool>, index: usize) {
         }
         let started = Instant::now();
         match start(&pool, index).await {
+            Err(_) if pool.stopping.is_cancelled() => return,
             Err(why) => {
                 failing += 1;
                 let wait = backoff.peek();
@@ -523,6 +527,7 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
     };
     let outcome = tokio::select! {
         r = handshake => r,
+        () = pool.stopping.cancelled() => Err("dlqctl is stopping".to_string()),
         () = tokio::time::sleep_until(deadline) => Err(format!(
             "no ready line within {} (--handler-start-timeout)",
             format_timeout(cfg.start_timeout)
@@ -829,96 +834,6 @@ impl Answers<'_> {
     }
 }
 
-/// The last `cap` ids answered, to tell a duplicate answer from a late one.
-struct RecentIds {
-    cap: usize,
-    order: VecDeque<u64>,
-    set: HashSet<u64>,
-}
-
-impl RecentIds {
-    fn new(cap: usize) -> Self {
-        RecentIds {
-            cap,
-            order: VecDeque::with_capacity(cap),
-            set: HashSet::with_capacity(cap),
-        }
-    }
-
-    fn insert(&mut self, id: u64) {
-        if self.order.len() == self.cap {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-        self.order.push_back(id);
-        self.set.insert(id);
-    }
-
-    fn contains(&self, id: u64) -> bool {
-        self.set.contains(&id)
-    }
-}
-
-/// At most `per_window` events per window; the rest are counted and
-/// reported once the next window opens.
-struct Limiter {
-    per_window: u32,
-    window: Duration,
-    started: Option<Instant>,
-    used: u32,
-    suppressed: u64,
-}
-
-impl Limiter {
-    fn new(per_window: u32, window: Duration) -> Self {
-        Limiter {
-            per_window,
-            window,
-            started: None,
-            used: 0,
-            suppressed: 0,
-        }
-    }
-
-    /// Whether one more event may be logged now; `report` gets the count
-    /// suppressed in the window that just ended.
-    fn allow(&mut self, now: Instant, report: impl FnOnce(u64)) -> bool {
-        let fresh = match self.started {
-            Some(start) => now.duration_since(start) >= self.window,
-            None => true,
-        };
-        if fresh {
-            self.flush(report);
-            self.started = Some(now);
-            self.used = 0;
-        }
-        if self.used < self.per_window {
-            self.used += 1;
-            true
-        } else {
-            self.suppressed += 1;
-            false
-        }
-    }
-
-    /// Reports the count of a window that is over.
-    fn tick(&mut self, now: Instant, report: impl FnOnce(u64)) {
-        if self
-            .started
-            .is_some_and(|start| now.duration_since(start) >= self.window)
-        {
-            self.flush(report);
-        }
-    }
-
-    fn flush(&mut self, report: impl FnOnce(u64)) {
-        if self.suppressed > 0 {
-            report(std::mem::take(&mut self.suppressed));
-        }
-    }
-}
-
 /// Logs the process's stderr line by line, bounded in length and rate, and
 /// keeps its tail for the error text of a crash.
 async fn log_stderr(mut stderr: ChildStderr, index: usize, pid: u32, tail: Arc<Mutex<TailBuffer>>) {
@@ -971,3 +886,6 @@ async fn log_stderr(mut stderr: ChildStderr, index: usize, pid: u32, tail: Arc<M
     }
     limiter.flush(report);
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! The pool against real processes (Python and sh), without a broker.
+
+use super::*;
+use std::time::Instant as StdInstant;
+
+fn msg(body: &str) -> HandlerMessage {
+    HandlerMessage {
+        body: body.as_bytes().to_vec(),
+        queue: "orders".into(),
+        message_id: Some("m-1".into()),
+        attempt: 1,
+        max_attempts: 3,
+        ..Default::default()
+    }
+}
+
+fn python() -> &'static str {
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// A Python handler: answers each message with the body as the outcome
+/// (`success`, `transient`, `permanent`), from a thread per message when
+/// the body starts with `slow:` (after the given ms), or exits 3 on `die`.
+const ECHO: &str = r#"
+import json, sys, threading, time, os
+sys.stdin.buffer.readline()
+print(json.dumps({"ready": True, "version": 1}), flush=True)
+lock = threading.Lock()
+def answer(m, outcome):
+    with lock:
+        print(json.dumps({"id": m["id"], "outcome": outcome, "error": "e-" + str(m["id"])}), flush=True)
+for line in sys.stdin.buffer:
+    m = json.loads(line)
+    b = m["body"]
+    if b == "die":
+        os._exit(3)
+    if b.startswith("slow:"):
+        ms, outcome = b[5:].split(":")
+        threading.Thread(target=lambda m=m, ms=ms, o=outcome: (time.sleep(int(ms) / 1000), answer(m, o))).start()
+    else:
+        answer(m, b)
+"#;
+
+fn config(script: &str) -> JsonlConfig {
+    let mut c = JsonlConfig::new(python(), vec!["-c".into(), script.into()], "orders");
+    c.timeout = Duration::from_secs(10);
+    c.start_timeout = Duration::from_secs(10);
+    c
+}
+
+#[tokio::test]
+async fn outcomes_come_back_by_id_in_any_order() {
+    let mut c = config(ECHO);
+    c.max_in_flight = 3;
+    let h = JsonlHandler::start(c);
+    let (m1, m2, m3) = (
+        msg("slow:600:success"),
+        msg("slow:300:permanent"),
+        msg("slow:10:transient"),
+    );
+    let (a, b, d) = tokio::join!(h.handle(&m1), h.handle(&m2), h.handle(&m3));
+    assert_eq!(a, Outcome::Success);
+    assert!(
+        matches!(b, Outcome::Permanent { ref error } if error.starts_with("e-")),
+        "{b:?}"
+    );
+    assert!(
+        matches!(d, Outcome::Transient { ref error, .. } if error.starts_with("e-")),
+        "{d:?}"
+    );
+    h.shutdown().await;
+    assert_eq!(h.ready(), 0);
+}
+
+#[tokio::test]
+async fn a_crash_fails_the_messages_in_flight_and_the_process_comes_back() {
+    let mut c = config(ECHO);
+    c.max_in_flight = 2;
+    let h = JsonlHandler::start(c);
+    let (m1, m2) = (msg("slow:5000:success"), msg("die"));
+    let (slow, die) = tokio::join!(h.handle(&m1), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        h.handle(&m2).await
+    });
+    for o in [&slow, &die] {
+        match o {
+            Outcome::Transient { error, .. } => assert!(
+                error.starts_with("handler process 0 (pid ")
+                    && error.ends_with("exited with status 3 with this message in flight"),
+                "{error}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Started again after the backoff.
+    let ok = msg("success");
+    assert_eq!(h.handle(&ok).await, Outcome::Success);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn messages_wait_unsent_while_no_process_starts() {
+    let dir = std::env::temp_dir().join(format!("dlqctl-jsonl-gate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let script = format!(
+        "import os, sys\nif not os.path.exists({:?}): sys.exit('gate closed')\n{ECHO}",
+        dir.display().to_string()
+    );
+    let h = Arc::new(JsonlHandler::start(config(&script)));
+    let h2 = h.clone();
+    let waiting = tokio::spawn(async move { h2.handle(&msg("success")).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "the message must wait, not fail");
+    std::fs::write(&dir, "").unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("answered once a process started")
+        .unwrap();
+    assert_eq!(out, Outcome::Success);
+    h.shutdown().await;
+    let _ = std::fs::remove_file(&dir);
+}
+
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_process_that_never_gets_ready() {
+    let mut c = JsonlConfig::new("sleep", vec!["100".into()], "orders");
+    c.start_timeout = Duration::from_secs(60);
+    let h = JsonlHandler::start(c);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = StdInstant::now();
+    h.shutdown().await;
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn a_wrong_ready_line_is_a_failed_start_and_no_message_is_sent() {
+    let script = r#"echo '{"ready":true,"version":2}'; cat > /dev/null"#;
+    let mut c = JsonlConfig::new("sh", vec!["-c".into(), script.into()], "orders");
+    c.start_timeout = Duration::from_secs(5);
+    let h = JsonlHandler::start(c);
+    let m = msg("success");
+    let r = tokio::time::timeout(Duration::from_millis(1500), h.handle(&m)).await;
+    assert!(r.is_err(), "the message should wait: {r:?}");
+    assert_eq!(h.ready(), 0);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_message_leaves_no_entry_behind() {
+    let mut c = config(ECHO);
+    c.max_in_flight = 1;
+    let h = JsonlHandler::start(c);
+    let ok = msg("success");
+    assert_eq!(h.handle(&ok).await, Outcome::Success);
+    // Dropped while waiting for its answer: its place is free again.
+    let r = tokio::time::timeout(
+        Duration::from_millis(200),
+        h.handle(&msg("slow:1000:success")),
+    )
+    .await;
+    assert!(r.is_err());
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), h.handle(&ok))
+            .await
+            .expect("the freed place is used"),
+        Outcome::Success
+    );
+    h.shutdown().await;
+}
