@@ -549,7 +549,14 @@ async fn processes_options_are_checked() {
 async fn a_process_that_never_reads_holds_dlqctl_back() {
     let f = Fixture::new(&[100], 2).await;
     let mut w = f.worker(
-        &["--handler-timeout", "500ms", "--concurrency", "2"],
+        &[
+            "--handler-timeout",
+            "500ms",
+            "--concurrency",
+            "2",
+            "--grace",
+            "10s",
+        ],
         &["--stop-reading"],
     );
     w.wait_consuming().await;
@@ -582,7 +589,11 @@ async fn a_process_that_never_reads_holds_dlqctl_back() {
         d.iter().all(|e| text(e, "outcome") == "transient"),
         "{d:#?}"
     );
-    w.stop().await;
+    // Messages waiting for the next process (it restarts with a growing
+    // backoff) hold the stop for at most --grace, then the process that
+    // ignores EOF is killed 5 s later.
+    w.sigterm();
+    assert_eq!(w.wait_exit(Duration::from_secs(40)).await, Some(0));
 }
 
 /// A 50 MB body that is not UTF-8 reaches the process whole (as
