@@ -640,7 +640,7 @@ async fn run() {
         }
         println!(
             "  ratio --jsonl/exec python: {:.1} (target >= 20); --jsonl/no-op: {:.2} (target >= 0.5)",
-            jsonl_rate / exec,
+            jsonl_rate / rounds as f64 / exec,
             jsonl_rate / noop_rate
         );
         s.cleanup(&p).await;
