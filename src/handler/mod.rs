@@ -9,10 +9,12 @@
 //! - [`exec::ExecHandler`] runs a program per message (`dlqctl work ... --
 //!   COMMAND ARGS...`);
 //! - [`http::HttpHandler`] POSTs the body to a URL (`--http URL`);
+//! - [`jsonl::JsonlHandler`] keeps programs running and hands them messages
+//!   as JSON lines (`--jsonl -- COMMAND ARGS...`);
 //! - [`handler_fn`] turns an async closure into a handler, for library users.
 //!
-//! The trait is async and makes no assumption about processes, so a
-//! long-running handler that speaks JSON lines over one pipe fits it too.
+//! The trait is async and makes no assumption about processes: the
+//! JSON-lines handler answers many messages over one pipe, in any order.
 
 use std::future::Future;
 use std::sync::Arc;
