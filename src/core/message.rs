@@ -64,3 +64,22 @@ impl HandlerMessage {
             .or(self.not_utf8.content_type.as_deref())
     }
 }
+
+#[cfg(test)]
+impl HandlerMessage {
+    /// A message for tests: every field set, all UTF-8, `body` as given.
+    pub(crate) fn example(body: &[u8]) -> Self {
+        HandlerMessage {
+            body: body.to_vec(),
+            queue: "orders".into(),
+            message_id: Some("m-1".into()),
+            content_type: Some("application/json".into()),
+            attempt: 2,
+            max_attempts: 5,
+            exchange: "shop".into(),
+            routing_key: "order.created".into(),
+            headers: serde_json::json!({"tenant": "acme", "n": 3}),
+            not_utf8: NotUtf8::default(),
+        }
+    }
+}

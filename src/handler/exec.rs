@@ -371,18 +371,7 @@ mod tests {
     }
 
     fn msg(body: &[u8]) -> HandlerMessage {
-        HandlerMessage {
-            body: body.to_vec(),
-            queue: "orders".into(),
-            message_id: Some("m-1".into()),
-            content_type: Some("application/json".into()),
-            attempt: 2,
-            max_attempts: 5,
-            exchange: "shop".into(),
-            routing_key: "order.created".into(),
-            headers: serde_json::json!({"tenant": "acme", "n": 3}),
-            not_utf8: Default::default(),
-        }
+        HandlerMessage::example(body)
     }
 
     fn temp_path(tag: &str) -> PathBuf {

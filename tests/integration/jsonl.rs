@@ -48,6 +48,19 @@ impl Fixture {
         WorkerProc::spawn(&self.file, &self.pipe.name, &args)
     }
 
+    /// [`Self::worker`], once it logs `consuming`.
+    async fn consuming(&self, opts: &[&str], handler_args: &[&str]) -> WorkerProc {
+        let mut w = self.worker(opts, handler_args);
+        w.wait_consuming().await;
+        w
+    }
+
+    /// Stops the worker (exit 0) and checks that no queue holds a message.
+    async fn stop_and_check_empty(&self, mut w: WorkerProc) {
+        w.stop().await;
+        assert_empty(&self.broker, &self.all_queues()).await;
+    }
+
     async fn publish(&self, id: &str, body: &[u8]) {
         publish(&self.broker, "", &self.pipe.name, body, with_id(id)).await;
     }
@@ -130,8 +143,7 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
 #[tokio::test]
 async fn every_outcome_and_every_field() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&["--concurrency", "4"], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&["--concurrency", "4"], &[]).await;
     let props = with_id("ok")
         .with_content_type("application/json".into())
         .with_headers(table(&[("tenant", s("acme"))]));
@@ -210,8 +222,7 @@ async fn every_outcome_and_every_field() {
 #[tokio::test]
 async fn retry_after_picks_the_tier() {
     let f = Fixture::new(&[100, 1500], 3).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     f.publish_json(
         "later",
         json!({"do": "transient", "error": "busy", "retry_after": "1s"}),
@@ -229,8 +240,9 @@ async fn retry_after_picks_the_tier() {
 #[tokio::test]
 async fn answers_in_any_order_reach_their_messages() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&["--concurrency", "16"], &["--threads", "16"]);
-    w.wait_consuming().await;
+    let mut w = f
+        .consuming(&["--concurrency", "16"], &["--threads", "16"])
+        .await;
     for n in 0..16u64 {
         // The later a message, the sooner its answer.
         let do_ = if n % 4 == 0 { "permanent" } else { "success" };
@@ -264,8 +276,7 @@ async fn answers_in_any_order_reach_their_messages() {
     assert_eq!(answered.len(), 16);
     assert_ne!(sent, answered, "the answers should come out of order");
     assert_eq!(f.dlq(4).await.len(), 4);
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// `--processes 4`: four processes start, each gets its share of the
@@ -313,8 +324,7 @@ async fn four_processes_share_the_messages() {
 #[tokio::test]
 async fn a_crash_mid_message_is_retried_not_lost() {
     let f = Fixture::new(&[100], 3).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     let marker = f.scratch.path().join("crashed-once");
     f.publish_json(
         "boom",
@@ -333,8 +343,7 @@ async fn a_crash_mid_message_is_retried_not_lost() {
     assert_eq!(d[1]["attempt"], 2);
     let hellos = f.events("hello");
     assert_eq!(hellos.len(), 2, "started again after the crash");
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// A process that dies before its ready line is never sent a message:
@@ -344,8 +353,9 @@ async fn a_crash_mid_message_is_retried_not_lost() {
 async fn a_crash_loop_at_start_burns_no_attempt() {
     let f = Fixture::new(&[100], 2).await;
     let gate = f.scratch.path().join("gate");
-    let mut w = f.worker(&[], &["--start-gate", &gate.display().to_string()]);
-    w.wait_consuming().await;
+    let mut w = f
+        .consuming(&[], &["--start-gate", &gate.display().to_string()])
+        .await;
     f.publish_json("a", json!({})).await;
     f.publish_json("b", json!({})).await;
     let ev = w.wait_event("the handler process failed to start; messages wait for a ready process, unsent and with no attempt counted (consumption pauses while none is ready)", 1, SECS_30).await;
@@ -367,8 +377,7 @@ async fn a_crash_loop_at_start_burns_no_attempt() {
             .all(|e| text(e, "decision") == "ack" && e["attempt"] == 1),
         "{d:#?}"
     );
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// A message that kills the process every time reaches the DLQ after
@@ -376,8 +385,7 @@ async fn a_crash_loop_at_start_burns_no_attempt() {
 #[tokio::test]
 async fn a_poison_message_reaches_the_dlq_with_the_crash() {
     let f = Fixture::new(&[100], 3).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     f.publish_json("poison", json!({"do": "crash"})).await;
     f.publish_json("fine", json!({})).await;
     let d = w.wait_decisions(4, Duration::from_secs(40)).await;
@@ -392,8 +400,7 @@ async fn a_poison_message_reaches_the_dlq_with_the_crash() {
         error.contains("exited with status 7 with this message in flight"),
         "{error}"
     );
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// An unanswered message times out as transient; after three timeouts in
@@ -401,8 +408,7 @@ async fn a_poison_message_reaches_the_dlq_with_the_crash() {
 #[tokio::test]
 async fn timeouts_then_a_restart() {
     let f = Fixture::new(&[100], 5).await;
-    let mut w = f.worker(&["--handler-timeout", "1s"], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&["--handler-timeout", "1s"], &[]).await;
     f.publish_json("hang", json!({"do": "hang"})).await;
     let d = w.wait_decisions(3, SECS_30).await;
     for e in &d[..2] {
@@ -428,8 +434,7 @@ async fn timeouts_then_a_restart() {
     let d = w.wait_decisions(5, SECS_30).await;
     assert_eq!(text(&d[4], "decision"), "dead_letter");
     assert_eq!(f.dlq(1).await.len(), 1);
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// Garbage on stdout (not JSON, an unknown id, a bad outcome, a line over
@@ -437,8 +442,7 @@ async fn timeouts_then_a_restart() {
 #[tokio::test]
 async fn garbage_on_stdout_is_logged_and_ignored() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     f.publish_json("junk", json!({"do": "garbage"})).await;
     let d = w.wait_decisions(1, SECS_30).await;
     assert_eq!(text(&d[0], "decision"), "ack", "{d:#?}");
@@ -460,8 +464,7 @@ async fn garbage_on_stdout_is_logged_and_ignored() {
     assert!(has("a second answer for id 1"), "{all:#?}");
     // The process was not restarted for it.
     assert_eq!(f.events("hello").len(), 1);
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// stderr is logged line by line, each cut at 4 KiB and at most 100 lines
@@ -469,8 +472,7 @@ async fn garbage_on_stdout_is_logged_and_ignored() {
 #[tokio::test]
 async fn stderr_is_logged_bounded_per_line_and_in_rate() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     f.publish_json("chatty", json!({"do": "chatty"})).await;
     w.wait_decisions(1, SECS_30).await;
     let dropped = w
@@ -601,8 +603,7 @@ async fn a_process_that_never_reads_holds_dlqctl_back() {
 #[tokio::test]
 async fn a_50_mb_body_works() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&["--handler-timeout", "60s"], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&["--handler-timeout", "60s"], &[]).await;
     let body: Vec<u8> = (0..50_000_000u32).map(|i| (i % 251) as u8).collect();
     let sha = {
         use sha2::Digest;
@@ -619,8 +620,7 @@ async fn a_50_mb_body_works() {
         .as_array()
         .unwrap()
         .contains(&json!("body_base64")));
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 /// SIGTERM with an answer pending: dlqctl stops consuming, waits for the
@@ -628,8 +628,7 @@ async fn a_50_mb_body_works() {
 #[tokio::test]
 async fn sigterm_waits_for_answers_then_closes_stdin() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.worker(&[], &[]);
-    w.wait_consuming().await;
+    let mut w = f.consuming(&[], &[]).await;
     f.publish_json("slow", json!({"delay_ms": 2000})).await;
     f.wait_events("received", 1, SECS_30).await;
     w.sigterm();
@@ -707,8 +706,7 @@ async fn example_end_to_end(program: &[&str], opts: &[&str]) {
         "{d:#?}"
     );
     assert_eq!(f.dlq(3).await.len(), 3);
-    w.stop().await;
-    assert_empty(&f.broker, &f.all_queues()).await;
+    f.stop_and_check_empty(w).await;
 }
 
 #[tokio::test]

@@ -3,18 +3,7 @@ use crate::core::message::NotUtf8;
 use serde_json::json;
 
 fn msg() -> HandlerMessage {
-    HandlerMessage {
-        body: br#"{"order":42}"#.to_vec(),
-        queue: "orders".into(),
-        message_id: Some("m-1".into()),
-        content_type: Some("application/json".into()),
-        attempt: 2,
-        max_attempts: 5,
-        exchange: "shop".into(),
-        routing_key: "orders.created".into(),
-        headers: json!({"tenant": "acme", "n": 3}),
-        not_utf8: NotUtf8::default(),
-    }
+    HandlerMessage::example(br#"{"order":42}"#)
 }
 
 fn parse_line(line: &[u8]) -> Value {
@@ -73,7 +62,7 @@ fn message_line_has_every_field_in_order() {
     assert_eq!(
         text,
         "{\"id\":7,\"queue\":\"orders\",\"message_id\":\"m-1\",\"attempt\":2,\"max_attempts\":5,\
-         \"exchange\":\"shop\",\"routing_key\":\"orders.created\",\"content_type\":\"application/json\",\
+         \"exchange\":\"shop\",\"routing_key\":\"order.created\",\"content_type\":\"application/json\",\
          \"headers\":{\"n\":3,\"tenant\":\"acme\"},\"body\":\"{\\\"order\\\":42}\"}\n"
     );
 }
