@@ -3,9 +3,11 @@
 //! with publisher confirms.
 
 pub mod batch;
+pub mod brokers;
 pub mod connection;
 pub mod declare;
 pub mod mgmt;
 pub mod publisher;
 
+pub use brokers::Brokers;
 pub use connection::BrokerUrl;

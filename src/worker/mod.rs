@@ -17,7 +17,8 @@ mod verify;
 
 pub use verify::verify_topology;
 
-use crate::amqp::connection::{describe_lapin_error, BrokerUrl};
+use crate::amqp::brokers::Brokers;
+use crate::amqp::connection::describe_lapin_error;
 use crate::amqp::publisher::Publisher;
 use crate::core::backoff::Backoff;
 use crate::core::breaker::{Breaker, State as BreakerState};
@@ -31,7 +32,7 @@ use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
@@ -68,8 +69,9 @@ impl DeadLetterMode {
 pub struct WorkerConfig {
     /// The pipeline to consume (its main queue).
     pub pipeline: Pipeline,
-    /// The broker.
-    pub url: BrokerUrl,
+    /// The broker addresses, tried in order; on a lost connection the
+    /// worker moves on to the next.
+    pub brokers: Brokers,
     /// Unacked deliveries the broker may push to this worker. Keep it at
     /// `concurrency` unless handlers are very short: a delivery beyond the
     /// concurrency waits unstarted, and every reconnect or shutdown returns
@@ -98,10 +100,10 @@ pub struct WorkerConfig {
 impl WorkerConfig {
     /// Defaults for a pipeline: one handler at a time with prefetch 1,
     /// republish dead-letters, 30 s grace.
-    pub fn new(pipeline: Pipeline, url: BrokerUrl) -> Self {
+    pub fn new(pipeline: Pipeline, brokers: impl Into<Brokers>) -> Self {
         WorkerConfig {
             pipeline,
-            url,
+            brokers: brokers.into(),
             prefetch: 1,
             concurrency: 1,
             dead_letter: DeadLetterMode::Republish,
@@ -131,6 +133,10 @@ struct Shared {
     unblocked: Notify,
     breaker: Option<Mutex<Breaker>>,
     started: Instant,
+    /// The index of the broker address connected to last.
+    address: AtomicUsize,
+    /// The connection was lost: start at the next address.
+    move_on: AtomicBool,
     warned: Mutex<HashSet<String>>,
     counters: QueueCounters,
 }
@@ -176,6 +182,8 @@ impl<H: Handler> Worker<H> {
                 .clone()
                 .map(|c| Mutex::new(Breaker::new(c))),
             started: Instant::now(),
+            address: AtomicUsize::new(0),
+            move_on: AtomicBool::new(false),
             warned: Mutex::new(HashSet::new()),
             counters: metrics.queue_counters(&cfg.pipeline.name),
         };
@@ -225,6 +233,9 @@ impl<H: Handler> Worker<H> {
             }
             if matches!(end, Ok(SessionEnd::Lost(_))) {
                 last_error = None;
+                // The node may be gone: the next session starts at the
+                // next address (a lone address is tried again).
+                self.shared.move_on.store(true, Ordering::SeqCst);
             }
             first = false;
             if started.elapsed() > Duration::from_secs(30) {
@@ -240,12 +251,21 @@ impl<H: Handler> Worker<H> {
 
     async fn session(&self, shutdown: &CancellationToken) -> Result<SessionEnd> {
         let p = &self.cfg.pipeline;
-        let conn = Arc::new(
-            self.cfg
-                .url
-                .connect(&format!("dlqctl work {}", p.name))
-                .await?,
-        );
+        let brokers = &self.cfg.brokers;
+        let last = self.shared.address.load(Ordering::SeqCst);
+        let start = if self.shared.move_on.swap(false, Ordering::SeqCst) {
+            last + 1
+        } else {
+            last
+        };
+        let (conn, at) = brokers
+            .connect_from(start, &format!("dlqctl work {}", p.name))
+            .await?;
+        if at != last {
+            info!(queue = %p.name, from = %brokers.get(last).endpoint(), to = %brokers.get(at).endpoint(), "switched broker address");
+        }
+        self.shared.address.store(at, Ordering::SeqCst);
+        let conn = Arc::new(conn);
         verify_topology(&conn, p).await?;
         let consume = conn
             .create_channel()
@@ -319,7 +339,7 @@ impl<H: Handler> Worker<H> {
                 shared: self.shared.clone(),
                 publisher: publisher.clone(),
                 consume: consume.clone(),
-                user: self.cfg.url.user().to_string(),
+                user: self.cfg.brokers.get(at).user().to_string(),
                 shutdown: shutdown.clone(),
                 lost: lost.clone(),
             };

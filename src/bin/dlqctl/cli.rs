@@ -26,9 +26,11 @@ pub enum LogFormat {
 /// Broker connection options.
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
-    /// Broker URL (amqp:// or amqps://).
-    #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true)]
-    pub url: String,
+    /// Broker URL (amqp:// or amqps://). Repeat it, or give a
+    /// comma-separated list, for the nodes of a cluster: they are tried in
+    /// order, and the worker moves to the next when its connection is lost.
+    #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true, value_delimiter = ',')]
+    pub url: Vec<String>,
 }
 
 /// The commands.
@@ -251,9 +253,9 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N")]
     pub max_dlq: Option<u64>,
     /// Management API for unacked counts and `messages_dlx` [default: the
-    /// AMQP host, port 15672].
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL")]
-    pub management_url: Option<String>,
+    /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -272,9 +274,10 @@ pub struct ProvisionArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// Management API for checking bindings [default: the AMQP host, port 15672].
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL")]
-    pub management_url: Option<String>,
+    /// Management API for checking bindings [default: the AMQP host, port
+    /// 15672]. Repeatable, one per --url, in the same order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
     /// Declarations in flight at once, each on its own channel.
     #[arg(long, default_value_t = dlqctl::ops::provision::DEFAULT_PARALLELISM as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallelism: u16,

@@ -7,7 +7,7 @@ use crate::exit::Outcome;
 use crate::output;
 use crate::output::progress::Reporter;
 use anyhow::Result;
-use dlqctl::amqp::connection::BrokerUrl;
+use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::{Pipeline, Topology};
 use dlqctl::error::Error;
 use dlqctl::ops::dlq::{ReadOptions, Target};
@@ -30,9 +30,11 @@ impl Opened {
 /// SIGTERM to stop after the copies in flight.
 async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
     let pipeline = super::pipeline(&t.file, &t.queue)?;
-    let url = BrokerUrl::parse(&t.connection.url)?;
+    let brokers = Brokers::parse(&t.connection.url)?;
     let name = format!("dlqctl dlq {verb} {}", pipeline.name);
-    let conn = Arc::new(url.connect(&name).await?);
+    let (conn, at) = brokers.connect(&name).await?;
+    let url = brokers.get(at);
+    let conn = Arc::new(conn);
     let cancel = CancellationToken::new();
     super::spawn_signal_handler(cancel.clone(), "stopping after the copies in flight")?;
     let target = Target {

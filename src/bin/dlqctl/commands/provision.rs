@@ -6,8 +6,8 @@ use crate::cli::ProvisionArgs;
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::amqp::connection::BrokerUrl;
 use dlqctl::amqp::mgmt::Management;
+use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::plan;
 
 /// `dlqctl provision` (with --dry-run and --check).
@@ -22,21 +22,28 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
         }
         return Ok(Outcome::Success);
     }
-    let url = BrokerUrl::parse(&a.connection.url)?;
+    let brokers = Brokers::parse(&a.connection.url)?;
     let name = if a.check {
         "dlqctl provision --check"
     } else {
         "dlqctl provision"
     };
-    let conn = url.connect(name).await?;
+    // A bad --management-url is a usage error before any connection.
+    for m in &a.management_url {
+        Management::new(m, "", "")?;
+    }
+    let (conn, at) = brokers.connect(name).await?;
+    let url = brokers.get(at);
     let parallelism = a.parallelism as usize;
     let result = if a.check {
-        let mgmt_url = a
-            .management_url
-            .clone()
-            .unwrap_or_else(|| url.default_management_url());
-        let mgmt = Management::new(&mgmt_url, url.user(), url.password())?;
-        dlqctl::ops::provision::check(&conn, &p, Some(&mgmt), url.vhost(), parallelism).await
+        let mgmt_url = brokers.management_url(&a.management_url, at);
+        match Management::new(&mgmt_url, url.user(), url.password()) {
+            Ok(mgmt) => {
+                dlqctl::ops::provision::check(&conn, &p, Some(&mgmt), url.vhost(), parallelism)
+                    .await
+            }
+            Err(e) => Err(e),
+        }
     } else {
         dlqctl::ops::provision::provision(&conn, &p, parallelism).await
     };

@@ -5,8 +5,8 @@ use crate::cli::StatusArgs;
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::amqp::connection::BrokerUrl;
 use dlqctl::amqp::mgmt::Management;
+use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::plan;
 
 /// Reads every queue of the file; exit 3 on a missing object or a DLQ over
@@ -14,13 +14,21 @@ use dlqctl::core::topology::plan;
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load(&a.file)?;
     let p = plan(&t);
-    let url = BrokerUrl::parse(&a.connection.url)?;
-    let mgmt_url = a
-        .management_url
-        .clone()
-        .unwrap_or_else(|| url.default_management_url());
-    let mgmt = Management::new(&mgmt_url, url.user(), url.password())?;
-    let conn = url.connect("dlqctl status").await?;
+    let brokers = Brokers::parse(&a.connection.url)?;
+    // A bad --management-url is a usage error before any connection.
+    for m in &a.management_url {
+        Management::new(m, "", "")?;
+    }
+    let (conn, at) = brokers.connect("dlqctl status").await?;
+    let url = brokers.get(at);
+    let mgmt_url = brokers.management_url(&a.management_url, at);
+    let mgmt = match Management::new(&mgmt_url, url.user(), url.password()) {
+        Ok(m) => m,
+        Err(e) => {
+            dlqctl::amqp::connection::close(&conn).await;
+            return Err(e.into());
+        }
+    };
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
     dlqctl::amqp::connection::close(&conn).await;
     let report = result?;

@@ -3,7 +3,7 @@
 use crate::cli::WorkArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
-use dlqctl::amqp::connection::BrokerUrl;
+use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::QueueType;
 use dlqctl::error::Error;
 use dlqctl::handler::exec::{check_program, ExecHandler};
@@ -28,8 +28,8 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         ))
         .into());
     }
-    let url = BrokerUrl::parse(&a.connection.url)?;
-    let mut cfg = WorkerConfig::new(pipeline, url);
+    let brokers = Brokers::parse(&a.connection.url)?;
+    let mut cfg = WorkerConfig::new(pipeline, brokers);
     cfg.concurrency = a.concurrency as usize;
     cfg.prefetch = a.prefetch.unwrap_or(a.concurrency);
     cfg.grace = a.grace;

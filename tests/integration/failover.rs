@@ -1,0 +1,128 @@
+//! Several broker addresses: commands use the first that answers, and a
+//! worker whose connection is lost moves on to the next address. The
+//! addresses are relays to the one local broker, so that a test can take
+//! one path away (see `relay`); the cluster tests kill real nodes.
+
+use crate::helpers::{amqp_url, dlqctl, Broker, Cleanup, Scratch, RUN_TIMEOUT};
+use crate::relay::Relay;
+use crate::worker_support::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+fn broker_addr() -> SocketAddr {
+    let url = dlqctl::amqp::connection::BrokerUrl::parse(&amqp_url()).expect("AMQP_URL");
+    let endpoint = url.endpoint().replace("localhost", "127.0.0.1");
+    endpoint.parse().expect("the test broker's host:port")
+}
+
+/// Nothing listens on port 1 of the loopback: refused at once.
+const DEAD: &str = "amqp://guest:guest@127.0.0.1:1/%2f";
+
+#[tokio::test]
+async fn commands_use_the_first_address_that_answers() {
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let pipe = Pipe::new(&cleanup, &[100], 2);
+    let file = pipe.write(&scratch);
+    let f = file.to_str().unwrap();
+    let real = amqp_url();
+    // Repeated --url, and a comma-separated list.
+    let run = dlqctl(
+        &["provision", f, "--url", DEAD, "--url", &real],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(0);
+    let list = format!("{DEAD},{real}");
+    let run = dlqctl(&["provision", f, "--check", "--url", &list], RUN_TIMEOUT).await;
+    run.assert_code(0);
+    let run = dlqctl(&["status", f, "--url", DEAD, "--url", &real], RUN_TIMEOUT).await;
+    run.assert_code(0);
+    let run = dlqctl(
+        &["dlq", "peek", f, "--queue", &pipe.name, "--url", &list],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(0);
+    // None answers: exit 1, naming each address and why.
+    let run = dlqctl(
+        &[
+            "status",
+            f,
+            "--url",
+            DEAD,
+            "--url",
+            "amqp://guest:guest@127.0.0.1:2/%2f",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("cannot connect to RabbitMQ at 127.0.0.1:1, 127.0.0.1:2: no address answered (127.0.0.1:1: connection refused"),
+        "{}",
+        run.stderr
+    );
+    drop(scratch);
+    drop(cleanup);
+}
+
+/// The worker's address goes away mid-run (every connection dropped, the
+/// port closed): it reconnects through the next address within seconds,
+/// logs the switch once, and every message is handled once.
+#[tokio::test]
+async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
+    let broker = Broker::connect().await;
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let pipe = Pipe::new(&cleanup, &[100], 2);
+    let file = pipe.provision(&scratch).await;
+    let (r1, r2) = (
+        Relay::start(broker_addr()).await,
+        Relay::start(broker_addr()).await,
+    );
+    let script = Script::new(&scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &pipe.name,
+        &script,
+        &["--url", &r1.url(), "--url", &r2.url(), "--concurrency", "4"],
+    );
+    w.wait_consuming().await;
+    for n in 0..20 {
+        publish(&broker, "", &pipe.name, b"x", with_id(&format!("a{n}"))).await;
+    }
+    w.wait_decisions(20, Duration::from_secs(30)).await;
+    let cut = Instant::now();
+    r1.close();
+    let switched = w
+        .wait_event("switched broker address", 1, Duration::from_secs(10))
+        .await;
+    let took = cut.elapsed();
+    assert!(took < Duration::from_secs(10), "switched after {took:?}");
+    assert_eq!(
+        switched[0]["to"].as_str(),
+        Some(r2.addr.to_string().as_str())
+    );
+    for n in 0..20 {
+        publish(&broker, "", &pipe.name, b"x", with_id(&format!("b{n}"))).await;
+    }
+    let d = w.wait_decisions(40, Duration::from_secs(30)).await;
+    let mut ids: Vec<&str> = d
+        .iter()
+        .map(|e| e["message_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40, "every message handled: {d:#?}");
+    assert!(d.iter().all(|e| e["decision"] == "ack"));
+    assert_eq!(w.events("switched broker address").len(), 1);
+    w.stop().await;
+    let mut queues = vec![pipe.name.clone(), pipe.dlq()];
+    queues.extend(pipe.retry_queues());
+    assert_empty(&broker, &queues).await;
+    println!(
+        "switched to the next address {:.1} s after the first went away",
+        took.as_secs_f64()
+    );
+}
