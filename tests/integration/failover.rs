@@ -126,3 +126,85 @@ async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
         took.as_secs_f64()
     );
 }
+
+/// A silent network: the worker's path stops forwarding without closing
+/// (no RST, no FIN). With `heartbeat=2` in the URL the worker notices
+/// within a few heartbeats, moves to the next address, and no message is
+/// lost (those whose acks vanished come back and run again).
+#[tokio::test]
+async fn a_silent_network_is_noticed_by_the_heartbeat() {
+    let broker = Broker::connect().await;
+    let cleanup = Cleanup::new();
+    let scratch = Scratch::new();
+    let pipe = Pipe::new(&cleanup, &[100], 2);
+    let file = pipe.provision(&scratch).await;
+    let (r1, r2) = (
+        Relay::start(broker_addr()).await,
+        Relay::start(broker_addr()).await,
+    );
+    let script = Script::new(&scratch, "h", "exit 0");
+    let url1 = format!("{}?heartbeat=2", r1.url());
+    let url2 = format!("{}?heartbeat=2", r2.url());
+    let mut w = WorkerProc::with_script(
+        &file,
+        &pipe.name,
+        &script,
+        &["--url", &url1, "--url", &url2, "--concurrency", "4"],
+    );
+    w.wait_consuming().await;
+    for n in 0..20 {
+        publish(&broker, "", &pipe.name, b"x", with_id(&format!("a{n}"))).await;
+    }
+    w.wait_decisions(20, Duration::from_secs(30)).await;
+    let cut = Instant::now();
+    r1.blackhole();
+    for n in 0..20 {
+        publish(&broker, "", &pipe.name, b"x", with_id(&format!("b{n}"))).await;
+    }
+    w.wait_event("switched broker address", 1, Duration::from_secs(20))
+        .await;
+    let took = cut.elapsed();
+    // Two heartbeat intervals to notice, then the connect and the check.
+    assert!(took < Duration::from_secs(12), "noticed after {took:?}");
+    let start = Instant::now();
+    loop {
+        let d = w.decisions();
+        let mut ids: Vec<&str> = d
+            .iter()
+            .map(|e| e["message_id"].as_str().unwrap())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        if ids.len() == 40 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} of 40 handled:\n{}",
+            ids.len(),
+            w.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    w.stop().await;
+    // The broker drops the silent connection on its own heartbeat; its
+    // unacked messages were handled again through the new one.
+    let mut queues = vec![pipe.name.clone(), pipe.dlq()];
+    queues.extend(pipe.retry_queues());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut total = 0;
+        for q in &queues {
+            total += broker.message_count(q).await.unwrap_or(0);
+        }
+        if total == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{total} messages left");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "noticed the silent network and switched in {:.1} s",
+        took.as_secs_f64()
+    );
+}
