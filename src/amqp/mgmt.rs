@@ -151,6 +151,60 @@ impl Management {
         }
     }
 
+    /// Whether this API belongs to the broker (or cluster) that `conn`
+    /// reached: a queue declared through `conn` (exclusive, server-named)
+    /// must show in it. `Err` says which broker answers instead. When the
+    /// queue cannot be declared (no configure permission), nothing can be
+    /// told and the API is trusted (logged at debug level).
+    pub async fn same_broker(&self, conn: &lapin::Connection, vhost: &str) -> Result<()> {
+        use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+        let Ok(ch) = conn.create_channel().await else {
+            return Ok(());
+        };
+        let declared = ch
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    auto_delete: true,
+                    ..QueueDeclareOptions::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await;
+        let name = match declared {
+            Ok(q) => q.name().as_str().to_string(),
+            Err(e) => {
+                tracing::debug!(error = %crate::amqp::connection::describe_lapin_error(&e),
+                    "cannot declare a probe queue: the management API is trusted to belong to this broker");
+                return Ok(());
+            }
+        };
+        let found = self.queue(vhost, &name).await;
+        let _ = ch
+            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+            .await;
+        let _ = ch.close(200, "probe done".into()).await;
+        match found? {
+            Some(_) => Ok(()),
+            None => {
+                let cluster = self
+                    .get(&["overview"])
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| o["cluster_name"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "unknown".into());
+                Err(Error::Management {
+                    url: self.base.to_string(),
+                    message: format!(
+                        "this management API belongs to another broker (cluster `{cluster}`) than                          the AMQP connection reached; its state is not this broker's (give                          --management-url for the broker of --url)"
+                    ),
+                })
+            }
+        }
+    }
+
     /// A queue's description (`arguments`, `messages`, `messages_dlx`, ...).
     pub async fn queue(&self, vhost: &str, name: &str) -> Result<Option<serde_json::Value>> {
         self.get(&["queues", vhost, name]).await

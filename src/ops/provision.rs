@@ -66,7 +66,14 @@ pub async fn check(
     report.absorb(inspect_plan(conn, plan, parallelism).await?);
 
     let api = match mgmt {
-        Some(m) => m.probe().await.map(|()| m).map_err(|e| e.to_string()),
+        Some(m) => match m.probe().await {
+            Ok(()) => m
+                .same_broker(conn, vhost)
+                .await
+                .map(|()| m)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
         None => Err("no management API was given".to_string()),
     };
     for b in &plan.bindings {

@@ -156,7 +156,12 @@ pub async fn status(
             HashMap::new(),
             Some("no management API was given".to_string()),
         ),
-        Some(m) => match m.list_queues(vhost).await {
+        Some(m) => match async {
+            m.same_broker(conn, vhost).await?;
+            m.list_queues(vhost).await
+        }
+        .await
+        {
             Ok(list) => (
                 list.into_iter()
                     .map(|q| (q.name.clone(), q))
