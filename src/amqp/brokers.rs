@@ -43,6 +43,36 @@ impl Brokers {
         Ok(Brokers { urls })
     }
 
+    /// The same addresses with TLS settings (used by `amqps://` ones).
+    pub fn with_tls(mut self, tls: Option<crate::amqp::connection::Tls>) -> Self {
+        if let Some(tls) = tls {
+            let tls = std::sync::Arc::new(tls);
+            self.urls = self
+                .urls
+                .into_iter()
+                .map(|u| u.with_tls(tls.clone()))
+                .collect();
+        }
+        self
+    }
+
+    /// A management API client for address `index` (see
+    /// [`Brokers::management_url`]), with that address's credentials and
+    /// CA.
+    pub fn management<S: AsRef<str>>(
+        &self,
+        explicit: &[S],
+        index: usize,
+    ) -> Result<crate::amqp::mgmt::Management> {
+        let url = self.get(index);
+        crate::amqp::mgmt::Management::with_ca(
+            &self.management_url(explicit, index),
+            url.user(),
+            url.password(),
+            url.tls().and_then(|t| t.ca_pem.as_deref()),
+        )
+    }
+
     /// Every address, in order.
     pub fn urls(&self) -> &[BrokerUrl] {
         &self.urls

@@ -18,6 +18,95 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct BrokerUrl {
     uri: AMQPUri,
+    tls: Option<std::sync::Arc<Tls>>,
+}
+
+/// TLS settings the URL cannot hold: a private CA to trust (besides the
+/// system's), and a client certificate (for `auth_mechanism=external`).
+#[derive(Clone, Default)]
+pub struct Tls {
+    /// PEM certificates of the CAs to trust.
+    pub ca_pem: Option<String>,
+    /// The client certificate chain and its private key, PEM.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl Tls {
+    /// Reads `--tls-ca`, `--tls-cert` and `--tls-key`; `None` when none is
+    /// given. A file that cannot be read, holds no PEM certificate, or a
+    /// certificate without its key (or the reverse) is a usage error.
+    pub fn from_files(
+        ca: Option<&std::path::Path>,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> Result<Option<Self>> {
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                Error::Usage(format!("cannot read {flag} {}: {e}", path.display()))
+            })
+        };
+        let pem_check = |flag: &str, path: &std::path::Path, bytes: &[u8], what: &str| {
+            if String::from_utf8_lossy(bytes).contains(&format!("{what}-----")) {
+                Ok(())
+            } else {
+                Err(Error::Usage(format!(
+                    "{flag} {}: no PEM {} in it",
+                    path.display(),
+                    what.to_lowercase()
+                )))
+            }
+        };
+        let ca_pem = match ca {
+            Some(path) => {
+                let bytes = read("--tls-ca", path)?;
+                pem_check("--tls-ca", path, &bytes, "CERTIFICATE")?;
+                Some(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            None => None,
+        };
+        let client = match (cert, key) {
+            (Some(c), Some(k)) => {
+                let cert = read("--tls-cert", c)?;
+                pem_check("--tls-cert", c, &cert, "CERTIFICATE")?;
+                let key = read("--tls-key", k)?;
+                pem_check("--tls-key", k, &key, "PRIVATE KEY")?;
+                Some((cert, key))
+            }
+            (None, None) => None,
+            _ => {
+                return Err(Error::Usage(
+                    "--tls-cert and --tls-key go together (a client certificate and its key)"
+                        .into(),
+                ))
+            }
+        };
+        if ca_pem.is_none() && client.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Tls { ca_pem, client }))
+    }
+
+    fn lapin_config(&self) -> lapin::tcp::OwnedTLSConfig {
+        lapin::tcp::OwnedTLSConfig {
+            identity: self
+                .client
+                .as_ref()
+                .map(|(pem, key)| lapin::tcp::OwnedIdentity::PKCS8 {
+                    pem: pem.clone(),
+                    key: key.clone(),
+                }),
+            cert_chain: self.ca_pem.clone(),
+        }
+    }
 }
 
 impl BrokerUrl {
@@ -27,7 +116,19 @@ impl BrokerUrl {
             url: redact(url),
             reason: redact_in(&e, url),
         })?;
-        Ok(BrokerUrl { uri })
+        Ok(BrokerUrl { uri, tls: None })
+    }
+
+    /// The same URL with TLS settings for `amqps://` (a private CA, a
+    /// client certificate).
+    pub fn with_tls(mut self, tls: std::sync::Arc<Tls>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Its TLS settings, if any were given.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_deref()
     }
 
     /// `host:port`, for messages.
@@ -81,7 +182,21 @@ impl BrokerUrl {
         let props = ConnectionProperties::default()
             .with_connection_name(LongString::from(name.to_string()));
         let endpoint = self.endpoint();
-        let fut = Connection::connect_uri(self.uri.clone(), props);
+        let fut = async {
+            match &self.tls {
+                Some(tls) if self.is_tls() => {
+                    let runtime = lapin::runtime::default_runtime()?;
+                    Connection::connect_uri_with_config(
+                        self.uri.clone(),
+                        props,
+                        tls.lapin_config(),
+                        runtime,
+                    )
+                    .await
+                }
+                _ => Connection::connect_uri(self.uri.clone(), props).await,
+            }
+        };
         match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
             Err(_) => Err(Error::Connect {
                 endpoint,

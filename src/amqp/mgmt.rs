@@ -38,6 +38,12 @@ impl Management {
     /// A client for `base` (e.g. `http://127.0.0.1:15672`). Credentials in
     /// the URL win over `user`/`password`.
     pub fn new(base: &str, user: &str, password: &str) -> Result<Self> {
+        Self::with_ca(base, user, password, None)
+    }
+
+    /// As [`Management::new`], also trusting the CAs of `ca_pem` (the
+    /// `--tls-ca` of the AMQP connection) over https.
+    pub fn with_ca(base: &str, user: &str, password: &str, ca_pem: Option<&str>) -> Result<Self> {
         let mut url = Url::parse(base).map_err(|e| {
             Error::Usage(format!(
                 "invalid --management-url {}: {e}",
@@ -54,10 +60,16 @@ impl Management {
         };
         let _ = url.set_username("");
         let _ = url.set_password(None);
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
-            .connect_timeout(Duration::from_secs(3))
-            .build()
+            .connect_timeout(Duration::from_secs(3));
+        if let Some(pem) = ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
+                Error::Usage(format!("--tls-ca: not PEM certificates: {e}"))
+            })?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        let client = builder.build()
             .map_err(|e| Error::Management {
                 url: url.to_string(),
                 message: e.to_string(),

@@ -31,6 +31,17 @@ pub struct Connection {
     /// order, and the worker moves to the next when its connection is lost.
     #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true, value_delimiter = ',')]
     pub url: Vec<String>,
+    /// A PEM file of CA certificates to trust for amqps:// (and https://
+    /// management URLs), besides the system's: for a private CA.
+    #[arg(long, env = "DLQCTL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// A PEM client certificate (with --tls-key), for brokers that verify
+    /// clients; with `?auth_mechanism=external` in the URL it is the login.
+    #[arg(long, env = "DLQCTL_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (not encrypted).
+    #[arg(long, env = "DLQCTL_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The commands.

@@ -7,7 +7,6 @@ use crate::exit::Outcome;
 use crate::output;
 use crate::output::progress::Reporter;
 use anyhow::Result;
-use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::{Pipeline, Topology};
 use dlqctl::error::Error;
 use dlqctl::ops::dlq::{ReadOptions, Target};
@@ -30,7 +29,7 @@ impl Opened {
 /// SIGTERM to stop after the copies in flight.
 async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
     let pipeline = super::pipeline(&t.file, &t.queue)?;
-    let brokers = Brokers::parse(&t.connection.url)?;
+    let brokers = super::brokers(&t.connection)?;
     let name = format!("dlqctl dlq {verb} {}", pipeline.name);
     let (conn, at) = brokers.connect(&name).await?;
     let url = brokers.get(at);

@@ -62,6 +62,17 @@ pub fn pipeline(file: &Path, queue: &str) -> Result<Pipeline, Error> {
 /// Cancels `token` on SIGTERM, SIGINT or SIGHUP (a closed terminal or a
 /// supervisor's reload: a graceful stop, not a death that leaves work half
 /// done), then logs `doing`.
+/// The broker addresses of `--url` (repeated or comma-separated), with the
+/// TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`.
+pub fn brokers(c: &crate::cli::Connection) -> Result<dlqctl::amqp::Brokers, Error> {
+    let tls = dlqctl::amqp::connection::Tls::from_files(
+        c.tls_ca.as_deref(),
+        c.tls_cert.as_deref(),
+        c.tls_key.as_deref(),
+    )?;
+    Ok(dlqctl::amqp::Brokers::parse(&c.url)?.with_tls(tls))
+}
+
 pub fn spawn_signal_handler(
     token: tokio_util::sync::CancellationToken,
     doing: &'static str,

@@ -7,7 +7,6 @@ use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::amqp::mgmt::Management;
-use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::plan;
 
 /// `dlqctl provision` (with --dry-run and --check).
@@ -22,7 +21,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
         }
         return Ok(Outcome::Success);
     }
-    let brokers = Brokers::parse(&a.connection.url)?;
+    let brokers = super::brokers(&a.connection)?;
     let name = if a.check {
         "dlqctl provision --check"
     } else {
@@ -36,8 +35,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     let url = brokers.get(at);
     let parallelism = a.parallelism as usize;
     let result = if a.check {
-        let mgmt_url = brokers.management_url(&a.management_url, at);
-        match Management::new(&mgmt_url, url.user(), url.password()) {
+        match brokers.management(&a.management_url, at) {
             Ok(mgmt) => {
                 dlqctl::ops::provision::check(&conn, &p, Some(&mgmt), url.vhost(), parallelism)
                     .await

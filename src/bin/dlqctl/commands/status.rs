@@ -6,7 +6,6 @@ use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::amqp::mgmt::Management;
-use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::plan;
 
 /// Reads every queue of the file; exit 3 on a missing object or a DLQ over
@@ -14,15 +13,14 @@ use dlqctl::core::topology::plan;
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load(&a.file)?;
     let p = plan(&t);
-    let brokers = Brokers::parse(&a.connection.url)?;
+    let brokers = super::brokers(&a.connection)?;
     // A bad --management-url is a usage error before any connection.
     for m in &a.management_url {
         Management::new(m, "", "")?;
     }
     let (conn, at) = brokers.connect("dlqctl status").await?;
     let url = brokers.get(at);
-    let mgmt_url = brokers.management_url(&a.management_url, at);
-    let mgmt = match Management::new(&mgmt_url, url.user(), url.password()) {
+    let mgmt = match brokers.management(&a.management_url, at) {
         Ok(m) => m,
         Err(e) => {
             dlqctl::amqp::connection::close(&conn).await;

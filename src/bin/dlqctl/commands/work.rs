@@ -3,7 +3,6 @@
 use crate::cli::WorkArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
-use dlqctl::amqp::Brokers;
 use dlqctl::core::topology::QueueType;
 use dlqctl::error::Error;
 use dlqctl::handler::exec::{check_program, ExecHandler};
@@ -28,7 +27,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         ))
         .into());
     }
-    let brokers = Brokers::parse(&a.connection.url)?;
+    let brokers = super::brokers(&a.connection)?;
     let mut cfg = WorkerConfig::new(pipeline, brokers);
     cfg.concurrency = a.concurrency as usize;
     cfg.prefetch = a.prefetch.unwrap_or(a.concurrency);
