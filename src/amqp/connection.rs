@@ -50,9 +50,8 @@ impl Tls {
         key: Option<&std::path::Path>,
     ) -> Result<Option<Self>> {
         let read = |flag: &str, path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| {
-                Error::Usage(format!("cannot read {flag} {}: {e}", path.display()))
-            })
+            std::fs::read(path)
+                .map_err(|e| Error::Usage(format!("cannot read {flag} {}: {e}", path.display())))
         };
         let pem_check = |flag: &str, path: &std::path::Path, bytes: &[u8], what: &str| {
             if String::from_utf8_lossy(bytes).contains(&format!("{what}-----")) {
@@ -224,6 +223,10 @@ impl BrokerUrl {
                 "connection refused (nothing listens there)".to_string(),
                 start_hint(),
             ),
+            ConnectFailure::Certificate(fix) => (
+                format!("the broker's TLS certificate was refused ({text})"),
+                fix.to_string(),
+            ),
             ConnectFailure::NotTls if self.is_tls() => (
                 format!("the TLS handshake failed ({text})"),
                 "the port may speak plain AMQP: use amqp:// for it, or the broker's TLS port (5671 by default); with a private CA, give --tls-ca".to_string(),
@@ -255,7 +258,7 @@ impl BrokerUrl {
 
 /// Why a connection attempt failed, from lapin's error kinds and the
 /// broker's reply codes (never from the words of a message).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum ConnectFailure {
     /// 403 ACCESS_REFUSED: user name or password.
     LoginRefused,
@@ -265,6 +268,8 @@ enum ConnectFailure {
     Refused,
     /// A TLS-level failure (or bytes that are not TLS).
     NotTls,
+    /// The broker's certificate was refused; what to fix.
+    Certificate(&'static str),
     /// The peer closed or reset the socket during the handshake.
     ClosedInHandshake,
     /// Another AMQP reply code.
@@ -283,6 +288,9 @@ fn classify_connect_error(e: &lapin::Error) -> ConnectFailure {
         };
     }
     match e.kind() {
+        lapin::ErrorKind::IOError(io) if tls_certificate_error(io).is_some() => {
+            ConnectFailure::Certificate(tls_certificate_error(io).unwrap_or_default())
+        }
         lapin::ErrorKind::IOError(io) => match io.kind() {
             Io::ConnectionRefused => ConnectFailure::Refused,
             Io::InvalidData => ConnectFailure::NotTls,
@@ -294,6 +302,37 @@ fn classify_connect_error(e: &lapin::Error) -> ConnectFailure {
         lapin::ErrorKind::InvalidConnectionState(_) => ConnectFailure::ClosedInHandshake,
         _ => ConnectFailure::Other,
     }
+}
+
+/// What to fix when the TLS layer refused the broker's certificate, from
+/// the rustls error inside the I/O error (its kind, not its words).
+fn tls_certificate_error(io: &std::io::Error) -> Option<&'static str> {
+    use rustls::CertificateError as C;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = io.get_ref().map(|e| e as _);
+    while let Some(e) = source {
+        if let Some(rustls::Error::InvalidCertificate(c)) = e.downcast_ref::<rustls::Error>() {
+            return Some(match c {
+                C::UnknownIssuer | C::BadSignature => {
+                    "the certificate is not signed by a CA dlqctl trusts: give --tls-ca FILE with \
+                     the CA certificate (PEM) that signed the broker's"
+                }
+                C::Expired | C::ExpiredContext { .. } => {
+                    "the broker's certificate has expired: renew it on the broker (check the \
+                     clocks too)"
+                }
+                C::NotValidYet | C::NotValidYetContext { .. } => {
+                    "the broker's certificate is not valid yet: check the clocks of both machines"
+                }
+                C::NotValidForName | C::NotValidForNameContext { .. } => {
+                    "the certificate does not name the host of the URL: connect with a host name \
+                     the certificate lists (its subjectAltName)"
+                }
+                _ => "check the broker's certificate and --tls-ca",
+            });
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// How long closing a connection may take before dlqctl stops waiting.

@@ -64,16 +64,14 @@ impl Management {
             .timeout(Duration::from_secs(5))
             .connect_timeout(Duration::from_secs(3));
         if let Some(pem) = ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
-                Error::Usage(format!("--tls-ca: not PEM certificates: {e}"))
-            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+                .map_err(|e| Error::Usage(format!("--tls-ca: not PEM certificates: {e}")))?;
             builder = builder.tls_certs_merge(certs);
         }
-        let client = builder.build()
-            .map_err(|e| Error::Management {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
+        let client = builder.build().map_err(|e| Error::Management {
+            url: url.to_string(),
+            message: e.to_string(),
+        })?;
         Ok(Management {
             base: url,
             user,

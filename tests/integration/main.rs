@@ -15,6 +15,7 @@ mod provision;
 mod relay;
 mod secrets;
 mod status;
+mod tls;
 mod worker;
 mod worker_chaos;
 mod worker_support;

@@ -37,10 +37,20 @@ pub struct Connection {
     pub tls_ca: Option<PathBuf>,
     /// A PEM client certificate (with --tls-key), for brokers that verify
     /// clients; with `?auth_mechanism=external` in the URL it is the login.
-    #[arg(long, env = "DLQCTL_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "DLQCTL_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of --tls-cert (not encrypted).
-    #[arg(long, env = "DLQCTL_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "DLQCTL_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 }
 

@@ -44,11 +44,12 @@ fn main() -> ExitCode {
 fn init_logging(format: cli::LogFormat, quiet_lapin_io: bool) {
     use tracing_subscriber::EnvFilter;
     // lapin logs every soft channel error (our drift probes make them on
-    // purpose) at ERROR; dlqctl reports them itself.
+    // purpose) at ERROR, and the TLS verifier each certificate it refuses;
+    // dlqctl reports them itself.
     let default = if quiet_lapin_io {
-        "info,lapin=warn,lapin::channel=off,lapin::io_loop=off"
+        "info,lapin=warn,lapin::channel=off,lapin::io_loop=off,rustls_platform_verifier=off"
     } else {
-        "info,lapin=warn,lapin::channel=off"
+        "info,lapin=warn,lapin::channel=off,rustls_platform_verifier=off"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()

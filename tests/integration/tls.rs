@@ -1,0 +1,355 @@
+//! `amqps://` against a real TLS listener: a node of its own
+//! (`tests/tls-node.sh`, never the machine's main broker) whose server
+//! certificate is signed by a CA made at test time; its management API
+//! speaks https with the same certificate.
+
+use crate::helpers::{dlqctl, Run, Scratch, RUN_TIMEOUT};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+const AMQPS: &str = "amqps://guest:guest@localhost:5689/%2f";
+const AMQP_PLAIN: &str = "amqp://guest:guest@localhost:5688/%2f";
+const MGMT: &str = "https://localhost:15689";
+
+/// Starts the TLS node (once; concurrent callers wait) and returns its
+/// directory of certificates.
+fn node() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls-node.sh");
+    let out = std::process::Command::new(&script)
+        .arg("start")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "the TLS test node did not start (it needs rabbitmq-server and openssl: `apt-get install rabbitmq-server openssl`):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(std::env::var("DLQCTL_TLS_DIR").unwrap_or_else(|_| "/tmp/dlqctl-tls".into()))
+}
+
+fn file(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+/// A one-pipeline topology with a unique name.
+fn topology(scratch: &Scratch) -> (String, String) {
+    let name = format!("tls-{}", crate::helpers::unique_prefix());
+    let path = scratch.write(
+        "t.yaml",
+        &format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{delays: [100ms], max_attempts: 2, jitter: 0}}\n"),
+    );
+    (path.display().to_string(), name)
+}
+
+async fn run(args: &[&str]) -> Run {
+    dlqctl(args, RUN_TIMEOUT).await
+}
+
+/// Deletes the pipeline's objects on the TLS node.
+async fn cleanup(dir: &Path, name: &str) {
+    let url = dlqctl::amqp::BrokerUrl::parse(AMQPS)
+        .unwrap()
+        .with_tls(std::sync::Arc::new(
+            dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
+                .unwrap()
+                .unwrap(),
+        ));
+    let conn = url
+        .connect("dlqctl tls test cleanup")
+        .await
+        .expect("connect for cleanup");
+    let ch = conn.create_channel().await.unwrap();
+    for q in [
+        name.to_string(),
+        format!("{name}.retry.100ms"),
+        format!("{name}.dlq"),
+    ] {
+        let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+    }
+    for e in [format!("{name}.retry"), format!("{name}.dlx")] {
+        let _ = ch
+            .exchange_delete(e.as_str().into(), Default::default())
+            .await;
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn every_command_works_over_amqps_with_a_private_ca() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, name) = topology(&scratch);
+    let ca = file(&dir, "ca.pem");
+    let tls = ["--url", AMQPS, "--tls-ca", &ca];
+    run(&[&["provision", &t][..], &tls].concat())
+        .await
+        .assert_code(0);
+    let check = run(&[
+        &["provision", &t, "--check", "--management-url", MGMT][..],
+        &tls,
+    ]
+    .concat())
+    .await;
+    check.assert_code(0);
+    assert!(!check.stdout.contains("unverified"), "{}", check.stdout);
+    let status = run(&[
+        &["status", &t, "--json", "--management-url", MGMT][..],
+        &tls,
+    ]
+    .concat())
+    .await;
+    status.assert_code(0);
+    let v: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(v["management_unavailable"], Value::Null, "{v}");
+    run(&[&["dlq", "peek", &t, "--queue", &name][..], &tls].concat())
+        .await
+        .assert_code(0);
+
+    // The worker: a message published over TLS is handled and acked.
+    let script = scratch.write("ok.sh", "#!/bin/sh\nexit 0\n");
+    Scratch::write_executable(&script, "#!/bin/sh\nexit 0\n");
+    let mut w = crate::worker_support::WorkerProc::spawn(
+        Path::new(&t),
+        &name,
+        &[
+            "--url",
+            AMQPS,
+            "--tls-ca",
+            &ca,
+            "--",
+            script.to_str().unwrap(),
+        ],
+    );
+    w.wait_consuming().await;
+    let url = dlqctl::amqp::BrokerUrl::parse(AMQPS)
+        .unwrap()
+        .with_tls(std::sync::Arc::new(
+            dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
+                .unwrap()
+                .unwrap(),
+        ));
+    let conn = url.connect("dlqctl tls test").await.unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.basic_publish(
+        "".into(),
+        name.as_str().into(),
+        Default::default(),
+        b"over tls",
+        lapin::BasicProperties::default().with_message_id("t1".into()),
+    )
+    .await
+    .unwrap();
+    let d = w.wait_decisions(1, Duration::from_secs(20)).await;
+    assert_eq!(d[0]["decision"], "ack", "{d:?}");
+    w.stop().await;
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&dir, &name).await;
+}
+
+#[tokio::test]
+async fn the_management_api_over_https_uses_the_same_ca() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, name) = topology(&scratch);
+    let ca = file(&dir, "ca.pem");
+    // Plain AMQP, https management: only the API needs the CA.
+    run(&["provision", &t, "--url", AMQP_PLAIN])
+        .await
+        .assert_code(0);
+    let with = run(&[
+        "status",
+        &t,
+        "--json",
+        "--url",
+        AMQP_PLAIN,
+        "--management-url",
+        MGMT,
+        "--tls-ca",
+        &ca,
+    ])
+    .await;
+    with.assert_code(0);
+    let v: Value = serde_json::from_str(&with.stdout).unwrap();
+    assert_eq!(v["management_unavailable"], Value::Null, "{v}");
+    let without = run(&[
+        "status",
+        &t,
+        "--json",
+        "--url",
+        AMQP_PLAIN,
+        "--management-url",
+        MGMT,
+    ])
+    .await;
+    without.assert_code(0);
+    let v: Value = serde_json::from_str(&without.stdout).unwrap();
+    assert!(v["management_unavailable"].is_string(), "{v}");
+    cleanup(&dir, &name).await;
+}
+
+#[tokio::test]
+async fn a_certificate_from_an_unknown_ca_fails_saying_to_give_the_ca() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, _) = topology(&scratch);
+    for extra in [
+        vec![],
+        vec!["--tls-ca".to_string(), file(&dir, "other-ca.pem")],
+    ] {
+        let mut args = vec![
+            "status".to_string(),
+            t.clone(),
+            "--url".into(),
+            AMQPS.into(),
+        ];
+        args.extend(extra);
+        let r = dlqctl(&args, RUN_TIMEOUT).await;
+        r.assert_code(1);
+        assert!(
+            r.stderr
+                .contains("the broker's TLS certificate was refused")
+                && r.stderr
+                    .contains("give --tls-ca FILE with the CA certificate"),
+            "{}",
+            r.stderr
+        );
+        assert!(
+            !r.stderr.contains("ERROR"),
+            "no dependency's log line: {}",
+            r.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_host_the_certificate_does_not_name_is_refused() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, _) = topology(&scratch);
+    let r = run(&[
+        "status",
+        &t,
+        "--url",
+        "amqps://guest:guest@127.0.0.2:5689/%2f",
+        "--tls-ca",
+        &file(&dir, "ca.pem"),
+    ])
+    .await;
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("does not name the host of the URL"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// An expired server certificate, served by `openssl s_server` (the
+/// handshake fails before any AMQP).
+#[tokio::test]
+async fn an_expired_certificate_fails_saying_so() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, _) = topology(&scratch);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut server = tokio::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-accept", &port.to_string()])
+        .args([
+            "-cert",
+            &file(&dir, "expired.pem"),
+            "-key",
+            &file(&dir, "expired.key"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("openssl s_server");
+    crate::helpers::eventually(
+        "openssl s_server listening",
+        Duration::from_secs(10),
+        || async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() },
+    )
+    .await;
+    let url = format!("amqps://guest:guest@localhost:{port}/%2f");
+    let r = run(&[
+        "status",
+        &t,
+        "--url",
+        &url,
+        "--tls-ca",
+        &file(&dir, "ca.pem"),
+    ])
+    .await;
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("the broker's certificate has expired"),
+        "{}",
+        r.stderr
+    );
+    let _ = server.kill().await;
+}
+
+/// A client certificate logs in with EXTERNAL (its CN is the user).
+#[tokio::test]
+async fn a_client_certificate_logs_in_with_external() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, name) = topology(&scratch);
+    let url = "amqps://localhost:5689/%2f?auth_mechanism=external";
+    let r = run(&[
+        "provision",
+        &t,
+        "--url",
+        url,
+        "--tls-ca",
+        &file(&dir, "ca.pem"),
+        "--tls-cert",
+        &file(&dir, "client.pem"),
+        "--tls-key",
+        &file(&dir, "client.key"),
+    ])
+    .await;
+    r.assert_code(0);
+    // Without the certificate, EXTERNAL has nothing to log in with.
+    let r = run(&[
+        "status",
+        &t,
+        "--url",
+        url,
+        "--tls-ca",
+        &file(&dir, "ca.pem"),
+    ])
+    .await;
+    r.assert_code(1);
+    cleanup(&dir, &name).await;
+}
+
+#[tokio::test]
+async fn tls_files_that_do_not_read_are_usage_errors() {
+    let scratch = Scratch::new();
+    let (t, _) = topology(&scratch);
+    let not_pem = scratch.write("x.pem", "hello");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--tls-ca", "/nonexistent/ca.pem"],
+            "cannot read --tls-ca /nonexistent/ca.pem",
+        ),
+        (
+            vec!["--tls-ca", not_pem.to_str().unwrap()],
+            "no PEM certificate in it",
+        ),
+        (vec!["--tls-cert", not_pem.to_str().unwrap()], "--tls-key"),
+    ];
+    for (extra, want) in cases {
+        let r = run(&[&["status", &t, "--url", AMQPS][..], &extra].concat()).await;
+        r.assert_code(2);
+        assert!(r.stderr.contains(want), "{extra:?}: {}", r.stderr);
+    }
+}
