@@ -222,11 +222,22 @@ async fn inspect(pool: &Pool<'_>, t: Target<'_>) -> Result<Vec<Finding>> {
 /// connection is gone.
 fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Finding>> {
     check_connection(pool, e)?;
+    let reply_code = amqp_reply(e).map(|(code, _)| code);
+    let mut message = describe_lapin_error(e);
+    if reply_code == Some(403) {
+        message = format!(
+            "{message}: declaring a{} {} needs the configure permission on its name; user `{}` \
+             lacks it in this virtual host (see README, \"Permissions\")",
+            if t.object().as_str().starts_with('e') { "n" } else { "" },
+            t.object().as_str(),
+            pool.conn.status().username()
+        );
+    }
     Ok(vec![Finding::Failed {
         object: t.object(),
         name: t.name().to_string(),
-        message: describe_lapin_error(e),
-        reply_code: amqp_reply(e).map(|(code, _)| code),
+        message,
+        reply_code,
     }])
 }
 

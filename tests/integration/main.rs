@@ -10,6 +10,7 @@ mod dlq_ops;
 mod failover;
 mod helpers;
 mod jsonl;
+mod permissions;
 mod poison;
 mod provision;
 mod relay;

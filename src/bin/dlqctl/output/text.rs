@@ -120,11 +120,23 @@ and nothing routes to it, retire it (README, \"Retiring old objects\"); a bindin
 
 /// What `provision` says when existing objects differ from the file.
 pub fn drift_text(file: &str, report: &Report) -> String {
-    format!(
-        "{file}: {} object(s) declared; these differ from the topology and were left as they are:\n{}{DRIFT_HINT}",
-        report.ok,
-        findings_text(&report.findings)
-    )
+    let (refused, differ): (Vec<Finding>, Vec<Finding>) = report
+        .findings
+        .iter()
+        .cloned()
+        .partition(|f| matches!(f, Finding::Failed { .. }));
+    let mut out = format!("{file}: {} object(s) declared", report.ok);
+    if !refused.is_empty() {
+        out += &format!("; the broker refused these:\n{}", findings_text(&refused));
+    }
+    if !differ.is_empty() {
+        out += &format!(
+            "{}these differ from the topology and were left as they are:\n{}{DRIFT_HINT}",
+            if refused.is_empty() { "; " } else { "" },
+            findings_text(&differ)
+        );
+    }
+    out.trim_end().to_string()
 }
 
 /// `status` as a table: a row per queue, then what is missing, what is
