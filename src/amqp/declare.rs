@@ -225,7 +225,8 @@ fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Findi
     let reply_code = amqp_reply(e).map(|(code, _)| code);
     let mut message = describe_lapin_error(e);
     if reply_code == Some(403) {
-        message = format!(
+        message =
+            format!(
             "{message}: declaring a{} {} needs the configure permission on its name; user `{}` \
              lacks it in this virtual host (see README, \"Permissions\")",
             if t.object().as_str().starts_with('e') { "n" } else { "" },

@@ -182,6 +182,7 @@ impl ExecHandler {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        super::process::die_with_parent(&mut cmd);
         Ok((cmd, file))
     }
 

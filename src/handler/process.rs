@@ -101,6 +101,21 @@ impl GroupChild {
     }
 }
 
+impl GroupChild {
+    /// After the leader ended and was reaped: kills what it left behind in
+    /// its group. POSIX reuses no pid while a process group of that id
+    /// exists, so this reaches the leftovers or, when there are none, a
+    /// group that no longer exists.
+    pub(crate) fn kill_leftovers(&self) {
+        if self.pgid > 0 {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 impl Drop for GroupChild {
     fn drop(&mut self) {
         // Runs before `child` is dropped (fields drop after this), so the
@@ -233,6 +248,31 @@ fn check_executable(path: &Path) -> Result<(), String> {
         return Err("not executable (permission denied)".to_string());
     }
     Ok(())
+}
+
+/// Has the kernel kill the child (SIGKILL) when dlqctl dies, however it
+/// dies (SIGKILL included): a handler in a process group of its own gets
+/// no terminal signal, and one that ignores EOF would otherwise outlive
+/// it. (Linux ties this to the spawning thread; dlqctl spawns from the
+/// runtime's worker threads, which live as long as the process.)
+pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: getpid before the fork; in the child only async-signal-safe
+    // calls (prctl, getppid).
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "dlqctl exited while starting the handler",
+                ));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// How a program ended, in words: `exited with status 3`, `killed by

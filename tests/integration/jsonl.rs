@@ -731,3 +731,36 @@ async fn example_node_handler_end_to_end() {
     )
     .await;
 }
+
+/// dlqctl killed with SIGKILL (no cleanup at all): its handler processes,
+/// in process groups of their own and deaf to EOF, die with it.
+#[tokio::test]
+async fn handler_processes_die_with_a_killed_dlqctl() {
+    let f = Fixture::new(&[100], 2).await;
+    let mut w = f.worker(
+        &["--processes", "2", "--concurrency", "2"],
+        &["--stop-reading"],
+    );
+    w.wait_event("handler process ready", 2, SECS_30).await;
+    let pids: Vec<i32> = f
+        .wait_events("hello", 2, SECS_30)
+        .await
+        .iter()
+        .map(|e| e["pid"].as_i64().unwrap() as i32)
+        .collect();
+    w.signal(libc::SIGKILL);
+    w.wait_exit(SECS_30).await;
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+    };
+    let start = Instant::now();
+    while !pids.iter().all(|p| gone(*p)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "handler processes {pids:?} outlived dlqctl"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

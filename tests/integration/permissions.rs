@@ -226,9 +226,11 @@ async fn serial_provision_without_configure_names_the_object_and_permission() {
     .await;
     r.assert_code(1);
     assert!(
-        r.stderr.contains(&format!("exchange {name}.retry: ACCESS_REFUSED"))
+        r.stderr
+            .contains(&format!("exchange {name}.retry: ACCESS_REFUSED"))
             && r.stderr.contains("the broker refused these:")
-            && r.stderr.contains("needs the configure permission on its name"),
+            && r.stderr
+                .contains("needs the configure permission on its name"),
         "{}",
         r.stderr
     );

@@ -1477,3 +1477,38 @@ async fn a_handler_program_gone_mid_run_pauses_and_never_dead_letters() {
     w.stop().await;
     assert_empty(&f.broker, &f.all_queues()).await;
 }
+
+/// dlqctl killed with SIGKILL: a handler program still running (in a
+/// process group of its own) dies with it.
+#[tokio::test]
+async fn a_running_handler_dies_with_a_killed_dlqctl() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "echo $$ > \"$d/pid\"; exec sleep 100");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id("slow")).await;
+    script.wait_calls(1, SECS_20).await;
+    let pid_file = script.dir.join("pid");
+    let start = Instant::now();
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(start.elapsed() < SECS_20, "no pid file");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    w.signal(libc::SIGKILL);
+    w.wait_exit(SECS_20).await;
+    let start = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the handler {pid} outlived dlqctl"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

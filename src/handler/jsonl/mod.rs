@@ -27,13 +27,20 @@
 //!   duplicate answers are logged (at most 20 a minute per process) and
 //!   ignored; the message they were meant for times out.
 //! - Memory is bounded: at most `max_in_flight` lines wait for a process
-//!   that does not read its stdin (their messages time out), and lines read
-//!   back are cut at their limit.
+//!   that does not read its stdin, and lines read back are cut at their
+//!   limit. A line counts as sent once the writer hands it to the pipe
+//!   (the process may be handling it): such messages time out; those
+//!   still queued behind them go to another process at no cost.
 //! - stderr is logged line by line (each cut at 4 KiB, at most 100 lines a
 //!   second per process; the rest is counted), and its last 960 bytes are
 //!   kept for the error text of a crash.
 //! - [`JsonlHandler::shutdown`] closes every process's stdin (EOF means
-//!   "exit"), waits `exit_wait`, then kills the process group.
+//!   "exit"; a writer blocked on a full pipe cannot close it), waits
+//!   `exit_wait`, then kills the process group. Messages that wait for a
+//!   process then end as transient.
+//! - A process asked to restart takes no new message; a process that
+//!   ended has what it left in its group killed; and every process dies
+//!   with dlqctl, however dlqctl ends (`PR_SET_PDEATHSIG`).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -183,9 +190,15 @@ struct Live {
 }
 
 impl Live {
+    /// Has the supervisor end the process; from now on it takes no new
+    /// message, and lines not yet written stay unwritten (their messages
+    /// go to another process at no cost).
     fn ask_restart(&self, why: String) {
         if let Ok(mut w) = self.why.lock() {
             w.get_or_insert(why);
+        }
+        if let Ok(mut p) = self.pending.lock() {
+            p.closed = true;
         }
         self.restart.cancel();
     }
@@ -244,6 +257,7 @@ impl JsonlHandler {
     /// transient; none is sent after this.
     pub async fn shutdown(&self) {
         self.pool.stopping.cancel();
+        self.pool.changed.notify_waiters();
         let handles =
             std::mem::take(&mut *self.supervisors.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles {
@@ -254,7 +268,11 @@ impl JsonlHandler {
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
         let pool = &self.pool;
         loop {
-            let (live, id, mut rx) = pool.reserve().await;
+            let Some((live, id, mut rx)) = pool.reserve().await else {
+                return Outcome::transient(
+                    "the JSON-lines handler is stopped: no process takes messages",
+                );
+            };
             let mut guard = Reserved {
                 pool,
                 live: &live,
@@ -289,32 +307,29 @@ impl JsonlHandler {
                     let sent = live.take(id).map(|e| e.sent);
                     guard.id = u64::MAX;
                     pool.changed.notify_waiters();
+                    let sent = match sent {
+                        Some(sent) => sent,
+                        // The reader or the supervisor took the entry just
+                        // as the time ran out: its reply is on the way.
+                        None => match rx.await {
+                            Ok(Reply::Done(outcome)) => return outcome,
+                            Ok(Reply::NotSent) | Err(_) => continue,
+                        },
+                    };
                     let n = live.timeouts_in_a_row.fetch_add(1, Ordering::SeqCst) + 1;
                     let limit = pool.cfg.timeouts_before_restart;
-                    match sent {
+                    if !sent {
                         // Never written: the process is not reading its
                         // stdin. The message costs no attempt; it waits
                         // for a process again, and the stuck one is
                         // restarted like one that does not answer.
-                        Some(false) => {
-                            if n >= limit {
-                                live.ask_restart(format!(
-                                    "it read none of its stdin for {}",
-                                    format_timeout(pool.cfg.timeout)
-                                ));
-                            }
-                            continue;
+                        if n >= limit {
+                            live.ask_restart(format!(
+                                "it read none of its stdin for {}",
+                                format_timeout(pool.cfg.timeout)
+                            ));
                         }
-                        Some(true) => {}
-                        // Answered (or ended) just as the time ran out.
-                        None => match rx.try_recv() {
-                            Ok(Reply::Done(outcome)) => {
-                                live.timeouts_in_a_row.fetch_sub(1, Ordering::SeqCst);
-                                return outcome;
-                            }
-                            Ok(Reply::NotSent) => continue,
-                            Err(_) => {}
-                        },
+                        continue;
                     }
                     let mut error = format!(
                         "no answer from handler process {} (pid {}) within {}",
@@ -367,8 +382,11 @@ impl Drop for Reserved<'_> {
 impl Pool {
     /// Reserves a place on the ready process with the fewest messages in
     /// flight, waiting for one when none is ready or all are full.
-    async fn reserve(&self) -> (Arc<Live>, u64, oneshot::Receiver<Reply>) {
+    async fn reserve(&self) -> Option<(Arc<Live>, u64, oneshot::Receiver<Reply>)> {
         loop {
+            if self.stopping.is_cancelled() {
+                return None;
+            }
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
@@ -395,9 +413,12 @@ impl Pool {
                     },
                 );
                 drop(p);
-                return (live, id, rx);
+                return Some((live, id, rx));
             }
-            changed.await;
+            tokio::select! {
+                () = changed => {}
+                () = self.stopping.cancelled() => return None,
+            }
         }
     }
 }
@@ -483,6 +504,7 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    super::process::die_with_parent(&mut cmd);
     let child = cmd.spawn().map_err(|e| io_error_text(&e))?;
     let mut child = GroupChild::new(child).ok_or("the process vanished at start")?;
     let pid = child.child.id().unwrap_or(0);
@@ -631,6 +653,8 @@ impl Running {
             }
         };
         self.child.reaped = true;
+        // Children it left in its group would pile up over restarts.
+        self.child.kill_leftovers();
         // No new message goes to it.
         if let Ok(mut slot) = pool.slots[live.index].lock() {
             *slot = None;
@@ -692,30 +716,43 @@ impl Running {
 async fn write_lines(stdin: ChildStdin, mut rx: mpsc::Receiver<(u64, Vec<u8>)>, live: Arc<Live>) {
     let mut out = BufWriter::with_capacity(64 * 1024, stdin);
     loop {
+        // Nothing more to write for now: what is buffered goes out before
+        // the wait (a skipped line must not hold back the one before it).
+        if rx.is_empty() {
+            if let Err(e) = out.flush().await {
+                live.ask_restart(format!(
+                    "writing to its stdin failed: {}",
+                    io_error_text(&e)
+                ));
+                return;
+            }
+        }
         let next = tokio::select! {
             biased;
             () = live.close_stdin.cancelled() => break,
             next = rx.recv() => next,
         };
         let Some((id, line)) = next else { break };
+        // Marked sent before the write: once the pipe took it, the process
+        // may be handling it.
         let still_waiting = live
             .pending
             .lock()
-            .map(|mut p| match p.map.get_mut(&id) {
-                Some(e) => {
-                    e.sent = true;
-                    true
+            .map(|mut p| {
+                let closed = p.closed;
+                match p.map.get_mut(&id) {
+                    Some(e) if !closed => {
+                        e.sent = true;
+                        true
+                    }
+                    _ => false,
                 }
-                None => false,
             })
             .unwrap_or(false);
         if !still_waiting {
             continue;
         }
-        let mut written = out.write_all(&line).await;
-        if written.is_ok() && rx.is_empty() {
-            written = out.flush().await;
-        }
+        let written = out.write_all(&line).await;
         if let Err(e) = written {
             live.ask_restart(format!(
                 "writing to its stdin failed: {}",

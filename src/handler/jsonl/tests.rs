@@ -171,3 +171,46 @@ async fn a_dropped_message_leaves_no_entry_behind() {
     );
     h.shutdown().await;
 }
+
+/// A line whose message stopped waiting is skipped; the line written just
+/// before it must still be flushed (it was once left in the buffer).
+#[tokio::test]
+async fn a_skipped_line_does_not_hold_back_the_one_before_it() {
+    let mut c = config(ECHO);
+    c.max_in_flight = 2;
+    c.timeout = Duration::from_secs(3);
+    let h = JsonlHandler::start(c);
+    let warm = msg("success");
+    assert_eq!(h.handle(&warm).await, Outcome::Success);
+    for _ in 0..20 {
+        let (a, b) = (msg("success"), msg("success"));
+        let mut fa = Box::pin(h.handle(&a));
+        let mut fb = Box::pin(h.handle(&b));
+        // Poll both once (each queues its line), then give up on `b`.
+        tokio::select! {
+            biased;
+            _ = &mut fa => panic!("answered before being polled twice"),
+            _ = &mut fb => panic!("answered before being polled twice"),
+            () = std::future::ready(()) => {}
+        }
+        drop(fb);
+        let t = StdInstant::now();
+        assert_eq!(fa.await, Outcome::Success);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn messages_after_shutdown_end_as_transient_at_once() {
+    let h = Arc::new(JsonlHandler::start(config(ECHO)));
+    let ok = msg("success");
+    assert_eq!(h.handle(&ok).await, Outcome::Success);
+    h.shutdown().await;
+    let t = StdInstant::now();
+    match h.handle(&ok).await {
+        Outcome::Transient { error, .. } => assert!(error.contains("is stopped"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
