@@ -353,3 +353,36 @@ async fn tls_files_that_do_not_read_are_usage_errors() {
         assert!(r.stderr.contains(want), "{extra:?}: {}", r.stderr);
     }
 }
+
+/// The management API of another broker (here: the machine's main broker,
+/// on the default port, while AMQP reached the TLS node's plain port) is
+/// recognised and not used: bindings are unverified, never "missing".
+#[tokio::test]
+async fn a_management_api_of_another_broker_is_not_taken_for_this_one() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, name) = topology(&scratch);
+    run(&["provision", &t, "--url", AMQP_PLAIN])
+        .await
+        .assert_code(0);
+    // No --management-url: the default one (port 15672) is the main broker's.
+    let r = run(&["provision", &t, "--check", "--url", AMQP_PLAIN]).await;
+    r.assert_code(0);
+    assert!(
+        r.stdout.contains("belongs to another broker")
+            && r.stdout.contains("unverified")
+            && !r.stdout.contains("missing"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&["status", &t, "--json", "--url", AMQP_PLAIN]).await;
+    r.assert_code(0);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(
+        v["management_unavailable"]
+            .as_str()
+            .is_some_and(|s| s.contains("belongs to another broker")),
+        "{v}"
+    );
+    cleanup(&dir, &name).await;
+}
