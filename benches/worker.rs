@@ -17,6 +17,12 @@
 //!    in-process no-op handler, in alternating rounds; then the peak RSS of
 //!    `dlqctl work --jsonl` over 100,000 messages at prefetch 200.
 //!
+//! 6. soak: 1,000,000 messages (`BENCH_SOAK_N`) through `dlqctl work
+//!    --http` at prefetch 200, published while it runs: peak RSS after the
+//!    first 100,000 and at the end;
+//! 7. 1 MiB and 50 MiB bodies through exec, HTTP and `--jsonl`: peak RSS
+//!    against body × concurrency.
+//!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
@@ -74,13 +80,26 @@ impl Setup {
     }
 
     async fn preload(&self, queue: &str, n: usize) {
+        // 256 bytes of JSON, for handlers that parse it.
+        let body = format!("{{\"order\":\"{}\"}}", "x".repeat(244)).into_bytes();
+        self.preload_with(queue, n, &body, None).await;
+    }
+
+    /// Publishes `n` copies of `body` (confirmed, persistent), counting
+    /// each confirmed one into `published`.
+    async fn preload_with(
+        &self,
+        queue: &str,
+        n: usize,
+        body: &[u8],
+        published: Option<&AtomicUsize>,
+    ) {
         let ch = self.conn.create_channel().await.expect("channel");
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .expect("confirms");
-        // 256 bytes of JSON, for handlers that parse it.
-        let body = format!("{{\"order\":\"{}\"}}", "x".repeat(244)).into_bytes();
-        let mut pending = Vec::with_capacity(1000);
+        let batch = (64 * 1024 * 1024 / body.len().max(1)).clamp(1, 1000);
+        let mut pending = Vec::with_capacity(batch);
         for i in 0..n {
             let props = BasicProperties::default()
                 .with_delivery_mode(2)
@@ -90,20 +109,26 @@ impl Setup {
                     "".into(),
                     queue.into(),
                     BasicPublishOptions::default(),
-                    &body,
+                    body,
                     props,
                 )
                 .await
                 .expect("publish");
             pending.push(c);
-            if pending.len() == 1000 {
+            if pending.len() == batch {
                 for c in pending.drain(..) {
                     c.await.expect("confirm");
+                }
+                if let Some(p) = published {
+                    p.store(i + 1, Ordering::SeqCst);
                 }
             }
         }
         for c in pending.drain(..) {
             c.await.expect("confirm");
+        }
+        if let Some(p) = published {
+            p.store(n, Ordering::SeqCst);
         }
         let _ = ch.close(200, "ok".into()).await;
     }
@@ -365,9 +390,48 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 /// Runs the binary with `args` over `n` preloaded messages of a fresh
 /// pipeline and prints its rate and peak RSS.
 async fn binary_rss(s: &Setup, name: &str, n: usize, args: &[&str], label: &str) {
-    let p = s.pipeline(name, "[1h]", 5).await;
-    s.preload(&p.name, n).await;
-    let dir = std::env::temp_dir().join(format!("{}-{name}", s.prefix));
+    binary_run(
+        s,
+        BinaryRun {
+            name,
+            n,
+            body: None,
+            args,
+            label,
+            feed: false,
+            checkpoint: None,
+        },
+    )
+    .await;
+}
+
+/// One run of the binary over a fresh pipeline.
+struct BinaryRun<'a> {
+    name: &'a str,
+    n: usize,
+    /// The body of every message (default: 256 bytes of JSON).
+    body: Option<Vec<u8>>,
+    args: &'a [&'a str],
+    label: &'a str,
+    /// Publish while the worker runs instead of preloading.
+    feed: bool,
+    /// Also print the peak RSS once this many messages were handled.
+    checkpoint: Option<usize>,
+}
+
+/// Runs `dlqctl work` over `n` messages and prints the rate and the peak
+/// RSS (at the checkpoint too); returns the peak in KiB.
+async fn binary_run(s: &Setup, r: BinaryRun<'_>) -> u64 {
+    let p = s.pipeline(r.name, "[1h]", 5).await;
+    let body = r
+        .body
+        .clone()
+        .unwrap_or_else(|| format!("{{\"order\":\"{}\"}}", "x".repeat(244)).into_bytes());
+    let published = Arc::new(AtomicUsize::new(0));
+    if !r.feed {
+        s.preload_with(&p.name, r.n, &body, Some(&published)).await;
+    }
+    let dir = std::env::temp_dir().join(format!("{}-{}", s.prefix, r.name));
     std::fs::create_dir_all(&dir).expect("dir");
     let yaml = dir.join("t.yaml");
     std::fs::write(
@@ -378,18 +442,29 @@ async fn binary_rss(s: &Setup, name: &str, n: usize, args: &[&str], label: &str)
     let bin = env!("CARGO_BIN_EXE_dlqctl");
     let t0 = Instant::now();
     let mut child = std::process::Command::new(bin)
-        .args([
-            "work",
-            yaml.to_str().unwrap_or_default(),
-            "--queue",
-            &p.name,
-        ])
-        .args(args)
+        .args(["work", yaml.to_str().unwrap_or_default(), "--queue", &p.name])
+        .args(r.args)
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("spawn dlqctl work");
+    let feeder = r.feed.then(|| {
+        let (conn_setup, queue, body, published) =
+            (s.url.clone(), p.name.clone(), body.clone(), published.clone());
+        let n = r.n;
+        tokio::spawn(async move {
+            let conn = conn_setup.connect("dlqctl bench feeder").await.expect("feeder");
+            let feeder = Setup {
+                url: conn_setup,
+                conn,
+                prefix: String::new(),
+            };
+            feeder
+                .preload_with(&queue, n, &body, Some(&published))
+                .await;
+        })
+    });
     let ch = s.conn.create_channel().await.expect("channel");
-    let mut peak = 0;
+    let (mut peak, mut at_checkpoint) = (0, None);
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         peak = peak_rss_kib(child.id()).unwrap_or(peak).max(peak);
@@ -404,26 +479,44 @@ async fn binary_rss(s: &Setup, name: &str, n: usize, args: &[&str], label: &str)
             )
             .await
             .expect("passive declare");
-        if q.message_count() == 0 {
+        let sent = published.load(Ordering::SeqCst);
+        let handled = sent.saturating_sub(q.message_count() as usize);
+        if let Some(c) = r.checkpoint {
+            if at_checkpoint.is_none() && handled >= c {
+                at_checkpoint = Some((peak, handled));
+            }
+        }
+        if sent == r.n && q.message_count() == 0 {
             tokio::time::sleep(Duration::from_millis(500)).await;
             peak = peak_rss_kib(child.id()).unwrap_or(peak).max(peak);
             break;
         }
-        if t0.elapsed() > Duration::from_secs(600) {
-            println!("memory run did not drain within 600 s");
+        if t0.elapsed() > Duration::from_secs(1800) {
+            println!("the run did not drain within 1800 s");
             break;
         }
+    }
+    if let Some(f) = feeder {
+        let _ = f.await;
     }
     let el = t0.elapsed();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-    row(label, n, el);
-    println!(
-        "  peak RSS: {:.1} MiB (target < 50 MiB)",
-        peak as f64 / 1024.0
-    );
+    row(r.label, r.n, el);
+    if let Some((kib, handled)) = at_checkpoint {
+        println!(
+            "  peak RSS after {handled} messages: {:.1} MiB; after all {}: {:.1} MiB (growth {:+.1} MiB)",
+            kib as f64 / 1024.0,
+            r.n,
+            peak as f64 / 1024.0,
+            (peak as f64 - kib as f64) / 1024.0
+        );
+    } else {
+        println!("  peak RSS: {:.1} MiB", peak as f64 / 1024.0);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     s.cleanup(&p).await;
+    peak
 }
 
 /// Exec: parse the JSON body from stdin, succeed.
@@ -663,5 +756,98 @@ async fn run() {
         .await;
         let _ = std::fs::remove_dir_all(&dir);
     }
+    // 6. soak: a million messages through `dlqctl work --http`, published
+    // while it runs; the peak RSS after the first 100,000 and at the end.
+    if only(6) {
+        let addr = http_sink().await;
+        let url = format!("http://{addr}/");
+        let n = env_usize("BENCH_SOAK_N", 1_000_000);
+        binary_run(
+            &s,
+            BinaryRun {
+                name: "soak",
+                n,
+                body: None,
+                args: &["--prefetch", "200", "--concurrency", "32", "--http", &url],
+                label: "soak: dlqctl work --http (prefetch 200, concurrency 32)",
+                feed: true,
+                checkpoint: Some(n.min(100_000)),
+            },
+        )
+        .await;
+        println!("  (target: < 50 MiB, no growth after the first 100,000)\n");
+    }
+
+    // 7. large bodies through each handler kind: peak RSS against body ×
+    // concurrency.
+    if only(7) {
+        let addr = http_sink().await;
+        let url = format!("http://{addr}/");
+        let dir = std::env::temp_dir().join(format!("{}-big", s.prefix));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let jsonl_py = dir.join("jsonl.py");
+        std::fs::write(&jsonl_py, JSONL_PY).expect("jsonl.py");
+        let jsonl_py = jsonl_py.to_str().unwrap_or_default().to_string();
+        let python = if std::path::Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        for (mib, n, conc) in [
+            (1usize, env_usize("BENCH_BIG1_N", 200), 4usize),
+            (50, env_usize("BENCH_BIG50_N", 6), 2),
+        ] {
+            let body = format!("{{\"order\":\"{}\"}}", "x".repeat(mib * 1024 * 1024 - 12)).into_bytes();
+            let c = conc.to_string();
+            let kinds: [(&str, Vec<&str>); 3] = [
+                ("exec", vec!["--", "sh", "-c", "cat > /dev/null"]),
+                ("http", vec!["--http", &url]),
+                ("jsonl", vec!["--jsonl", "--", python, &jsonl_py]),
+            ];
+            for (kind, handler) in kinds {
+                let mut args = vec!["--concurrency", &c, "--handler-timeout", "120s"];
+                args.extend(handler.iter().copied());
+                let label = format!("{kind}, {mib} MiB bodies, concurrency {conc}");
+                let peak = binary_run(
+                    &s,
+                    BinaryRun {
+                        name: &format!("big-{kind}-{mib}"),
+                        n,
+                        body: Some(body.clone()),
+                        args: &args,
+                        label: &label,
+                        feed: false,
+                        checkpoint: None,
+                    },
+                )
+                .await;
+                println!(
+                    "  peak RSS / (body × concurrency): {:.1}",
+                    peak as f64 / 1024.0 / (mib * conc) as f64
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     let _ = s.conn.close(200, "bye".into()).await;
+}
+
+/// An HTTP server that reads every body whole and answers 200.
+async fn http_sink() -> std::net::SocketAddr {
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::post(|body: axum::body::Bytes| async move {
+                std::hint::black_box(body.len());
+                "ok"
+            }),
+        )
+        .layer(axum::extract::DefaultBodyLimit::disable());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
 }
