@@ -442,17 +442,29 @@ async fn binary_run(s: &Setup, r: BinaryRun<'_>) -> u64 {
     let bin = env!("CARGO_BIN_EXE_dlqctl");
     let t0 = Instant::now();
     let mut child = std::process::Command::new(bin)
-        .args(["work", yaml.to_str().unwrap_or_default(), "--queue", &p.name])
+        .args([
+            "work",
+            yaml.to_str().unwrap_or_default(),
+            "--queue",
+            &p.name,
+        ])
         .args(r.args)
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("spawn dlqctl work");
     let feeder = r.feed.then(|| {
-        let (conn_setup, queue, body, published) =
-            (s.url.clone(), p.name.clone(), body.clone(), published.clone());
+        let (conn_setup, queue, body, published) = (
+            s.url.clone(),
+            p.name.clone(),
+            body.clone(),
+            published.clone(),
+        );
         let n = r.n;
         tokio::spawn(async move {
-            let conn = conn_setup.connect("dlqctl bench feeder").await.expect("feeder");
+            let conn = conn_setup
+                .connect("dlqctl bench feeder")
+                .await
+                .expect("feeder");
             let feeder = Setup {
                 url: conn_setup,
                 conn,
@@ -797,7 +809,8 @@ async fn run() {
             (1usize, env_usize("BENCH_BIG1_N", 200), 4usize),
             (50, env_usize("BENCH_BIG50_N", 6), 2),
         ] {
-            let body = format!("{{\"order\":\"{}\"}}", "x".repeat(mib * 1024 * 1024 - 12)).into_bytes();
+            let body =
+                format!("{{\"order\":\"{}\"}}", "x".repeat(mib * 1024 * 1024 - 12)).into_bytes();
             let c = conc.to_string();
             let kinds: [(&str, Vec<&str>); 3] = [
                 ("exec", vec!["--", "sh", "-c", "cat > /dev/null"]),

@@ -201,7 +201,7 @@ impl Publisher {
                 }
                 Ok(Err(e)) => {
                     lane.state.retire("a publish failed");
-                    return Err(Refusal::Channel(describe_lapin_error(&e)));
+                    return Err(Refusal::of_channel(describe_lapin_error(&e)));
                 }
                 Ok(Ok(c)) => c,
             };

@@ -40,6 +40,24 @@ pub enum Refusal {
     Timeout,
     /// The channel failed (404 on a missing exchange, closed, retired, ...).
     Channel(String),
+    /// The broker closed the channel because the message is over its
+    /// `max_message_size`: no retry of the same copy can pass.
+    TooLarge(String),
+}
+
+impl Refusal {
+    /// The refusal of a channel that failed with `text`: [`Refusal::TooLarge`]
+    /// when RabbitMQ says the message is over its size limit
+    /// (`PRECONDITION_FAILED - message size N is larger than configured max
+    /// size M`, the same on 3.x and 4.x; its reply code, 406, is shared
+    /// with other refusals), else [`Refusal::Channel`].
+    pub fn of_channel(text: String) -> Refusal {
+        if text.contains("message size") && text.contains("larger than configured max size") {
+            Refusal::TooLarge(text)
+        } else {
+            Refusal::Channel(text)
+        }
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -53,6 +71,7 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::Timeout => f.write_str("no publisher confirm in time"),
             Refusal::Channel(e) => write!(f, "publishing channel error: {e}"),
+            Refusal::TooLarge(e) => write!(f, "the broker refuses a message this large: {e}"),
         }
     }
 }
@@ -98,7 +117,7 @@ pub fn judge_batch(batch: &[(u64, Confirm)], retired_because: Option<&str>) -> B
                     Confirm::NotRequested => {
                         Err(Refusal::Channel("publisher confirms are off".into()))
                     }
-                    Confirm::Failed(e) => Err(Refusal::Channel(e.clone())),
+                    Confirm::Failed(e) => Err(Refusal::of_channel(e.clone())),
                     // Not reached: a return retires the channel above.
                     Confirm::Returned(why) => Err(Refusal::Returned(why.clone())),
                 };
@@ -127,6 +146,18 @@ mod tests {
         assert_eq!(v[1], (2, Err(Refusal::Nacked)));
         assert!(matches!(&v[2], (3, Err(Refusal::Channel(e))) if e == "channel closed"));
         assert!(matches!(&v[3], (4, Err(Refusal::Channel(_)))));
+        assert_eq!(
+            Refusal::of_channel(
+                "PRECONDITION_FAILED - message size 2000000 is larger than configured max size 1000000 (406)".into()
+            ),
+            Refusal::TooLarge(
+                "PRECONDITION_FAILED - message size 2000000 is larger than configured max size 1000000 (406)".into()
+            )
+        );
+        assert_eq!(
+            Refusal::of_channel("NOT_FOUND - no exchange 'x' (404)".into()),
+            Refusal::Channel("NOT_FOUND - no exchange 'x' (404)".into())
+        );
     }
 
     #[test]

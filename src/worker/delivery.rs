@@ -50,6 +50,8 @@ enum Published {
     /// The delivery's channel is gone or we are stopping: the original
     /// returns to the queue by itself.
     Abandoned,
+    /// The broker refuses the copy for its size: no retry can pass.
+    TooLarge(String),
 }
 
 /// Non-UTF-8 short strings named in one log line, at most.
@@ -248,6 +250,10 @@ impl<H: Handler> DeliveryTask<H> {
                         self.ack(&d).await;
                         "retry"
                     }
+                    Published::TooLarge(why) => {
+                        self.nack_too_large(&d, &why).await;
+                        "dead_letter_nack"
+                    }
                     _ => "abandoned",
                 }
             }
@@ -291,6 +297,10 @@ impl<H: Handler> DeliveryTask<H> {
                             warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""),
                                 "the DLQ refused the copy; nacking so the broker holds the message for its DLX until the DLQ has room");
                             self.nack_to_dlx(&d).await;
+                            "dead_letter_nack"
+                        }
+                        Published::TooLarge(why) => {
+                            self.nack_too_large(&d, &why).await;
                             "dead_letter_nack"
                         }
                         Published::Abandoned => "abandoned",
@@ -354,6 +364,16 @@ impl<H: Handler> DeliveryTask<H> {
         }
     }
 
+    /// The broker refuses any copy of this message (over its
+    /// `max_message_size`, lowered after the message was queued): nack it
+    /// so that the broker's own dead-lettering, which does not check the
+    /// size, moves it to the DLX. Its error history is not added.
+    async fn nack_too_large(&self, d: &Delivery, why: &str) {
+        warn!(queue = %self.cfg.pipeline.name, refusal = why,
+            "the broker refuses copies of this message for its size; nacking it so the broker dead-letters it (x-death records it, without dlqctl's error history)");
+        self.nack_to_dlx(d).await;
+    }
+
     /// Publishes a copy until the broker confirms it. While it refuses, the
     /// original stays unacked and the worker starts no new handler.
     async fn publish_until_confirmed(
@@ -374,6 +394,7 @@ impl<H: Handler> DeliveryTask<H> {
             {
                 Ok(()) => break Published::Done,
                 Err(Refusal::Nacked) if dlq_fallback => break Published::FallBackToNack,
+                Err(Refusal::TooLarge(why)) => break Published::TooLarge(why),
                 Err(r) => {
                     self.metrics.publish_refusals.inc();
                     if !refusing {

@@ -386,3 +386,105 @@ async fn a_management_api_of_another_broker_is_not_taken_for_this_one() {
     );
     cleanup(&dir, &name).await;
 }
+
+/// Sets the TLS node's `max_message_size` (bytes); restores the default
+/// when dropped.
+struct SizeLimit;
+
+impl SizeLimit {
+    fn set(bytes: u64) -> SizeLimit {
+        let ok = std::process::Command::new("rabbitmqctl")
+            .args(["-n", "dlqctltls@localhost", "eval"])
+            .arg(format!(
+                "application:set_env(rabbit, max_message_size, {bytes})."
+            ))
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "rabbitmqctl eval on the TLS node failed");
+        SizeLimit
+    }
+}
+
+impl Drop for SizeLimit {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-n", "dlqctltls@localhost", "eval"])
+            .arg("application:set_env(rabbit, max_message_size, 134217728).")
+            .output();
+    }
+}
+
+/// A message queued before the broker's size limit was lowered: its retry
+/// copy is refused for its size. The worker neither stalls nor loops: it
+/// nacks the message so the broker dead-letters it, and goes on.
+#[tokio::test]
+async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
+    let dir = node();
+    let scratch = Scratch::new();
+    let (t, name) = topology(&scratch);
+    run(&["provision", &t, "--url", AMQP_PLAIN])
+        .await
+        .assert_code(0);
+    let conn = dlqctl::amqp::BrokerUrl::parse(AMQP_PLAIN)
+        .unwrap()
+        .connect("dlqctl size test")
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    for (id, size) in [("big", 2_000_000usize), ("small", 10)] {
+        ch.basic_publish(
+            "".into(),
+            name.as_str().into(),
+            Default::default(),
+            &vec![b'x'; size],
+            lapin::BasicProperties::default().with_message_id(id.into()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let _limit = SizeLimit::set(1_000_000);
+    let script = scratch.path().join("fail.sh");
+    Scratch::write_executable(&script, "#!/bin/sh\nexit 1\n");
+    let mut w = crate::worker_support::WorkerProc::spawn(
+        Path::new(&t),
+        &name,
+        &["--url", AMQP_PLAIN, "--", script.to_str().unwrap()],
+    );
+    w.wait_consuming().await;
+    // `small` is retried, then dead-lettered as usual; `big` at once.
+    let d = w.wait_decisions(3, Duration::from_secs(30)).await;
+    let big: Vec<&Value> = d.iter().filter(|e| e["message_id"] == "big").collect();
+    assert_eq!(big.len(), 1, "{d:#?}");
+    assert_eq!(big[0]["decision"], "dead_letter_nack");
+    let small: Vec<&str> = d
+        .iter()
+        .filter(|e| e["message_id"] == "small")
+        .map(|e| e["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(small, vec!["retry", "dead_letter"], "{d:#?}");
+    assert!(
+        w.output()
+            .contains("the broker refuses copies of this message for its size"),
+        "{}",
+        w.output()
+    );
+    w.stop().await;
+    let dlq = format!("{name}.dlq");
+    let q = ch
+        .queue_declare(
+            dlq.as_str().into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.message_count(), 2);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&dir, &name).await;
+}
