@@ -264,9 +264,20 @@ pub struct QueueInfo {
 impl Mgmt {
     /// A client for [`management_url`], with the credentials of [`amqp_url`].
     pub fn new() -> Mgmt {
-        let base = reqwest::Url::parse(&management_url()).expect("a valid DLQCTL_MANAGEMENT_URL");
-        let amqp =
-            dlqctl::amqp::connection::BrokerUrl::parse(&amqp_url()).expect("a valid AMQP_URL");
+        Mgmt::with(&management_url(), &amqp_url())
+    }
+
+    /// A client for the management API at `management_url`, with the
+    /// credentials of `amqp_url` (another broker than the default one).
+    pub fn with(management_url: &str, amqp_url: &str) -> Mgmt {
+        let base = reqwest::Url::parse(management_url)
+            .unwrap_or_else(|e| panic!("management URL {management_url}: {e}"));
+        let amqp = dlqctl::amqp::connection::BrokerUrl::parse(amqp_url).unwrap_or_else(|e| {
+            panic!(
+                "AMQP URL {}: {e}",
+                dlqctl::amqp::connection::redact(amqp_url)
+            )
+        });
         Mgmt {
             base,
             user: amqp.user().to_string(),
@@ -409,6 +420,9 @@ impl Default for Mgmt {
 pub struct Cleanup {
     /// The prefix of everything the test creates.
     pub prefix: String,
+    /// The management URL and AMQP URL (for the credentials) of another
+    /// broker than the default one.
+    broker: Option<(String, String)>,
 }
 
 impl Cleanup {
@@ -416,6 +430,16 @@ impl Cleanup {
     pub fn new() -> Cleanup {
         Cleanup {
             prefix: unique_prefix(),
+            broker: None,
+        }
+    }
+
+    /// A guard for a fresh [`unique_prefix`] on the broker whose management
+    /// API is at `management_url` (see [`Mgmt::with`]).
+    pub fn on(management_url: &str, amqp_url: &str) -> Cleanup {
+        Cleanup {
+            prefix: unique_prefix(),
+            broker: Some((management_url.to_string(), amqp_url.to_string())),
         }
     }
 
@@ -436,12 +460,17 @@ impl Drop for Cleanup {
         // Drop cannot await, and the test's runtime may be the current
         // thread: delete from a thread with a runtime of its own.
         let prefix = format!("{}-", self.prefix);
+        let broker = self.broker.clone();
         let failed = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("a runtime for cleanup");
-            rt.block_on(Mgmt::new().delete_prefix(&prefix))
+            let mgmt = match &broker {
+                Some((management, amqp)) => Mgmt::with(management, amqp),
+                None => Mgmt::new(),
+            };
+            rt.block_on(mgmt.delete_prefix(&prefix))
         })
         .join()
         .unwrap_or_else(|_| vec!["the cleanup thread panicked".into()]);

@@ -5,6 +5,7 @@ mod alerts;
 mod bad_input;
 mod chaos_support;
 mod cli_io;
+mod cluster;
 mod dlq;
 mod dlq_ops;
 mod failover;
