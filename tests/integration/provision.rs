@@ -923,4 +923,28 @@ async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
     let run = provision(&file, &["--check", "--json", "--format", "github"]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("--format github"), "{}", run.stderr);
+
+    // provision's drift (exit 1) is annotated too; its report and hint
+    // stay on stderr.
+    std::fs::write(
+        &file,
+        text.replace("delivery_limit: 7", "delivery_limit: 8"),
+    )
+    .unwrap();
+    let run = provision(&file, &["--format", "github"]).await;
+    run.assert_code(1);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "{}\n",
+            error(
+                6,
+                format!(
+                    "queue {}: x-delivery-limit differs: wanted 8, broker has 7",
+                    c.name("orders")
+                )
+            )
+        )
+    );
+    assert!(run.stderr.contains("hint: "), "{}", run.stderr);
 }
