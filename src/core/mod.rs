@@ -2,7 +2,8 @@
 //! plan, the reading of the broker's refusals, attempts, decisions, jitter
 //! and the properties of copies; for the DLQ commands, the description and
 //! grouping of a dead-lettered message, the selectors, the rate, the replay
-//! and rotation copies and the export line.
+//! and rotation copies and the export line; the GitHub Actions
+//! annotations of a check's findings.
 //!
 //! Nothing here does I/O: no async runtime, no files, no sockets, no clock
 //! and no random numbers (the current time and random draws are
@@ -17,6 +18,7 @@ pub mod duration;
 pub mod export;
 pub mod finding;
 pub mod fingerprint;
+pub mod github;
 pub mod jsonl;
 pub mod message;
 pub mod outcome;

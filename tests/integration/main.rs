@@ -4,6 +4,7 @@
 mod alerts;
 mod bad_input;
 mod chaos_support;
+mod ci_examples;
 mod cli_io;
 mod cluster;
 mod dlq;

@@ -813,3 +813,138 @@ async fn check_lists_objects_the_file_no_longer_describes() {
         .collect();
     assert_eq!(stale.len(), 3, "{doc:#}");
 }
+
+/// `--check --format github`: each finding is a GitHub Actions annotation
+/// on the line of its pipeline's `- name:` in the file (as given, escaped),
+/// the exit code stays 3, and bindings the check cannot verify are
+/// warnings.
+#[tokio::test]
+async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let dir_shown = dir.path().display().to_string();
+    assert!(!dir_shown.contains([',', ':', '%']), "{dir_shown}");
+    // A comma in the name: escaped as %2C in the `file` property.
+    let file = dir.write("drift,t.yaml", &topology(&c.prefix));
+    let shown = format!("{dir_shown}/drift%2Ct.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line_of = |p: &str| {
+        1 + text
+            .lines()
+            .position(|l| l == format!("  - name: {}", c.name(p)))
+            .expect("the pipeline's line")
+    };
+    assert_eq!((line_of("orders"), line_of("mail")), (6, 11));
+    provision(&file, &[]).await.assert_code(0);
+    let run = provision(&file, &["--check", "--format", "github"]).await;
+    run.assert_code(0);
+    assert!(!run.stdout.contains("::"), "{}", run.stdout);
+
+    // Delete a tier queue of `mail` and a producer binding of `orders`.
+    let ch = b.channel().await;
+    ch.queue_delete(
+        c.name("mail.retry.500ms").as_str().into(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_unbind(
+        c.name("orders").as_str().into(),
+        c.name("orders-in").as_str().into(),
+        "order.created".into(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    let run = provision(&file, &["--check", "--format", "github"]).await;
+    run.assert_code(3);
+    let annotations: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("::")).collect();
+    let error = |line: u32, message: String| {
+        format!("::error file={shown},line={line},title=dlqctl drift::{message}")
+    };
+    assert_eq!(
+        annotations,
+        vec![
+            error(11, format!("missing queue {}", c.name("mail.retry.500ms"))),
+            error(
+                6,
+                format!(
+                    "missing binding {} -> {} [order.created]",
+                    c.name("orders-in"),
+                    c.name("orders")
+                )
+            ),
+            error(
+                11,
+                format!(
+                    "missing binding {} -> {} [500ms]",
+                    c.name("mail.retry"),
+                    c.name("mail.retry.500ms")
+                )
+            ),
+        ],
+        "{}",
+        run.stdout
+    );
+    // The other lines are the text headline, for the log.
+    assert!(
+        run.stdout
+            .starts_with(&format!("{}: the broker differs", file.display())),
+        "{}",
+        run.stdout
+    );
+
+    // Without the management API the bindings are unverified: warnings;
+    // the missing queue still fails the check.
+    let no_api = [
+        "--check",
+        "--format",
+        "github",
+        "--management-url",
+        "http://127.0.0.1:1",
+    ];
+    let run = provision(&file, &no_api).await;
+    run.assert_code(3);
+    let warning = format!(
+        "::warning file={shown},line=6,title=dlqctl unverified::unverified binding {} -> {} [order.created]: ",
+        c.name("orders-in"),
+        c.name("orders")
+    );
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with(&warning)),
+        "no `{warning}` in\n{}",
+        run.stdout
+    );
+    assert_eq!(run.stdout.matches("::error ").count(), 1, "{}", run.stdout);
+
+    // --json is --format json; disagreeing with --format is bad usage.
+    let run = provision(&file, &["--check", "--json", "--format", "github"]).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("--format github"), "{}", run.stderr);
+
+    // provision's drift (exit 1) is annotated too; its report and hint
+    // stay on stderr.
+    std::fs::write(
+        &file,
+        text.replace("delivery_limit: 7", "delivery_limit: 8"),
+    )
+    .unwrap();
+    let run = provision(&file, &["--format", "github"]).await;
+    run.assert_code(1);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "{}\n",
+            error(
+                6,
+                format!(
+                    "queue {}: x-delivery-limit differs: wanted 8, broker has 7",
+                    c.name("orders")
+                )
+            )
+        )
+    );
+    assert!(run.stderr.contains("hint: "), "{}", run.stderr);
+}

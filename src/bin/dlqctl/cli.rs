@@ -23,6 +23,35 @@ pub enum LogFormat {
     Json,
 }
 
+/// What `provision` prints.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// For people.
+    Text,
+    /// One JSON document.
+    Json,
+    /// GitHub Actions workflow commands (annotations), then a summary line.
+    Github,
+}
+
+impl ProvisionArgs {
+    /// The output format: `--format`, or `--json` (its older spelling).
+    /// Both given with different values is bad usage.
+    pub fn output_format(&self) -> Result<OutputFormat, String> {
+        match (self.format, self.json) {
+            (None, false) => Ok(OutputFormat::Text),
+            (None, true) | (Some(OutputFormat::Json), _) => Ok(OutputFormat::Json),
+            (Some(f), false) => Ok(f),
+            (Some(f), true) => Err(format!(
+                "--json means --format json, which disagrees with --format {}: give one of them",
+                f.to_possible_value()
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default()
+            )),
+        }
+    }
+}
+
 /// Broker connection options.
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
@@ -292,7 +321,12 @@ pub struct ProvisionArgs {
     /// Change nothing; exit 3 listing every missing object and difference.
     #[arg(long)]
     pub check: bool,
-    /// Machine-readable output.
+    /// Output format. `github`: each finding as a GitHub Actions annotation
+    /// (`::error file=FILE,line=L,...`) on the line of its pipeline; the
+    /// plan of --dry-run then prints as text. [default: text]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+    /// Same as --format json.
     #[arg(long)]
     pub json: bool,
     /// Management API for checking bindings [default: the AMQP host, port
@@ -369,4 +403,41 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
             dlqctl::worker::DeadLetterMode::NAMES.join(", ")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format_of(args: &[&str]) -> Result<OutputFormat, String> {
+        let argv = ["dlqctl", "provision", "t.yaml"].iter().chain(args);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Provision(a) => a.output_format(),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_is_an_alias_of_format_json_and_may_not_disagree_with_format() {
+        assert_eq!(format_of(&[]), Ok(OutputFormat::Text));
+        assert_eq!(format_of(&["--json"]), Ok(OutputFormat::Json));
+        assert_eq!(format_of(&["--format", "json"]), Ok(OutputFormat::Json));
+        assert_eq!(
+            format_of(&["--json", "--format", "json"]),
+            Ok(OutputFormat::Json)
+        );
+        assert_eq!(
+            format_of(&["--check", "--format", "github"]),
+            Ok(OutputFormat::Github)
+        );
+        assert_eq!(format_of(&["--format", "text"]), Ok(OutputFormat::Text));
+        for other in ["text", "github"] {
+            let e = format_of(&["--json", "--format", other]).unwrap_err();
+            assert!(e.contains(&format!("--format {other}")), "{e}");
+        }
+        assert!(format_of(&["--format", "yaml"]).is_err());
+    }
 }

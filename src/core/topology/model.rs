@@ -170,6 +170,11 @@ pub struct Pipeline {
     pub circuit_breaker: Option<CircuitBreaker>,
     /// Extra arguments of the main queue (allow-listed).
     pub arguments: Arguments,
+    /// The line of the pipeline's `name:` in the topology file (1-based),
+    /// to point back at it (`provision --check --format github`); 0 for a
+    /// pipeline not read from a file.
+    #[serde(skip)]
+    pub line: u64,
 }
 
 impl Pipeline {

@@ -996,7 +996,6 @@ impl Cx {
         if !ok {
             return None;
         }
-        let _ = name_pos;
         Some(Pipeline {
             name: name.to_string(),
             queue_type,
@@ -1010,6 +1009,7 @@ impl Cx {
             delivery_limit,
             circuit_breaker: pick(&own.circuit_breaker, &defaults.circuit_breaker).map(|c| c.v),
             arguments,
+            line: name_pos.line,
         })
     }
 

@@ -600,6 +600,32 @@ fn dead_letter_queue_name_only_per_pipeline() {
 }
 
 #[test]
+fn each_pipeline_keeps_the_line_of_its_name() {
+    let t = ok("version: 1
+defaults:
+  retry: {delays: [1s]}
+pipelines:
+  - name: orders
+    exchange: {name: orders, type: topic, bindings: [a]}
+
+  - retry: {delays: [2s]}
+    name: mail
+  -
+    name: flow
+  - {name: inline}
+");
+    let lines: Vec<_> = t
+        .pipelines
+        .iter()
+        .map(|p| (p.name.as_str(), p.line))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![("orders", 5), ("mail", 9), ("flow", 11), ("inline", 12)]
+    );
+}
+
+#[test]
 fn retry_tiers_are_distinct_and_sorted() {
     let t = ok(
         "version: 1\npipelines:\n  - name: a\n    retry: {delays: [10s, 1s, 10s, 90s, 1500ms]}\n",

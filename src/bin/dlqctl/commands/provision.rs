@@ -2,19 +2,23 @@
 //! `output`.
 
 use super::load;
-use crate::cli::ProvisionArgs;
+use crate::cli::{OutputFormat, ProvisionArgs};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::amqp::mgmt::Management;
+use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
+use dlqctl::error::Error;
 
 /// `dlqctl provision` (with --dry-run and --check).
 pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
+    let format = a.output_format().map_err(Error::Usage)?;
     let t = load(&a.file)?;
     let p = plan(&t);
     if a.dry_run {
-        if a.json {
+        // A plan has no findings to annotate: `github` shows it as text.
+        if format == OutputFormat::Json {
             output::stdout_line(&output::json::plan_json(&p))?;
         } else {
             output::stdout(&output::text::plan_text(&p))?;
@@ -54,25 +58,35 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
         (false, true) => Outcome::Failure,
     };
     let file = a.file.display().to_string();
-    if a.json {
-        let status = match outcome {
-            Outcome::Success => "ok",
-            _ if a.check => "differs",
-            _ => "drift",
-        };
-        output::stdout_line(&output::json::report_json(&report, status))?;
-    } else if a.check {
-        output::stdout(&output::text::check_text(&file, &report))?;
-    } else if differs {
-        output::stderr_line(&output::text::drift_text(&file, &report));
-    } else {
-        output::stdout_line(&format!(
+    match format {
+        OutputFormat::Json => {
+            let status = match outcome {
+                Outcome::Success => "ok",
+                _ if a.check => "differs",
+                _ => "drift",
+            };
+            output::stdout_line(&output::json::report_json(&report, status))?;
+        }
+        OutputFormat::Github if a.check || differs => {
+            let lines = PipelineLines::new(&t, &p);
+            if a.check {
+                output::stdout(&output::github::check_github(&file, &report, &lines))?;
+            } else {
+                // The annotations on stdout, the usual report and hint on
+                // stderr.
+                output::stdout(&annotations(&file, &report.findings, &lines))?;
+                output::stderr_line(&output::text::drift_text(&file, &report));
+            }
+        }
+        _ if a.check => output::stdout(&output::text::check_text(&file, &report))?,
+        _ if differs => output::stderr_line(&output::text::drift_text(&file, &report)),
+        _ => output::stdout_line(&format!(
             "{file}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s",
             p.exchanges.len(),
             p.queues.len(),
             p.bindings.len(),
             report.elapsed.as_secs_f64()
-        ))?;
+        ))?,
     }
     Ok(outcome)
 }

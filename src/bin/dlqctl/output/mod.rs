@@ -6,6 +6,7 @@
 //! for a one-shot command: `main` exits 0 quietly on `BrokenPipe`. Other
 //! write errors (`> /dev/full`) are reported and exit 1.
 
+pub mod github;
 pub mod json;
 pub mod progress;
 pub mod text;

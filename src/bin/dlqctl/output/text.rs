@@ -84,6 +84,13 @@ Migrate: create the new object under another name (or delete and recreate it), a
 /// finding. The headline says "matches" only when nothing differs and
 /// nothing went unverified.
 pub fn check_text(file: &str, report: &Report) -> String {
+    let (headline, hint) = check_headline(file, report);
+    format!("{headline}\n{}{hint}", findings_text(&report.findings))
+}
+
+/// The headline of a check, and the hint that follows its findings (empty,
+/// or a line ending in a newline).
+pub fn check_headline(file: &str, report: &Report) -> (String, String) {
     let differences = report.findings.iter().filter(|f| f.is_difference()).count();
     let unverified = report.findings.len() - differences;
     let headline = if differences > 0 {
@@ -101,16 +108,16 @@ pub fn check_text(file: &str, report: &Report) -> String {
             report.elapsed.as_secs_f64()
         )
     };
-    let mut out = format!("{headline}\n{}", findings_text(&report.findings));
-    if report
+    let hint = if report
         .findings
         .iter()
         .any(|f| matches!(f, Finding::NotInTopology { .. }))
     {
-        out += RETIRE_HINT;
-        out.push('\n');
-    }
-    out
+        format!("{RETIRE_HINT}\n")
+    } else {
+        String::new()
+    };
+    (headline, hint)
 }
 
 /// The hint printed after objects the topology no longer describes.

@@ -1,0 +1,155 @@
+//! The CI examples in `docs/ci/` read as YAML (with serde-saphyr, as the
+//! topology files are) and have the structure their comments promise: a
+//! check on pull / merge requests against a RabbitMQ service (validate,
+//! provision on the fresh broker, then `--check`), and a provision on the
+//! default branch. No broker needed.
+
+use serde_json::Value;
+
+fn read(path: &str) -> Value {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{full} is not YAML: {e}"))
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The index of the first command containing every one of `parts`, and
+/// none of `absent`.
+fn position(commands: &[&str], parts: &[&str], absent: &[&str]) -> Option<usize> {
+    commands
+        .iter()
+        .position(|c| parts.iter().all(|p| c.contains(p)) && !absent.iter().any(|a| c.contains(a)))
+}
+
+/// The topology the example names exists in this repository.
+fn assert_topology_exists(v: &Value) {
+    let topology = v["TOPOLOGY"].as_str().expect("TOPOLOGY is set");
+    let full = format!("{}/{topology}", env!("CARGO_MANIFEST_DIR"));
+    assert!(std::path::Path::new(&full).is_file(), "{full}");
+}
+
+#[test]
+fn github_actions_example_checks_pull_requests_and_provisions_main() {
+    let w = read("docs/ci/github-actions.yml");
+    let on = &w["on"];
+    assert!(on.get("pull_request").is_some(), "on: {on}");
+    assert_eq!(strings(&on["push"]["branches"]), vec!["main"], "on: {on}");
+    assert_topology_exists(&w["env"]);
+
+    let jobs = w["jobs"].as_object().expect("jobs");
+    let runs = |job: &Value| -> Vec<String> {
+        job["steps"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a job without steps: {job}"))
+            .iter()
+            .filter_map(|s| s["run"].as_str().map(str::to_string))
+            .collect()
+    };
+    for (name, job) in jobs {
+        let steps = runs(job);
+        assert!(
+            steps.iter().any(|r| r.contains("cargo install --locked")),
+            "job {name} does not install dlqctl"
+        );
+    }
+
+    // The self-contained pull-request check: a RabbitMQ service, then
+    // validate, provision on it, and --check --format github, in order.
+    let check = jobs
+        .values()
+        .find(|j| j.get("services").is_some())
+        .expect("a job with a service container");
+    assert!(
+        check["if"].as_str().unwrap_or("").contains("pull_request"),
+        "{check}"
+    );
+    let service = check["services"]
+        .as_object()
+        .and_then(|s| s.values().next())
+        .expect("a service");
+    assert_eq!(service["image"], "rabbitmq:4.0-management");
+    let steps = runs(check);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let validate = position(&steps, &["dlqctl validate"], &[]).expect("validate");
+    let provision = position(&steps, &["dlqctl provision"], &["--check"]).expect("provision");
+    let checked = position(
+        &steps,
+        &["dlqctl provision", "--check", "--format github"],
+        &[],
+    )
+    .expect("provision --check --format github");
+    assert!(validate < provision && provision < checked, "{steps:?}");
+
+    // On push: provision, no check.
+    let deploy = jobs
+        .values()
+        .find(|j| j["if"].as_str().unwrap_or("").contains("'push'"))
+        .expect("a job on push");
+    let steps = runs(deploy);
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    assert!(
+        position(&steps, &["dlqctl provision"], &["--check"]).is_some(),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn gitlab_ci_example_checks_merge_requests_and_provisions_the_default_branch() {
+    let ci = read("docs/ci/gitlab-ci.yml");
+    let top = ci.as_object().expect("a mapping");
+    assert_topology_exists(&ci["variables"]);
+    let template = &ci[".dlqctl"];
+    assert!(
+        strings(&template["before_script"])
+            .iter()
+            .any(|c| c.contains("cargo install --locked")),
+        "{template}"
+    );
+    let jobs: Vec<&Value> = top
+        .iter()
+        .filter(|(k, v)| !k.starts_with('.') && v.get("script").is_some())
+        .map(|(_, v)| v)
+        .collect();
+    let rule = |job: &Value, needle: &str| {
+        job["rules"].as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["if"].as_str().unwrap_or("").contains(needle))
+        })
+    };
+
+    let check = jobs
+        .iter()
+        .find(|j| j.get("services").is_some())
+        .expect("a job with services");
+    assert!(rule(check, "merge_request_event"), "{check}");
+    assert_eq!(check["extends"], ".dlqctl");
+    let service = &check["services"][0];
+    let image = service["name"].as_str().or(service.as_str());
+    assert_eq!(image, Some("rabbitmq:4.0-management"), "{service}");
+    let script = strings(&check["script"]);
+    let validate = position(&script, &["dlqctl validate"], &[]).expect("validate");
+    let provision = position(&script, &["dlqctl provision"], &["--check"]).expect("provision");
+    let checked = position(
+        &script,
+        &["dlqctl provision", "--check", "--format text"],
+        &[],
+    )
+    .expect("provision --check --format text");
+    assert!(validate < provision && provision < checked, "{script:?}");
+
+    let deploy = jobs
+        .iter()
+        .find(|j| rule(j, "$CI_DEFAULT_BRANCH"))
+        .expect("a job on the default branch");
+    let script = strings(&deploy["script"]);
+    assert!(
+        position(&script, &["dlqctl provision"], &["--check"]).is_some(),
+        "{script:?}"
+    );
+    assert!(deploy.get("services").is_none(), "{deploy}");
+}
