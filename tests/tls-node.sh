@@ -115,7 +115,9 @@ case ${1:-} in
     # Debian's wrapper runs the node as the rabbitmq user.
     if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq: "$DIR"; fi
     env_for_node
-    rabbitmq-server -detached >/dev/null 2>&1 || true
+    # The lock fd must not be inherited by the node: it would hold the lock
+    # for as long as the node runs.
+    rabbitmq-server -detached 9>&- >/dev/null 2>&1 || true
     wait_up
     ;;
   stop)

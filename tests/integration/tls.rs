@@ -48,15 +48,19 @@ async fn run(args: &[&str]) -> Run {
     dlqctl(args, RUN_TIMEOUT).await
 }
 
+/// The TLS node's AMQPS address, trusting its CA.
+fn amqps_trusting_the_ca(dir: &Path) -> dlqctl::amqp::BrokerUrl {
+    let tls = dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
+        .expect("the test CA reads")
+        .expect("TLS settings");
+    dlqctl::amqp::BrokerUrl::parse(AMQPS)
+        .expect("the AMQPS URL")
+        .with_tls(std::sync::Arc::new(tls))
+}
+
 /// Deletes the pipeline's objects on the TLS node.
 async fn cleanup(dir: &Path, name: &str) {
-    let url = dlqctl::amqp::BrokerUrl::parse(AMQPS)
-        .unwrap()
-        .with_tls(std::sync::Arc::new(
-            dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
-                .unwrap()
-                .unwrap(),
-        ));
+    let url = amqps_trusting_the_ca(dir);
     let conn = url
         .connect("dlqctl tls test cleanup")
         .await
@@ -124,13 +128,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
         ],
     );
     w.wait_consuming().await;
-    let url = dlqctl::amqp::BrokerUrl::parse(AMQPS)
-        .unwrap()
-        .with_tls(std::sync::Arc::new(
-            dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
-                .unwrap()
-                .unwrap(),
-        ));
+    let url = amqps_trusting_the_ca(&dir);
     let conn = url.connect("dlqctl tls test").await.unwrap();
     let ch = conn.create_channel().await.unwrap();
     ch.basic_publish(
