@@ -67,47 +67,96 @@ async fn commands_use_the_first_address_that_answers() {
     drop(cleanup);
 }
 
+/// A provisioned pipeline and a worker (concurrency 4, `exit 0` handler)
+/// reaching the broker through two relays, `?QUERY` on both URLs; 20
+/// messages `a0..a19` already handled through the first.
+struct Relayed {
+    broker: Broker,
+    pipe: Pipe,
+    r1: Relay,
+    r2: Relay,
+    w: WorkerProc,
+    _scratch: Scratch,
+    _cleanup: Cleanup,
+}
+
+impl Relayed {
+    async fn start(query: &str) -> Relayed {
+        let broker = Broker::connect().await;
+        let cleanup = Cleanup::new();
+        let scratch = Scratch::new();
+        let pipe = Pipe::new(&cleanup, &[100], 2);
+        let file = pipe.provision(&scratch).await;
+        let (r1, r2) = (
+            Relay::start(broker_addr()).await,
+            Relay::start(broker_addr()).await,
+        );
+        let script = Script::new(&scratch, "h", "exit 0");
+        let (u1, u2) = (
+            format!("{}{query}", r1.url()),
+            format!("{}{query}", r2.url()),
+        );
+        let mut w = WorkerProc::with_script(
+            &file,
+            &pipe.name,
+            &script,
+            &["--url", &u1, "--url", &u2, "--concurrency", "4"],
+        );
+        w.wait_consuming().await;
+        let f = Relayed {
+            broker,
+            pipe,
+            r1,
+            r2,
+            w,
+            _scratch: scratch,
+            _cleanup: cleanup,
+        };
+        f.publish("a").await;
+        f
+    }
+
+    /// Publishes `PREFIX0..PREFIX19`.
+    async fn publish(&self, prefix: &str) {
+        for n in 0..20 {
+            publish(
+                &self.broker,
+                "",
+                &self.pipe.name,
+                b"x",
+                with_id(&format!("{prefix}{n}")),
+            )
+            .await;
+        }
+    }
+
+    fn queues(&self) -> Vec<String> {
+        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
+        q.extend(self.pipe.retry_queues());
+        q
+    }
+}
+
 /// The worker's address goes away mid-run (every connection dropped, the
 /// port closed): it reconnects through the next address within seconds,
 /// logs the switch once, and every message is handled once.
 #[tokio::test]
 async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
-    let broker = Broker::connect().await;
-    let cleanup = Cleanup::new();
-    let scratch = Scratch::new();
-    let pipe = Pipe::new(&cleanup, &[100], 2);
-    let file = pipe.provision(&scratch).await;
-    let (r1, r2) = (
-        Relay::start(broker_addr()).await,
-        Relay::start(broker_addr()).await,
-    );
-    let script = Script::new(&scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(
-        &file,
-        &pipe.name,
-        &script,
-        &["--url", &r1.url(), "--url", &r2.url(), "--concurrency", "4"],
-    );
-    w.wait_consuming().await;
-    for n in 0..20 {
-        publish(&broker, "", &pipe.name, b"x", with_id(&format!("a{n}"))).await;
-    }
-    w.wait_decisions(20, Duration::from_secs(30)).await;
+    let mut f = Relayed::start("").await;
+    f.w.wait_decisions(20, Duration::from_secs(30)).await;
     let cut = Instant::now();
-    r1.close();
-    let switched = w
-        .wait_event("switched broker address", 1, Duration::from_secs(10))
-        .await;
+    f.r1.close();
+    let switched =
+        f.w.wait_event("switched broker address", 1, Duration::from_secs(10))
+            .await;
     let took = cut.elapsed();
     assert!(took < Duration::from_secs(10), "switched after {took:?}");
     assert_eq!(
         switched[0]["to"].as_str(),
-        Some(r2.addr.to_string().as_str())
+        Some(f.r2.addr.to_string().as_str())
     );
-    for n in 0..20 {
-        publish(&broker, "", &pipe.name, b"x", with_id(&format!("b{n}"))).await;
-    }
-    let d = w.wait_decisions(40, Duration::from_secs(30)).await;
+    f.publish("b").await;
+    let d = f.w.wait_decisions(40, Duration::from_secs(30)).await;
     let mut ids: Vec<&str> = d
         .iter()
         .map(|e| e["message_id"].as_str().unwrap())
@@ -116,11 +165,9 @@ async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
     ids.dedup();
     assert_eq!(ids.len(), 40, "every message handled: {d:#?}");
     assert!(d.iter().all(|e| e["decision"] == "ack"));
-    assert_eq!(w.events("switched broker address").len(), 1);
-    w.stop().await;
-    let mut queues = vec![pipe.name.clone(), pipe.dlq()];
-    queues.extend(pipe.retry_queues());
-    assert_empty(&broker, &queues).await;
+    assert_eq!(f.w.events("switched broker address").len(), 1);
+    f.w.stop().await;
+    assert_empty(&f.broker, &f.queues()).await;
     println!(
         "switched to the next address {:.1} s after the first went away",
         took.as_secs_f64()
@@ -133,42 +180,19 @@ async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
 /// lost (those whose acks vanished come back and run again).
 #[tokio::test]
 async fn a_silent_network_is_noticed_by_the_heartbeat() {
-    let broker = Broker::connect().await;
-    let cleanup = Cleanup::new();
-    let scratch = Scratch::new();
-    let pipe = Pipe::new(&cleanup, &[100], 2);
-    let file = pipe.provision(&scratch).await;
-    let (r1, r2) = (
-        Relay::start(broker_addr()).await,
-        Relay::start(broker_addr()).await,
-    );
-    let script = Script::new(&scratch, "h", "exit 0");
-    let url1 = format!("{}?heartbeat=2", r1.url());
-    let url2 = format!("{}?heartbeat=2", r2.url());
-    let mut w = WorkerProc::with_script(
-        &file,
-        &pipe.name,
-        &script,
-        &["--url", &url1, "--url", &url2, "--concurrency", "4"],
-    );
-    w.wait_consuming().await;
-    for n in 0..20 {
-        publish(&broker, "", &pipe.name, b"x", with_id(&format!("a{n}"))).await;
-    }
-    w.wait_decisions(20, Duration::from_secs(30)).await;
+    let mut f = Relayed::start("?heartbeat=2").await;
+    f.w.wait_decisions(20, Duration::from_secs(30)).await;
     let cut = Instant::now();
-    r1.blackhole();
-    for n in 0..20 {
-        publish(&broker, "", &pipe.name, b"x", with_id(&format!("b{n}"))).await;
-    }
-    w.wait_event("switched broker address", 1, Duration::from_secs(20))
+    f.r1.blackhole();
+    f.publish("b").await;
+    f.w.wait_event("switched broker address", 1, Duration::from_secs(20))
         .await;
     let took = cut.elapsed();
     // Two heartbeat intervals to notice, then the connect and the check.
     assert!(took < Duration::from_secs(12), "noticed after {took:?}");
     let start = Instant::now();
     loop {
-        let d = w.decisions();
+        let d = f.w.decisions();
         let mut ids: Vec<&str> = d
             .iter()
             .map(|e| e["message_id"].as_str().unwrap())
@@ -182,20 +206,18 @@ async fn a_silent_network_is_noticed_by_the_heartbeat() {
             start.elapsed() < Duration::from_secs(60),
             "{} of 40 handled:\n{}",
             ids.len(),
-            w.output()
+            f.w.output()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    w.stop().await;
+    f.w.stop().await;
     // The broker drops the silent connection on its own heartbeat; its
     // unacked messages were handled again through the new one.
-    let mut queues = vec![pipe.name.clone(), pipe.dlq()];
-    queues.extend(pipe.retry_queues());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut total = 0;
-        for q in &queues {
-            total += broker.message_count(q).await.unwrap_or(0);
+        for q in &f.queues() {
+            total += f.broker.message_count(q).await.unwrap_or(0);
         }
         if total == 0 {
             break;
