@@ -91,22 +91,23 @@ impl GroupChild {
         })
     }
 
+    /// Kills the group while the leader is not reaped (its pid, the
+    /// group's id, is still reserved).
     pub(crate) fn kill_group(&self) {
-        if !self.reaped && self.pgid > 0 {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
-            }
+        if !self.reaped {
+            self.sigkill_group();
         }
     }
-}
 
-impl GroupChild {
     /// After the leader ended and was reaped: kills what it left behind in
     /// its group. POSIX reuses no pid while a process group of that id
     /// exists, so this reaches the leftovers or, when there are none, a
     /// group that no longer exists.
     pub(crate) fn kill_leftovers(&self) {
+        self.sigkill_group();
+    }
+
+    fn sigkill_group(&self) {
         if self.pgid > 0 {
             // SAFETY: kill(2) has no memory-safety preconditions.
             unsafe {

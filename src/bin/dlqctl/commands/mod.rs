@@ -59,9 +59,6 @@ pub fn pipeline(file: &Path, queue: &str) -> Result<Pipeline, Error> {
     }
 }
 
-/// Cancels `token` on SIGTERM, SIGINT or SIGHUP (a closed terminal or a
-/// supervisor's reload: a graceful stop, not a death that leaves work half
-/// done), then logs `doing`.
 /// The broker addresses of `--url` (repeated or comma-separated), with the
 /// TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`.
 pub fn brokers(c: &crate::cli::Connection) -> Result<dlqctl::amqp::Brokers, Error> {
@@ -73,6 +70,18 @@ pub fn brokers(c: &crate::cli::Connection) -> Result<dlqctl::amqp::Brokers, Erro
     Ok(dlqctl::amqp::Brokers::parse(&c.url)?.with_tls(tls))
 }
 
+/// Refuses a `--management-url` that does not parse, as a usage error
+/// before any connection is made.
+pub fn check_management_urls(urls: &[String]) -> Result<(), Error> {
+    for url in urls {
+        dlqctl::amqp::mgmt::Management::new(url, "", "")?;
+    }
+    Ok(())
+}
+
+/// Cancels `token` on SIGTERM, SIGINT or SIGHUP (a closed terminal or a
+/// supervisor's reload: a graceful stop, not a death that leaves work half
+/// done), then logs `doing`.
 pub fn spawn_signal_handler(
     token: tokio_util::sync::CancellationToken,
     doing: &'static str,

@@ -6,7 +6,6 @@ use crate::cli::{OutputFormat, ProvisionArgs};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::amqp::mgmt::Management;
 use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
 use dlqctl::error::Error;
@@ -31,10 +30,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     } else {
         "dlqctl provision"
     };
-    // A bad --management-url is a usage error before any connection.
-    for m in &a.management_url {
-        Management::new(m, "", "")?;
-    }
+    super::check_management_urls(&a.management_url)?;
     let (conn, at) = brokers.connect(name).await?;
     let url = brokers.get(at);
     let parallelism = a.parallelism as usize;

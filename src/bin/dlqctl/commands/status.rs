@@ -5,7 +5,6 @@ use crate::cli::StatusArgs;
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::amqp::mgmt::Management;
 use dlqctl::core::topology::plan;
 
 /// Reads every queue of the file; exit 3 on a missing object or a DLQ over
@@ -14,10 +13,7 @@ pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load(&a.file)?;
     let p = plan(&t);
     let brokers = super::brokers(&a.connection)?;
-    // A bad --management-url is a usage error before any connection.
-    for m in &a.management_url {
-        Management::new(m, "", "")?;
-    }
+    super::check_management_urls(&a.management_url)?;
     let (conn, at) = brokers.connect("dlqctl status").await?;
     let url = brokers.get(at);
     let mgmt = match brokers.management(&a.management_url, at) {
