@@ -258,7 +258,7 @@ impl BrokerUrl {
 
 /// Why a connection attempt failed, from lapin's error kinds and the
 /// broker's reply codes (never from the words of a message).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnectFailure {
     /// 403 ACCESS_REFUSED: user name or password.
     LoginRefused,
@@ -288,16 +288,15 @@ fn classify_connect_error(e: &lapin::Error) -> ConnectFailure {
         };
     }
     match e.kind() {
-        lapin::ErrorKind::IOError(io) if tls_certificate_error(io).is_some() => {
-            ConnectFailure::Certificate(tls_certificate_error(io).unwrap_or_default())
-        }
-        lapin::ErrorKind::IOError(io) => match io.kind() {
-            Io::ConnectionRefused => ConnectFailure::Refused,
-            Io::InvalidData => ConnectFailure::NotTls,
-            Io::ConnectionReset | Io::ConnectionAborted | Io::UnexpectedEof | Io::BrokenPipe => {
-                ConnectFailure::ClosedInHandshake
-            }
-            _ => ConnectFailure::Other,
+        lapin::ErrorKind::IOError(io) => match (tls_certificate_error(io), io.kind()) {
+            (Some(fix), _) => ConnectFailure::Certificate(fix),
+            (None, Io::ConnectionRefused) => ConnectFailure::Refused,
+            (None, Io::InvalidData) => ConnectFailure::NotTls,
+            (
+                None,
+                Io::ConnectionReset | Io::ConnectionAborted | Io::UnexpectedEof | Io::BrokenPipe,
+            ) => ConnectFailure::ClosedInHandshake,
+            (None, _) => ConnectFailure::Other,
         },
         lapin::ErrorKind::InvalidConnectionState(_) => ConnectFailure::ClosedInHandshake,
         _ => ConnectFailure::Other,
