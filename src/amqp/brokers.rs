@@ -78,11 +78,6 @@ impl Brokers {
         &self.urls
     }
 
-    /// The first address.
-    pub fn first(&self) -> &BrokerUrl {
-        &self.urls[0]
-    }
-
     /// The address at `index` (wrapping around).
     pub fn get(&self, index: usize) -> &BrokerUrl {
         &self.urls[index % self.urls.len()]

@@ -208,7 +208,9 @@ impl Management {
                 Err(Error::Management {
                     url: self.base.to_string(),
                     message: format!(
-                        "this management API belongs to another broker (cluster `{cluster}`) than                          the AMQP connection reached; its state is not this broker's (give                          --management-url for the broker of --url)"
+                        "this management API belongs to another broker (cluster `{cluster}`) than \
+                         the AMQP connection reached; its state is not this broker's (give \
+                         --management-url for the broker of --url)"
                     ),
                 })
             }

@@ -368,6 +368,8 @@ async fn a_management_api_of_another_broker_is_not_taken_for_this_one() {
     r.assert_code(0);
     assert!(
         r.stdout.contains("belongs to another broker")
+            && r.stdout
+                .contains("than the AMQP connection reached; its state is not")
             && r.stdout.contains("unverified")
             && !r.stdout.contains("missing"),
         "{}",
