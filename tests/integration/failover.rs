@@ -3,7 +3,7 @@
 //! addresses are relays to the one local broker, so that a test can take
 //! one path away (see `relay`); the cluster tests kill real nodes.
 
-use crate::helpers::{amqp_url, dlqctl, Broker, Cleanup, Scratch, RUN_TIMEOUT};
+use crate::helpers::{amqp_url, dlqctl, Cleanup, Scratch, RUN_TIMEOUT};
 use crate::relay::Relay;
 use crate::worker_support::*;
 use std::net::SocketAddr;
@@ -69,49 +69,35 @@ async fn commands_use_the_first_address_that_answers() {
 
 /// A provisioned pipeline and a worker (concurrency 4, `exit 0` handler)
 /// reaching the broker through two relays, `?QUERY` on both URLs; 20
-/// messages `a0..a19` already handled through the first.
+/// messages `a0..a19` already published.
 struct Relayed {
-    broker: Broker,
-    pipe: Pipe,
+    w: WorkerProc,
     r1: Relay,
     r2: Relay,
-    w: WorkerProc,
-    _scratch: Scratch,
-    _cleanup: Cleanup,
+    base: PipeFixture,
 }
 
 impl Relayed {
     async fn start(query: &str) -> Relayed {
-        let broker = Broker::connect().await;
-        let cleanup = Cleanup::new();
-        let scratch = Scratch::new();
-        let pipe = Pipe::new(&cleanup, &[100], 2);
-        let file = pipe.provision(&scratch).await;
+        let base = PipeFixture::new(&[100], 2, |_| {}).await;
+        let file = base.pipe.provision(&base.scratch).await;
         let (r1, r2) = (
             Relay::start(broker_addr()).await,
             Relay::start(broker_addr()).await,
         );
-        let script = Script::new(&scratch, "h", "exit 0");
+        let script = Script::new(&base.scratch, "h", "exit 0");
         let (u1, u2) = (
             format!("{}{query}", r1.url()),
             format!("{}{query}", r2.url()),
         );
         let mut w = WorkerProc::with_script(
             &file,
-            &pipe.name,
+            &base.pipe.name,
             &script,
             &["--url", &u1, "--url", &u2, "--concurrency", "4"],
         );
         w.wait_consuming().await;
-        let f = Relayed {
-            broker,
-            pipe,
-            r1,
-            r2,
-            w,
-            _scratch: scratch,
-            _cleanup: cleanup,
-        };
+        let f = Relayed { w, r1, r2, base };
         f.publish("a").await;
         f
     }
@@ -120,20 +106,14 @@ impl Relayed {
     async fn publish(&self, prefix: &str) {
         for n in 0..20 {
             publish(
-                &self.broker,
+                &self.base.broker,
                 "",
-                &self.pipe.name,
+                &self.base.pipe.name,
                 b"x",
                 with_id(&format!("{prefix}{n}")),
             )
             .await;
         }
-    }
-
-    fn queues(&self) -> Vec<String> {
-        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
-        q.extend(self.pipe.retry_queues());
-        q
     }
 }
 
@@ -167,7 +147,7 @@ async fn the_worker_moves_to_the_next_address_when_its_own_goes_away() {
     assert!(d.iter().all(|e| e["decision"] == "ack"));
     assert_eq!(f.w.events("switched broker address").len(), 1);
     f.w.stop().await;
-    assert_empty(&f.broker, &f.queues()).await;
+    assert_empty(&f.base.broker, &f.base.all_queues()).await;
     println!(
         "switched to the next address {:.1} s after the first went away",
         took.as_secs_f64()
@@ -216,8 +196,8 @@ async fn a_silent_network_is_noticed_by_the_heartbeat() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut total = 0;
-        for q in &f.queues() {
-            total += f.broker.message_count(q).await.unwrap_or(0);
+        for q in &f.base.all_queues() {
+            total += f.base.broker.message_count(q).await.unwrap_or(0);
         }
         if total == 0 {
             break;

@@ -3,7 +3,6 @@
 //! the example handlers) speaking the JSON-lines protocol; the tests read
 //! the handler's event log, the worker's JSON log lines and the queues.
 
-use crate::helpers::{Broker, Cleanup, Scratch};
 use crate::worker_support::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -11,31 +10,27 @@ use std::time::{Duration, Instant};
 
 const SECS_30: Duration = Duration::from_secs(30);
 
+/// A provisioned pipeline and the handler's event log.
 struct Fixture {
-    broker: Broker,
-    pipe: Pipe,
+    base: PipeFixture,
     file: PathBuf,
     log: PathBuf,
-    scratch: Scratch,
-    _cleanup: Cleanup,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = PipeFixture;
+
+    fn deref(&self) -> &PipeFixture {
+        &self.base
+    }
 }
 
 impl Fixture {
     async fn new(delays: &[u64], max_attempts: u32) -> Fixture {
-        let broker = Broker::connect().await;
-        let cleanup = Cleanup::new();
-        let scratch = Scratch::new();
-        let pipe = Pipe::new(&cleanup, delays, max_attempts);
-        let file = pipe.provision(&scratch).await;
-        let log = scratch.path().join("handler.log");
-        Fixture {
-            broker,
-            pipe,
-            file,
-            log,
-            scratch,
-            _cleanup: cleanup,
-        }
+        let base = PipeFixture::new(delays, max_attempts, |_| {}).await;
+        let file = base.pipe.provision(&base.scratch).await;
+        let log = base.scratch.path().join("handler.log");
+        Fixture { base, file, log }
     }
 
     /// `dlqctl work --jsonl OPTS -- python3 jsonl_handler.py --log LOG HARGS`.
@@ -94,12 +89,6 @@ impl Fixture {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-    }
-
-    fn all_queues(&self) -> Vec<String> {
-        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
-        q.extend(self.pipe.retry_queues());
-        q
     }
 
     /// The DLQ's messages, after waiting for `n`.

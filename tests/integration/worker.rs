@@ -2,7 +2,7 @@
 //! (or POSTs to an HTTP server in the test) per message; the tests read the
 //! handler's call log, the worker's JSON log lines and the queues.
 
-use crate::helpers::{dlqctl, Broker, Cleanup, Scratch, RUN_TIMEOUT};
+use crate::helpers::{dlqctl, Scratch, RUN_TIMEOUT};
 use crate::worker_support::*;
 use lapin::types::AMQPValue;
 use lapin::BasicProperties;
@@ -11,44 +11,7 @@ use std::time::{Duration, Instant};
 
 const SECS_20: Duration = Duration::from_secs(20);
 
-/// Everything a worker test needs, dropped in the right order (worker
-/// first, then files, then the broker objects).
-struct Fixture {
-    broker: Broker,
-    pipe: Pipe,
-    scratch: Scratch,
-    cleanup: Cleanup,
-}
-
-impl Fixture {
-    async fn new(delays: &[u64], max_attempts: u32, edit: impl FnOnce(&mut Pipe)) -> Fixture {
-        let broker = Broker::connect().await;
-        let cleanup = Cleanup::new();
-        let scratch = Scratch::new();
-        let mut pipe = Pipe::new(&cleanup, delays, max_attempts);
-        edit(&mut pipe);
-        Fixture {
-            broker,
-            pipe,
-            scratch,
-            cleanup,
-        }
-    }
-
-    /// Every queue of the pipeline.
-    fn all_queues(&self) -> Vec<String> {
-        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
-        q.extend(self.pipe.retry_queues());
-        q
-    }
-
-    /// The main queue and the retry queues.
-    fn main_and_retry_queues(&self) -> Vec<String> {
-        let mut q = vec![self.pipe.name.clone()];
-        q.extend(self.pipe.retry_queues());
-        q
-    }
-}
+type Fixture = PipeFixture;
 
 fn attempts(calls: &[Call]) -> Vec<u32> {
     calls.iter().map(|c| c.attempt).collect()

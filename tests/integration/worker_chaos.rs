@@ -5,9 +5,9 @@
 //! not come back.
 
 use crate::chaos_support::*;
-use crate::helpers::{Broker, Cleanup, Scratch};
+use crate::helpers::Broker;
 use crate::worker_support::{
-    drain, header, header_str, processes_with_cmdline, provision_file, Pipe,
+    drain, header, header_str, processes_with_cmdline, provision_file, PipeFixture,
 };
 use lapin::types::AMQPValue;
 use rand::Rng;
@@ -15,38 +15,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Dropped in declaration order: the broker connection, the files, then
-/// the broker objects.
-struct Fixture {
-    broker: Broker,
-    pipe: Pipe,
-    scratch: Scratch,
-    _cleanup: Cleanup,
-}
+type Fixture = PipeFixture;
 
-impl Fixture {
-    async fn new(delays: &[u64], max_attempts: u32) -> Fixture {
-        let broker = Broker::connect().await;
-        let cleanup = Cleanup::new();
-        let scratch = Scratch::new();
-        let pipe = Pipe::new(&cleanup, delays, max_attempts);
-        Fixture {
-            broker,
-            pipe,
-            scratch,
-            _cleanup: cleanup,
-        }
-    }
-
-    fn main_and_retry_queues(&self) -> Vec<String> {
-        let mut q = vec![self.pipe.name.clone()];
-        q.extend(self.pipe.retry_queues());
-        q
-    }
-
-    fn sink() -> Arc<Mutex<Vec<String>>> {
-        Arc::new(Mutex::new(Vec::new()))
-    }
+fn sink() -> Arc<Mutex<Vec<String>>> {
+    Arc::new(Mutex::new(Vec::new()))
 }
 
 fn ids(prefix: &str, n: usize) -> Vec<String> {
@@ -75,7 +47,7 @@ fn latest_death(d: &lapin::message::Delivery) -> (String, String) {
 /// messages around it are handled once each.
 #[tokio::test]
 async fn quorum_crash_loop_ends_in_the_dlq_by_delivery_limit() {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.scratch.write(
         "topology.yaml",
         &format!("{}    delivery_limit: 2\n", f.pipe.yaml()),
@@ -99,7 +71,7 @@ exit 0"#,
     // Prefetch 1: the messages behind the poison are not delivered (and
     // their delivery count not raised) while it kills the worker.
     let args = ["--prefetch", "1", "--concurrency", "1"];
-    let lines = Fixture::sink();
+    let lines = sink();
     let start = Instant::now();
     let mut w = Proc::spawn(&file, &f.pipe.name, &args, &script.path, lines.clone());
     let mut deaths = Vec::new();
@@ -179,7 +151,7 @@ exit 0"#,
 async fn no_message_lost_across_sigkills_with_random_failures() {
     const N: usize = 1000;
     const KILLS: usize = 4;
-    let mut f = Fixture::new(&[100, 200], 3).await;
+    let mut f = Fixture::new(&[100, 200], 3, |_| {}).await;
     let exchange = format!("{}-in", f.pipe.name);
     f.pipe.exchange = Some((exchange.clone(), "direct", vec!["k".into()]));
     let file = f.pipe.provision(&f.scratch).await;
@@ -197,7 +169,7 @@ exit 0"#,
     crate::chaos_support::publish_ids(&f.broker, &exchange, "k", &all).await;
 
     let args = ["--concurrency", "8", "--prefetch", "50"];
-    let lines = Fixture::sink();
+    let lines = sink();
     let start = Instant::now();
     let mut w = Proc::spawn(&file, &f.pipe.name, &args, &script.path, lines.clone());
     let mut kills = Vec::new();
@@ -381,10 +353,10 @@ exit 0"#,
 /// all four, exits 0, and requeues nothing.
 #[tokio::test]
 async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 1\nlog done\nexit 0");
-    let lines = Fixture::sink();
+    let lines = sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,
@@ -420,7 +392,7 @@ async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
 /// child killed.
 #[tokio::test]
 async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     // A sleep nobody else runs, to find it among the processes.
     let secs = format!("5.{:04}", uuid::Uuid::new_v4().as_u128() % 10_000);
@@ -429,7 +401,7 @@ async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
         "h",
         &format!("log start\nsleep {secs}\nlog done\nexit 0"),
     );
-    let lines = Fixture::sink();
+    let lines = sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,
@@ -486,14 +458,14 @@ async fn forced_connection_close_while_the_only_handler_runs_reconnects_at_once(
 }
 
 async fn forced_close(concurrency: &str, slow_secs: u32) {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(
         &f.scratch,
         "h",
         &format!("log start\ncase \"$id\" in slow*) sleep {slow_secs} ;; esac\nlog done\nexit 0"),
     );
-    let lines = Fixture::sink();
+    let lines = sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,
@@ -578,10 +550,10 @@ async fn forced_close(concurrency: &str, slow_secs: u32) {
 /// after. Serial: it stops the broker for everyone.
 #[tokio::test]
 async fn serial_broker_restart_worker_reconnects_and_finishes() {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.2\nlog done\nexit 0");
-    let lines = Fixture::sink();
+    let lines = sink();
     let mut w = Proc::spawn(&file, &f.pipe.name, &[], &script.path, lines.clone());
     let before = ids("before", 10);
     crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
@@ -644,10 +616,10 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
 /// and handles every message, those published before and after.
 #[tokio::test]
 async fn serial_close_all_connections_worker_reconnects_and_finishes() {
-    let f = Fixture::new(&[100], 3).await;
+    let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.1\nlog done\nexit 0");
-    let lines = Fixture::sink();
+    let lines = sink();
     let mut w = Proc::spawn(
         &file,
         &f.pipe.name,

@@ -130,6 +130,47 @@ pub async fn provision_file(file: &Path) -> Run {
     run
 }
 
+/// A test's pipeline with what it needs, dropped in declaration order:
+/// the broker connection, the files, then the broker objects.
+pub struct PipeFixture {
+    pub broker: Broker,
+    pub pipe: Pipe,
+    pub scratch: Scratch,
+    pub cleanup: Cleanup,
+}
+
+impl PipeFixture {
+    /// A quorum pipeline with these tiers (jitter 0), changed by `edit`;
+    /// not provisioned yet.
+    pub async fn new(delays: &[u64], max_attempts: u32, edit: impl FnOnce(&mut Pipe)) -> Self {
+        let broker = Broker::connect().await;
+        let cleanup = Cleanup::new();
+        let scratch = Scratch::new();
+        let mut pipe = Pipe::new(&cleanup, delays, max_attempts);
+        edit(&mut pipe);
+        PipeFixture {
+            broker,
+            pipe,
+            scratch,
+            cleanup,
+        }
+    }
+
+    /// Every queue of the pipeline.
+    pub fn all_queues(&self) -> Vec<String> {
+        let mut q = vec![self.pipe.name.clone(), self.pipe.dlq()];
+        q.extend(self.pipe.retry_queues());
+        q
+    }
+
+    /// The main queue and the retry queues.
+    pub fn main_and_retry_queues(&self) -> Vec<String> {
+        let mut q = vec![self.pipe.name.clone()];
+        q.extend(self.pipe.retry_queues());
+        q
+    }
+}
+
 // ---------------------------------------------------------------- handler scripts
 
 /// A handler script that appends one line per call to `calls.log` (start
