@@ -602,28 +602,32 @@ async fn canary_stops_a_replay_that_fails_again_and_passes_one_that_works() {
 
 /// A replay SIGKILLed mid-run loses nothing: every message is in the DLQ or
 /// at the destination (a copy in flight may be in both).
+/// Starts `dlqctl dlq replay FILE --queue QUEUE --to TO EXTRA...` in the
+/// background, its output piped.
+fn spawn_replay(
+    file: &std::path::Path,
+    queue: &str,
+    to: &str,
+    extra: &[&str],
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args(["dlq", "replay"])
+        .arg(file)
+        .args(["--queue", queue, "--to", to])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("dlqctl")
+}
+
 #[tokio::test]
 async fn a_replay_killed_mid_run_loses_nothing() {
     let n = 1500;
     let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
     let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
     let to = scratch_queue(b, c, "to").await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args([
-            "dlq",
-            "replay",
-            &file.display().to_string(),
-            "--queue",
-            &pipe.name,
-            "--to",
-            &to,
-            "--rate",
-            "500",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("dlqctl");
+    let mut child = spawn_replay(file, &pipe.name, &to, &["--rate", "500"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     child.start_kill().expect("SIGKILL");
     let _ = child.wait().await;
@@ -921,23 +925,7 @@ async fn sigint_stops_a_replay_after_the_copies_in_flight() {
     let f = Fixture::new(3, |_| {}, dead_many(200, |_| "exhausted", |_| "t")).await;
     let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
     let to = scratch_queue(b, c, "to").await;
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args([
-            "dlq",
-            "replay",
-            &file.display().to_string(),
-            "--queue",
-            &pipe.name,
-            "--to",
-            &to,
-            "--rate",
-            "50",
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("dlqctl");
+    let child = spawn_replay(file, &pipe.name, &to, &["--rate", "50", "--json"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let pid = child.id().expect("a pid") as i32;
     // SAFETY: signalling our own child.
