@@ -40,6 +40,14 @@ pub enum Error {
         /// The broker's or client's words.
         message: String,
     },
+    /// Another DLQ command holds the DLQ's lock.
+    #[error("{queue} is busy: {message}")]
+    Busy {
+        /// The DLQ.
+        queue: String,
+        /// Who holds it and what to do.
+        message: String,
+    },
     /// The management API answered with an error or could not be reached.
     #[error("management API {url}: {message}")]
     Management {

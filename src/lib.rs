@@ -24,4 +24,5 @@ pub mod core;
 pub mod error;
 pub mod handler;
 pub mod ops;
+pub mod serve;
 pub mod worker;

@@ -115,6 +115,38 @@ fn describe_dlqctl_first(headers: &Value, death: Option<&Value>) -> Described {
     }
 }
 
+/// One failed run of a message's error history, as the page's timeline
+/// shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TimelineEntry {
+    /// The run (1 is the first).
+    pub attempt: Option<i64>,
+    /// When it failed (RFC 3339).
+    pub time: Option<String>,
+    /// Its error.
+    pub error: String,
+}
+
+/// The error history of `dlqctl-errors`, oldest first. Entries of another
+/// shape (written by someone else) are shown as their JSON.
+pub fn timeline(d: &Described) -> Vec<TimelineEntry> {
+    d.errors
+        .iter()
+        .map(|e| match e.get("error").and_then(Value::as_str) {
+            Some(error) => TimelineEntry {
+                attempt: e.get("attempt").and_then(Value::as_i64),
+                time: e.get("time").and_then(Value::as_str).map(str::to_string),
+                error: error.to_string(),
+            },
+            None => TimelineEntry {
+                attempt: None,
+                time: None,
+                error: e.to_string(),
+            },
+        })
+        .collect()
+}
+
 /// A one-line preview of a body in at most `width` characters: the text
 /// with control characters as spaces when it is UTF-8, else `hex:` and its
 /// first bytes in hex; `…` marks a cut.
@@ -391,5 +423,44 @@ mod grouper_tests {
             .iter()
             .any(|x| x.reason.as_deref() == Some("permanent")
                 && x.fingerprint == "order <n> not found"));
+    }
+}
+
+#[cfg(test)]
+mod timeline_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_timeline_reads_each_entry_and_shows_a_foreign_one_as_json() {
+        let d = Described {
+            errors: vec![
+                json!({"attempt": 1, "time": "2026-01-01T00:00:00.000Z", "error": "timeout"}),
+                json!({"attempt": 2, "error": "<b>500</b>"}),
+                json!("odd"),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            timeline(&d),
+            vec![
+                TimelineEntry {
+                    attempt: Some(1),
+                    time: Some("2026-01-01T00:00:00.000Z".into()),
+                    error: "timeout".into()
+                },
+                TimelineEntry {
+                    attempt: Some(2),
+                    time: None,
+                    error: "<b>500</b>".into()
+                },
+                TimelineEntry {
+                    attempt: None,
+                    time: None,
+                    error: "\"odd\"".into()
+                },
+            ]
+        );
+        assert!(timeline(&Described::default()).is_empty());
     }
 }

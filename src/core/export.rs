@@ -396,21 +396,7 @@ fn set_short(p: BasicProperties, name: &str, v: ShortString) -> BasicProperties 
 /// Renders one record as one JSON line (no newline). Fails only for
 /// headers nested deeper than [`MAX_DEPTH`].
 pub fn to_line(r: &Record) -> Result<String, LineError> {
-    let mut props = Map::new();
-    for (name, get) in SHORT_PROPS {
-        if let Some(v) = get(&r.properties) {
-            put_short(&mut props, name, v.as_str());
-        }
-    }
-    if let Some(m) = r.properties.delivery_mode() {
-        props.insert("delivery_mode".into(), json!(m));
-    }
-    if let Some(p) = r.properties.priority() {
-        props.insert("priority".into(), json!(p));
-    }
-    if let Some(t) = r.properties.timestamp() {
-        props.insert("timestamp".into(), json!(t));
-    }
+    let mut props = properties_json(&r.properties);
     if let Some(h) = r.properties.headers() {
         props.insert("headers".into(), table_to_json(h, 1)?);
     }
@@ -428,6 +414,27 @@ pub fn to_line(r: &Record) -> Result<String, LineError> {
         line.insert("body_utf8".into(), json!(t));
     }
     Ok(Value::Object(line).to_string())
+}
+
+/// Every property but the headers, as the export format writes them:
+/// short strings as `name` or `name_base64`, numbers as numbers.
+pub fn properties_json(p: &BasicProperties) -> Map<String, Value> {
+    let mut props = Map::new();
+    for (name, get) in SHORT_PROPS {
+        if let Some(v) = get(p) {
+            put_short(&mut props, name, v.as_str());
+        }
+    }
+    if let Some(m) = p.delivery_mode() {
+        props.insert("delivery_mode".into(), json!(m));
+    }
+    if let Some(p) = p.priority() {
+        props.insert("priority".into(), json!(p));
+    }
+    if let Some(t) = p.timestamp() {
+        props.insert("timestamp".into(), json!(t));
+    }
+    props
 }
 
 /// Reads one line back: `from_line(&to_line(r)?) == Ok(r)`, byte for byte.

@@ -10,6 +10,7 @@
 //! parameters), so every rule is unit tested without a broker.
 
 pub mod backoff;
+pub mod body_view;
 pub mod breaker;
 pub mod confirm;
 pub mod dlq;
@@ -19,6 +20,7 @@ pub mod export;
 pub mod finding;
 pub mod fingerprint;
 pub mod github;
+pub mod history;
 pub mod jsonl;
 pub mod message;
 pub mod outcome;
@@ -30,3 +32,4 @@ pub mod shortstr;
 pub mod stale;
 pub mod text;
 pub mod topology;
+pub mod web_guard;

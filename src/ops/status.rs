@@ -129,17 +129,24 @@ pub async fn status(
     mgmt: Option<&Management>,
     vhost: &str,
 ) -> Result<StatusReport> {
+    // Owned names, not borrows of the plan: a future that borrows through
+    // these closures is not `Send` for every lifetime (rustc #64552), and
+    // `dlqctl serve` runs this on a spawned task.
+    let queue_names: Vec<String> = plan.queues.iter().map(|q| q.name.clone()).collect();
     let counts: HashMap<String, Option<crate::amqp::declare::QueueCounts>> =
-        stream::iter(plan.queues.iter())
-            .map(|q| async move {
-                Ok::<_, crate::error::Error>((q.name.clone(), passive_queue(conn, &q.name).await?))
+        stream::iter(queue_names)
+            .map(|name| async move {
+                let c = passive_queue(conn, &name).await?;
+                Ok::<_, crate::error::Error>((name, c))
             })
             .buffer_unordered(PARALLEL)
             .try_collect()
             .await?;
-    let exists: Vec<(String, bool)> = stream::iter(plan.exchanges.iter())
-        .map(|e| async move {
-            Ok::<_, crate::error::Error>((e.name.clone(), passive_exchange(conn, &e.name).await?))
+    let exchange_names: Vec<String> = plan.exchanges.iter().map(|e| e.name.clone()).collect();
+    let exists: Vec<(String, bool)> = stream::iter(exchange_names)
+        .map(|name| async move {
+            let ok = passive_exchange(conn, &name).await?;
+            Ok::<_, crate::error::Error>((name, ok))
         })
         .buffer_unordered(PARALLEL)
         .try_collect()

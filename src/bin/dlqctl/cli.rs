@@ -101,6 +101,58 @@ pub enum Command {
     /// Operate on a pipeline's dead-letter queue.
     #[command(subcommand)]
     Dlq(Box<DlqCommand>),
+    /// A web page for DLQ triage: overview, groups, messages, and replay,
+    /// export and purge as jobs with live progress.
+    Serve(Box<ServeArgs>),
+}
+
+/// `dlqctl serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// Address to listen on. Anything but loopback needs --auth-token.
+    #[arg(long, default_value = "127.0.0.1:8088", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// Hide and refuse every action (replay, export, purge, cancel).
+    #[arg(long)]
+    pub read_only: bool,
+    /// A token every request must carry (`Authorization: Bearer TOKEN`, or
+    /// the login form's cookie). Prefer the environment variable: a flag
+    /// shows in `ps`.
+    #[arg(
+        long,
+        env = "DLQCTL_AUTH_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub auth_token: Option<String>,
+    /// Colour a DLQ holding more than N messages (ready + unacked) as a
+    /// warning.
+    #[arg(long, value_name = "N")]
+    pub warn_dlq: Option<u64>,
+    /// Colour a DLQ holding more than N messages as an alert (as `status
+    /// --max-dlq` exits 3).
+    #[arg(long, value_name = "N")]
+    pub max_dlq: Option<u64>,
+    /// How often the overview's chart samples every DLQ.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    pub sample_every: std::time::Duration,
+    /// A host name (besides 127.0.0.1, ::1 and localhost) the page answers
+    /// to without a token, as a reverse proxy or an SSH tunnel names it.
+    /// Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub allow_host: Vec<String>,
+    /// Kept messages each DLQ read holds unacked at most (as the DLQ
+    /// commands' --window).
+    #[arg(long, value_name = "N", default_value_t = dlqctl::ops::dlq::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub window: u32,
+    /// Management API for unacked counts and `messages_dlx` [default: the
+    /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
+    #[command(flatten)]
+    pub connection: Connection,
 }
 
 /// `dlqctl dlq ...`.

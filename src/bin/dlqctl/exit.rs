@@ -49,6 +49,7 @@ pub fn for_library_error(e: &Error) -> Outcome {
         }
         Error::Connect { .. }
         | Error::Broker { .. }
+        | Error::Busy { .. }
         | Error::Management { .. }
         | Error::Write { .. } => Outcome::Failure,
     }

@@ -115,6 +115,8 @@ pub struct PeekedMessage {
     pub described: Described,
     /// Every header, as JSON.
     pub headers: serde_json::Value,
+    /// The other properties, as the export format writes them.
+    pub properties: serde_json::Map<String, serde_json::Value>,
     /// The body's length in bytes.
     pub body_bytes: usize,
     /// The body, when it is UTF-8.
@@ -140,6 +142,7 @@ impl PeekedMessage {
             group: crate::core::select::message_group(&m.described),
             described: m.described.clone(),
             headers: m.headers.clone(),
+            properties: crate::core::export::properties_json(&m.record.properties),
             body_bytes: m.record.body.len(),
             body_utf8: std::str::from_utf8(&m.record.body).ok().map(str::to_string),
             body_base64: shortstr::base64(&m.record.body),
@@ -164,15 +167,31 @@ pub struct PeekReport {
 /// DLQ, leaving every message in place (in order, unless more than the
 /// window had to be read: see [`reader`]).
 pub async fn peek(t: &Target, selector: &Selector, limit: u16) -> Result<PeekReport> {
-    let limit = limit.min(MAX_PEEK);
+    peek_from(t, selector, 0, limit).await
+}
+
+/// Like [`peek`], past the first `skip` matching messages: a page of
+/// them. `skip + limit` is at most [`MAX_PEEK`].
+pub async fn peek_from(
+    t: &Target,
+    selector: &Selector,
+    skip: u16,
+    limit: u16,
+) -> Result<PeekReport> {
+    let skip = usize::from(skip.min(MAX_PEEK));
+    let limit = usize::from(limit.min(MAX_PEEK)).min(usize::from(MAX_PEEK) - skip);
     let mut r = t.open().await?;
     let mut messages = Vec::new();
+    let mut matched = 0usize;
     let outcome = async {
-        while usize::from(limit) > messages.len() {
+        while limit > messages.len() {
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
             if selected(selector, &m, now) {
-                messages.push(PeekedMessage::of(&m));
+                if matched >= skip {
+                    messages.push(PeekedMessage::of(&m));
+                }
+                matched += 1;
             }
             r.keep(m, now).await?;
         }

@@ -669,8 +669,8 @@ async fn try_lock(conn: &Connection, dlq: &str) -> std::result::Result<Result<Ch
     match declared {
         Ok(_) => Ok(Ok(ch)),
         Err(e) if crate::amqp::connection::amqp_reply(&e).map(|(c, _)| c) == Some(405) => {
-            Err(Busy(Error::Broker {
-                context: format!("{dlq} is busy"),
+            Err(Busy(Error::Busy {
+                queue: dlq.to_string(),
                 message: format!(
                     "another dlqctl DLQ command holds its lock (queue {name}, exclusive to the \
                      holder's connection, which the management UI names); try again when it is \

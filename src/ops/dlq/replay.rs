@@ -92,6 +92,18 @@ pub struct ReplayReport {
     pub elapsed_ms: u64,
 }
 
+/// The canary's default wait: the pipeline's retry delays summed (the
+/// longest a replayed message can take to fail again) plus 30 s.
+pub fn default_canary_wait(p: &crate::core::topology::Pipeline) -> Duration {
+    let delays: u64 = p
+        .retry
+        .delays
+        .iter()
+        .take(p.retry.max_attempts.saturating_sub(1) as usize)
+        .fold(0u64, |a, d| a.saturating_add(*d));
+    Duration::from_millis(delays.saturating_add(30_000))
+}
+
 /// A fresh replay id: 16 random hex digits.
 pub fn new_replay_id() -> String {
     format!("{:016x}", rand::random::<u64>())

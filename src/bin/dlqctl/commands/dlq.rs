@@ -190,17 +190,6 @@ fn guarded_queues(topology: &Topology) -> Vec<(String, String)> {
     out
 }
 
-/// The default canary wait: the pipeline's summed retry delays + 30 s.
-fn default_canary_wait(p: &Pipeline) -> std::time::Duration {
-    let delays: u64 = p
-        .retry
-        .delays
-        .iter()
-        .take(p.retry.max_attempts.saturating_sub(1) as usize)
-        .fold(0u64, |a, d| a.saturating_add(*d));
-    std::time::Duration::from_millis(delays.saturating_add(30_000))
-}
-
 /// `dlqctl dlq replay`: moves a snapshot of the DLQ (or an export file)
 /// back to the main queue.
 pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
@@ -230,7 +219,7 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
             count,
             wait: a
                 .canary_wait
-                .unwrap_or_else(|| default_canary_wait(&o.pipeline)),
+                .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(&o.pipeline)),
         }),
         replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
     };

@@ -3,6 +3,7 @@
 
 pub mod dlq;
 pub mod provision;
+pub mod serve;
 pub mod status;
 pub mod validate;
 pub mod work;

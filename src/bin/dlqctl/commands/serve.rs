@@ -1,0 +1,64 @@
+//! `dlqctl serve`: wires the CLI to the library's web server.
+
+use crate::cli::ServeArgs;
+use crate::exit::Outcome;
+use anyhow::Result;
+use dlqctl::error::Error;
+use tokio_util::sync::CancellationToken;
+
+/// Serves until SIGINT, SIGTERM or SIGHUP; running jobs stop after their
+/// copies in flight.
+pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
+    let topology = super::load(&a.file)?;
+    let token = a.auth_token.clone().filter(|t| !t.is_empty());
+    if a.auth_token.is_some() && token.is_none() {
+        return Err(Error::Usage("--auth-token is empty: give a token, or none".into()).into());
+    }
+    if let Some(why) = dlqctl::core::web_guard::refuse_listen(a.listen, token.is_some()) {
+        return Err(Error::Usage(why).into());
+    }
+    if a.sample_every.is_zero() {
+        return Err(Error::Usage("--sample-every must be above 0".into()).into());
+    }
+    super::check_management_urls(&a.management_url)?;
+    let brokers = super::brokers(&a.connection)?;
+    let opts = dlqctl::serve::ServeOptions {
+        topology,
+        file: a.file.display().to_string(),
+        brokers,
+        management_urls: a.management_url.clone(),
+        listen: a.listen,
+        read_only: a.read_only,
+        auth_token: token,
+        warn_dlq: a.warn_dlq,
+        max_dlq: a.max_dlq,
+        sample_every: a.sample_every,
+        allow_hosts: a.allow_host.clone(),
+        window: a.window,
+    };
+    let listener = dlqctl::serve::bind(a.listen).await?;
+    let stop = CancellationToken::new();
+    super::spawn_signal_handler(
+        stop.clone(),
+        "stopping; running jobs stop after their copies in flight",
+    )?;
+    let shown = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(
+        "serving http://{shown}/ ({}{})",
+        if a.read_only {
+            "read-only"
+        } else {
+            "actions on"
+        },
+        if a.auth_token.is_some() {
+            ", token required"
+        } else {
+            ""
+        }
+    );
+    dlqctl::serve::run(opts, listener, stop).await?;
+    Ok(Outcome::Success)
+}

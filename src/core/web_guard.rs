@@ -1,0 +1,193 @@
+//! The rules `dlqctl serve` applies to each request before it reaches a
+//! page: who may listen where, which `Host` is ours, whether a token or a
+//! CSRF token matches, whether a POST comes from our own pages. Pure; the
+//! server calls these.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// The cookie the login form sets to the token.
+pub const TOKEN_COOKIE: &str = "dlqctl_token";
+
+/// Why `serve` refuses to start on an address.
+pub fn refuse_listen(listen: SocketAddr, has_token: bool) -> Option<String> {
+    if listen.ip().is_loopback() || has_token {
+        return None;
+    }
+    Some(format!(
+        "--listen {listen} is reachable from other machines, and the page can replay and \
+         purge DLQs: give --auth-token (or DLQCTL_AUTH_TOKEN) so that only those who know it \
+         can use it, or listen on 127.0.0.1"
+    ))
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+pub fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (given.as_bytes(), expected.as_bytes());
+    if a.len() != b.len() || b.is_empty() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The host part of a `Host` header (`[::1]:8088` → `::1`,
+/// `localhost:8088` → `localhost`), lowercased.
+pub fn host_name(host: &str) -> String {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(host, |(name, _)| name)
+    };
+    name.to_ascii_lowercase()
+}
+
+/// Whether a request's `Host` names this server. Without a token, a page on
+/// loopback is open to any process of the machine, and to a web page a
+/// browser loaded from anywhere when its name resolves to 127.0.0.1 (DNS
+/// rebinding): so only loopback names, the listen address and the
+/// `allowed` names are taken. With a token, the token guards it and every
+/// name is taken.
+pub fn host_allowed(
+    host: Option<&str>,
+    listen: SocketAddr,
+    has_token: bool,
+    allowed: &[String],
+) -> bool {
+    if has_token {
+        return true;
+    }
+    let Some(host) = host else { return false };
+    let name = host_name(host);
+    if name == "localhost" || allowed.iter().any(|a| a.eq_ignore_ascii_case(&name)) {
+        return true;
+    }
+    match name.parse::<IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip == listen.ip(),
+        Err(_) => false,
+    }
+}
+
+/// Whether a POST's `Origin` (when the browser sent one) is this server as
+/// the request's `Host` names it. A browser always sends `Origin` on a
+/// cross-site POST, so a form on another site is refused here even before
+/// its CSRF token is checked.
+pub fn origin_allowed(origin: Option<&str>, host: Option<&str>) -> bool {
+    let Some(origin) = origin else { return true };
+    let Some(host) = host else { return false };
+    let bare = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    bare.is_some_and(|b| b.eq_ignore_ascii_case(host.trim()))
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|part| {
+        let (k, v) = part.trim().split_once('=')?;
+        (k == name).then_some(v)
+    })
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header.
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn only_loopback_may_listen_without_a_token() {
+        assert_eq!(refuse_listen(addr("127.0.0.1:8088"), false), None);
+        assert_eq!(refuse_listen(addr("[::1]:8088"), false), None);
+        assert_eq!(refuse_listen(addr("127.0.0.2:1"), false), None);
+        let why = refuse_listen(addr("0.0.0.0:8088"), false).unwrap();
+        assert!(why.contains("--auth-token"), "{why}");
+        assert!(refuse_listen(addr("10.0.0.5:8088"), false).is_some());
+        assert!(refuse_listen(addr("[::]:8088"), false).is_some());
+        assert_eq!(refuse_listen(addr("0.0.0.0:8088"), true), None);
+    }
+
+    #[test]
+    fn secrets_match_only_when_equal_and_not_empty() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abd", "abc"));
+        assert!(!same_secret("ab", "abc"));
+        assert!(!same_secret("abcd", "abc"));
+        assert!(!same_secret("", ""));
+    }
+
+    #[test]
+    fn host_names_drop_the_port_and_brackets() {
+        assert_eq!(host_name("localhost:8088"), "localhost");
+        assert_eq!(host_name("LocalHost"), "localhost");
+        assert_eq!(host_name("[::1]:8088"), "::1");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert_eq!(host_name("evil.example:80"), "evil.example");
+    }
+
+    #[test]
+    fn without_a_token_only_our_own_names_are_taken() {
+        let l = addr("127.0.0.1:8088");
+        for ok in [
+            "127.0.0.1:8088",
+            "localhost:8088",
+            "[::1]:8088",
+            "127.0.0.1",
+        ] {
+            assert!(host_allowed(Some(ok), l, false, &[]), "{ok}");
+        }
+        for bad in [
+            "evil.example:8088",
+            "rebind.attacker.test",
+            "10.0.0.1:8088",
+            "",
+        ] {
+            assert!(!host_allowed(Some(bad), l, false, &[]), "{bad}");
+        }
+        assert!(!host_allowed(None, l, false, &[]));
+        assert!(host_allowed(
+            Some("dlq.internal:8088"),
+            l,
+            false,
+            &["dlq.internal".into()]
+        ));
+        assert!(host_allowed(Some("evil.example"), l, true, &[]));
+        let any = addr("10.1.2.3:8088");
+        assert!(host_allowed(Some("10.1.2.3:8088"), any, false, &[]));
+    }
+
+    #[test]
+    fn a_cross_site_origin_is_refused_and_a_missing_one_is_left_to_csrf() {
+        let host = Some("127.0.0.1:8088");
+        assert!(origin_allowed(Some("http://127.0.0.1:8088"), host));
+        assert!(origin_allowed(Some("https://127.0.0.1:8088"), host));
+        assert!(origin_allowed(None, host));
+        assert!(!origin_allowed(Some("http://evil.example"), host));
+        assert!(!origin_allowed(Some("null"), host));
+        assert!(!origin_allowed(Some("http://127.0.0.1:8089"), host));
+        assert!(!origin_allowed(Some("http://127.0.0.1:8088"), None));
+    }
+
+    #[test]
+    fn cookies_and_bearer_tokens_are_read_exactly() {
+        assert_eq!(
+            cookie("a=1; dlqctl_token=xyz; b=2", TOKEN_COOKIE),
+            Some("xyz")
+        );
+        assert_eq!(cookie("xdlqctl_token=1", TOKEN_COOKIE), None);
+        assert_eq!(cookie("", TOKEN_COOKIE), None);
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+}

@@ -1,0 +1,422 @@
+//! The server's state: the topology, a connection for status reads, the
+//! sampled hour of each DLQ, the last summary of each DLQ, and the jobs.
+//!
+//! Two kinds of connection: one kept open for status reads (passive
+//! declares and the management API, reopened when it drops), and one of its
+//! own for each DLQ read or job. A DLQ command's lock is an exclusive queue,
+//! and an exclusive queue declared twice on one connection succeeds: two
+//! reads sharing a connection would not keep each other out.
+
+use super::jobs::Jobs;
+use super::Fail;
+use crate::amqp::mgmt::Management;
+use crate::amqp::Brokers;
+use crate::core::dlq::Group;
+use crate::core::history::{self, Health, History, Sample};
+use crate::core::select::Selector;
+use crate::core::topology::plan::Plan;
+use crate::core::topology::{Pipeline, Topology};
+use crate::error::{Error, Result};
+use crate::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
+use crate::ops::status::{PipelineStatus, StatusReport};
+use lapin::Connection;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What `dlqctl serve` was started with.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The topology.
+    pub topology: Topology,
+    /// The topology file, as the page names it.
+    pub file: String,
+    /// The brokers.
+    pub brokers: Brokers,
+    /// `--management-url`, one per broker address (empty: derived).
+    pub management_urls: Vec<String>,
+    /// Where the server listens.
+    pub listen: SocketAddr,
+    /// Hide and refuse every action.
+    pub read_only: bool,
+    /// The token every request must carry (`Authorization: Bearer`, or the
+    /// login form's cookie).
+    pub auth_token: Option<String>,
+    /// A DLQ over this many messages is a warning.
+    pub warn_dlq: Option<u64>,
+    /// A DLQ over this many messages is an alert.
+    pub max_dlq: Option<u64>,
+    /// How often the chart's sample is taken.
+    pub sample_every: Duration,
+    /// Host names besides loopback's the page answers to without a token.
+    pub allow_hosts: Vec<String>,
+    /// The DLQ read window of each read and job (`--window`).
+    pub window: u32,
+}
+
+/// The connection kept for status reads, with its broker's management API.
+struct StatusConn {
+    conn: Arc<Connection>,
+    at: usize,
+    mgmt: Option<Management>,
+}
+
+/// A summary, and when it was made.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CachedSummary {
+    /// The report.
+    #[serde(flatten)]
+    pub report: SummaryReport,
+    /// When it was made (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// False when the DLQ was busy and this is an older summary.
+    pub fresh: bool,
+    /// Why it is not fresh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_because: Option<String>,
+}
+
+/// One pipeline on the overview.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PipelineView {
+    /// Its queues, as `dlqctl status --json` reports them.
+    #[serde(flatten)]
+    pub status: PipelineStatus,
+    /// Its colour.
+    pub health: Health,
+    /// The DLQ's sampled hour, oldest first.
+    pub history: Vec<Sample>,
+    /// The DLQ's growth over that hour.
+    pub inflow_last_hour: u64,
+    /// The job running on its DLQ, when one is.
+    pub running_job: Option<u64>,
+}
+
+/// The overview: every pipeline.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Overview {
+    /// The topology file.
+    pub file: String,
+    /// The broker addresses (no credentials).
+    pub brokers: String,
+    /// Each pipeline, in file order.
+    pub pipelines: Vec<PipelineView>,
+    /// Missing exchanges and queues.
+    pub missing: Vec<String>,
+    /// Why unacked counts and `messages_dlx` are unknown, when they are.
+    pub management_unavailable: Option<String>,
+    /// `--warn-dlq`.
+    pub warn_dlq: Option<u64>,
+    /// `--max-dlq`.
+    pub max_dlq: Option<u64>,
+    /// How often the chart is sampled.
+    pub sample_every_ms: u64,
+    /// Whether actions are off.
+    pub read_only: bool,
+    /// When this was read (ms since the Unix epoch).
+    pub at_ms: u64,
+}
+
+/// The server.
+pub struct App {
+    /// What it was started with.
+    pub opts: ServeOptions,
+    /// The CSRF token every POST of the page carries (one per server run).
+    pub csrf: String,
+    plan: Plan,
+    status_conn: tokio::sync::Mutex<Option<StatusConn>>,
+    history: Mutex<HashMap<String, History>>,
+    summaries: Mutex<HashMap<String, CachedSummary>>,
+    /// The jobs.
+    pub jobs: Jobs,
+    /// Cancelled when the server stops.
+    pub stop: CancellationToken,
+}
+
+impl App {
+    /// A server for `opts`, stopping with `stop`.
+    pub fn new(opts: ServeOptions, stop: CancellationToken) -> Result<Self> {
+        let plan = crate::core::topology::plan(&opts.topology);
+        Ok(App {
+            csrf: format!("{:032x}", rand::random::<u128>()),
+            plan,
+            status_conn: tokio::sync::Mutex::new(None),
+            history: Mutex::new(HashMap::new()),
+            summaries: Mutex::new(HashMap::new()),
+            jobs: Jobs::new()?,
+            stop,
+            opts,
+        })
+    }
+
+    /// The pipeline named `name`: 404 naming every pipeline when none is.
+    pub fn pipeline(&self, name: &str) -> Result<&Pipeline, Fail> {
+        self.opts.topology.pipeline(name).ok_or_else(|| {
+            let names: Vec<&str> = self
+                .opts
+                .topology
+                .pipelines
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            Fail::not_found(format!(
+                "{name:?} is not a pipeline of {} (pipelines: {})",
+                self.opts.file,
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// The status connection, opened (again) when it is not open.
+    async fn status_conn(&self) -> Result<(Arc<Connection>, usize, Option<Management>)> {
+        let mut slot = self.status_conn.lock().await;
+        if let Some(s) = slot.as_ref() {
+            if s.conn.status().connected() {
+                return Ok((s.conn.clone(), s.at, s.mgmt.clone()));
+            }
+        }
+        let (conn, at) = self.opts.brokers.connect("dlqctl serve").await?;
+        let conn = Arc::new(conn);
+        let mgmt = self
+            .opts
+            .brokers
+            .management(&self.opts.management_urls, at)
+            .ok();
+        *slot = Some(StatusConn {
+            conn: conn.clone(),
+            at,
+            mgmt: mgmt.clone(),
+        });
+        Ok((conn, at, mgmt))
+    }
+
+    /// Forgets the status connection after a failure on it.
+    async fn drop_status_conn(&self) {
+        if let Some(s) = self.status_conn.lock().await.take() {
+            crate::amqp::connection::close(&s.conn).await;
+        }
+    }
+
+    /// Every queue of the topology, as `dlqctl status` reads them.
+    pub async fn status(&self) -> Result<StatusReport> {
+        let (conn, at, mgmt) = self.status_conn().await?;
+        let vhost = self.opts.brokers.get(at).vhost().to_string();
+        let result = crate::ops::status::status(&conn, &self.plan, mgmt.as_ref(), &vhost).await;
+        if result.is_err() {
+            self.drop_status_conn().await;
+        }
+        result
+    }
+
+    /// The ready messages of `queue` now (`None`: it does not exist).
+    pub async fn ready(&self, queue: &str) -> Result<Option<u64>> {
+        let (conn, _, _) = self.status_conn().await?;
+        let result = crate::amqp::declare::passive_queue(&conn, queue).await;
+        if result.is_err() {
+            self.drop_status_conn().await;
+        }
+        Ok(result?.map(|c| u64::from(c.ready)))
+    }
+
+    /// Records one sample of every DLQ from `report`.
+    fn record(&self, report: &StatusReport, at_ms: u64) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &report.pipelines {
+            let depth = p.dlq.exists.then(|| p.dlq.total());
+            h.entry(p.name.clone()).or_default().push(at_ms, depth);
+        }
+    }
+
+    /// The overview, read now, with each DLQ's sampled hour.
+    pub async fn overview(&self) -> Result<Overview> {
+        let report = self.status().await?;
+        let missing = report.missing();
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let pipelines = report
+            .pipelines
+            .iter()
+            .map(|p| {
+                let h = history.get(&p.name);
+                let queues = std::iter::once(&p.main)
+                    .chain(p.tiers.iter().map(|t| &t.queue))
+                    .chain(std::iter::once(&p.dlq));
+                let all_exist = queues.clone().all(|q| q.exists);
+                let held: u64 = queues.filter_map(|q| q.messages_dlx).sum();
+                PipelineView {
+                    health: history::health(
+                        all_exist,
+                        p.dlq.total(),
+                        held,
+                        self.opts.warn_dlq,
+                        self.opts.max_dlq,
+                    ),
+                    history: h
+                        .map(|h| h.samples().copied().collect())
+                        .unwrap_or_default(),
+                    inflow_last_hour: h.map(History::inflow_total).unwrap_or(0),
+                    running_job: self.jobs.running_on(&p.name),
+                    status: p.clone(),
+                }
+            })
+            .collect();
+        Ok(Overview {
+            file: self.opts.file.clone(),
+            brokers: self.opts.brokers.endpoints(),
+            pipelines,
+            missing,
+            management_unavailable: report.management_unavailable,
+            warn_dlq: self.opts.warn_dlq,
+            max_dlq: self.opts.max_dlq,
+            sample_every_ms: self.opts.sample_every.as_millis() as u64,
+            read_only: self.opts.read_only,
+            at_ms: crate::ops::dlq::now_ms(),
+        })
+    }
+
+    /// A chart of the sampled hour of `pipeline`'s DLQ.
+    pub fn chart(&self, pipeline: &str, width: f64, height: f64) -> history::Chart {
+        let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let empty = History::default();
+        history::chart(
+            h.get(pipeline).unwrap_or(&empty),
+            crate::ops::dlq::now_ms(),
+            width,
+            height,
+        )
+    }
+
+    /// A DLQ command's target on a connection of its own, named
+    /// `dlqctl serve VERB PIPELINE`, stopping when `cancel` is cancelled.
+    pub async fn target(
+        &self,
+        p: &Pipeline,
+        verb: &str,
+        cancel: CancellationToken,
+    ) -> Result<Target> {
+        let tag = format!("dlqctl serve {verb} {}", p.name);
+        let (conn, at) = self.opts.brokers.connect(&tag).await?;
+        Ok(Target {
+            conn: Arc::new(conn),
+            dlq: p.dead_letter.queue.clone(),
+            user: self.opts.brokers.get(at).user().to_string(),
+            read: ReadOptions {
+                retention_ms: p.dead_letter.ttl,
+                window: self.opts.window,
+                cancel,
+                ..ReadOptions::default()
+            },
+            tag,
+        })
+    }
+
+    /// Groups `pipeline`'s DLQ, as `dlq summary` does. When another command
+    /// holds the DLQ, the last summary is returned marked not fresh (or the
+    /// busy error, when there is none).
+    pub async fn summary(&self, p: &Pipeline) -> Result<CachedSummary> {
+        let t = self.target(p, "summary", self.stop.child_token()).await?;
+        let result = crate::ops::dlq::summary(&t, &Selector::default(), &mut |_| {}).await;
+        crate::amqp::connection::close(&t.conn).await;
+        let mut cache = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(report) => {
+                let s = CachedSummary {
+                    report,
+                    at_ms: crate::ops::dlq::now_ms(),
+                    fresh: true,
+                    stale_because: None,
+                };
+                cache.insert(p.name.clone(), s.clone());
+                Ok(s)
+            }
+            Err(e @ Error::Busy { .. }) => match cache.get(&p.name) {
+                Some(old) => Ok(CachedSummary {
+                    fresh: false,
+                    stale_because: Some(e.to_string()),
+                    ..old.clone()
+                }),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The group `id` of `pipeline`'s last summary (made now when there is
+    /// none yet).
+    pub async fn group(&self, p: &Pipeline, id: &str) -> Result<Option<(Group, CachedSummary)>> {
+        let cached = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&p.name)
+            .cloned();
+        let s = match cached {
+            Some(s) if s.report.groups.iter().any(|g| g.id == id) => s,
+            _ => self.summary(p).await?,
+        };
+        Ok(s.report
+            .groups
+            .iter()
+            .find(|g| g.id == id)
+            .cloned()
+            .map(|g| (g, s.clone())))
+    }
+
+    /// Messages of `pipeline`'s DLQ matching `selector`, past the first
+    /// `skip`, as `dlq peek` shows them.
+    pub async fn peek(
+        &self,
+        p: &Pipeline,
+        selector: &Selector,
+        skip: u16,
+        limit: u16,
+    ) -> Result<PeekReport> {
+        let t = self.target(p, "peek", self.stop.child_token()).await?;
+        let result = crate::ops::dlq::peek_from(&t, selector, skip, limit).await;
+        crate::amqp::connection::close(&t.conn).await;
+        result
+    }
+
+    /// Stops: cancels every job, waits for each to stop after its copies
+    /// in flight, closes the status connection.
+    pub async fn shut_down(&self) {
+        self.stop.cancel();
+        self.jobs.wait_all().await;
+        self.drop_status_conn().await;
+    }
+}
+
+/// Takes a sample of every DLQ every `sample_every` until the server stops.
+/// A failed read is a gap in the chart, logged once until reads work again.
+pub async fn sample(app: Arc<App>) {
+    let mut failing = false;
+    let mut tick = tokio::time::interval(app.opts.sample_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = app.stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match app.status().await {
+            Ok(report) => {
+                if failing {
+                    tracing::info!("serve: the DLQ sampler reads the broker again");
+                    failing = false;
+                }
+                app.record(&report, crate::ops::dlq::now_ms());
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!("serve: cannot sample the DLQs: {e}");
+                    failing = true;
+                }
+                let mut h = app.history.lock().unwrap_or_else(|e| e.into_inner());
+                let now = crate::ops::dlq::now_ms();
+                for p in &app.opts.topology.pipelines {
+                    h.entry(p.name.clone()).or_default().push(now, None);
+                }
+            }
+        }
+    }
+}

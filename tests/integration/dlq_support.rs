@@ -1,0 +1,102 @@
+//! DLQ fixtures shared by the DLQ command tests and the web page's tests:
+//! a provisioned pipeline whose DLQ holds messages as the worker writes
+//! them.
+
+use crate::helpers::{Broker, Cleanup, Scratch};
+use crate::worker_support::{i, s, table, with_id, Pipe};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldArray};
+use lapin::BasicProperties;
+
+/// A DLQ message as the worker writes one: attempt 3, an error history.
+pub fn dead(id: &str, reason: &str, error: &str, tenant: &str) -> BasicProperties {
+    let entry = AMQPValue::FieldTable(table(&[
+        ("attempt", i(3)),
+        ("time", s("2026-01-01T00:00:00.000Z")),
+        ("error", s(error)),
+    ]));
+    with_id(id).with_headers(table(&[
+        ("dlqctl-reason", s(reason)),
+        ("dlqctl-attempt", i(3)),
+        ("dlqctl-last-error", s(error)),
+        (
+            "dlqctl-errors",
+            AMQPValue::FieldArray(FieldArray::from(vec![entry])),
+        ),
+        ("dlqctl-dead-lettered-at", s("2026-01-01T00:00:00.000Z")),
+        ("tenant", s(tenant)),
+    ]))
+}
+
+/// Publishes many messages on one confirm channel, then waits for them all.
+pub async fn publish_many(b: &Broker, queue: &str, msgs: Vec<(Vec<u8>, BasicProperties)>) {
+    let ch = b.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut confirms = Vec::new();
+    for (body, props) in msgs {
+        let c = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.with_delivery_mode(2),
+            )
+            .await
+            .expect("publish");
+        confirms.push(c);
+    }
+    for c in confirms {
+        assert!(c.await.expect("confirm").is_ack());
+    }
+}
+
+/// A provisioned pipeline whose DLQ holds the given messages.
+pub struct Fixture {
+    pub b: Broker,
+    pub c: Cleanup,
+    pub _dir: Scratch,
+    pub pipe: Pipe,
+    pub file: std::path::PathBuf,
+}
+
+impl Fixture {
+    pub async fn new(
+        max_attempts: u32,
+        tweak: impl FnOnce(&mut Pipe),
+        msgs: Vec<(Vec<u8>, BasicProperties)>,
+    ) -> Fixture {
+        let b = Broker::connect().await;
+        let c = Cleanup::new();
+        let dir = Scratch::new();
+        let mut pipe = Pipe::new(&c, &[60_000], max_attempts);
+        tweak(&mut pipe);
+        let file = pipe.provision(&dir).await;
+        publish_many(&b, &pipe.dlq(), msgs).await;
+        Fixture {
+            b,
+            c,
+            _dir: dir,
+            pipe,
+            file,
+        }
+    }
+}
+
+/// `n` dead messages `m-0`.., with `reason(k)` and `tenant(k)`.
+pub fn dead_many(
+    n: usize,
+    reason: impl Fn(usize) -> &'static str,
+    tenant: impl Fn(usize) -> &'static str,
+) -> Vec<(Vec<u8>, BasicProperties)> {
+    (0..n)
+        .map(|k| {
+            (
+                format!("body {k}").into_bytes(),
+                dead(&format!("m-{k}"), reason(k), "e", tenant(k)),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,644 @@
+//! `dlqctl serve` against a real broker, through its HTTP API and pages:
+//! what it shows matches the DLQ commands, its jobs keep their rules, and
+//! its guard refuses what it must.
+
+use crate::dlq_support::{dead, dead_many, Fixture};
+use crate::helpers::{dlqctl, RUN_TIMEOUT};
+use crate::serve_support::Served;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const JOB_DEADLINE: Duration = Duration::from_secs(60);
+
+/// `n` messages of one group (reason `exhausted`, error "timeout") and `m`
+/// of another (`permanent`, "bad input"), ids `t-0`.. and `p-0`...
+fn two_groups(n: usize, m: usize) -> Vec<(Vec<u8>, lapin::BasicProperties)> {
+    let mut out: Vec<_> = (0..n)
+        .map(|k| {
+            (
+                format!("{{\"order\":{k}}}").into_bytes(),
+                dead(&format!("t-{k}"), "exhausted", "timeout", "a"),
+            )
+        })
+        .collect();
+    out.extend((0..m).map(|k| {
+        (
+            format!("bad {k}").into_bytes(),
+            dead(&format!("p-{k}"), "permanent", "bad input", "b"),
+        )
+    }));
+    out
+}
+
+/// The summary group of `reason`, from the API.
+async fn group_of(s: &Served, pipeline: &str, reason: &str) -> Value {
+    let summary = s
+        .get(&format!("/api/pipelines/{pipeline}/summary"))
+        .await
+        .expect(200)
+        .json();
+    summary["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["reason"] == reason)
+        .unwrap_or_else(|| panic!("no {reason} group in {summary}"))
+        .clone()
+}
+
+#[tokio::test]
+async fn the_overview_shows_each_pipeline_with_its_health_and_samples_its_dlq() {
+    let f = Fixture::new(3, |_| {}, dead_many(3, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(
+        &f.file,
+        &[
+            "--warn-dlq",
+            "1",
+            "--max-dlq",
+            "10",
+            "--sample-every",
+            "200ms",
+        ],
+    )
+    .await;
+    let o = s.get("/api/overview").await.expect(200).json();
+    let p = &o["pipelines"][0];
+    assert_eq!(p["name"], f.pipe.name.as_str());
+    assert_eq!(p["dlq"]["ready"], 3, "{o}");
+    assert_eq!(p["dlq"]["name"], f.pipe.dlq().as_str());
+    assert_eq!(p["health"], "warning", "{o}");
+    assert_eq!(o["warn_dlq"], 1);
+    assert_eq!(o["max_dlq"], 10);
+    // The sampler has drawn some of the hour.
+    let o = crate::helpers::eventually("two samples", Duration::from_secs(10), || async {
+        let o = s.get("/api/overview").await.expect(200).json();
+        (o["pipelines"][0]["history"].as_array().map_or(0, Vec::len) >= 2).then_some(o)
+    })
+    .await;
+    assert_eq!(o["pipelines"][0]["history"][1]["depth"], 3, "{o}");
+    let page = s.get("/").await.expect(200);
+    assert!(page.text.contains(&f.pipe.name), "{}", page.text);
+    assert!(page.text.contains("health-warning"), "{}", page.text);
+    assert!(page.text.contains("<polyline"), "the chart: {}", page.text);
+    // No broker credentials anywhere.
+    assert!(!page.text.contains("guest:guest"), "{}", page.text);
+    assert!(!o.to_string().contains("guest:guest"), "{o}");
+}
+
+#[tokio::test]
+async fn summary_and_messages_are_what_the_dlq_commands_report_and_leave_the_dlq_as_it_was() {
+    let f = Fixture::new(3, |_| {}, two_groups(7, 3)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let api = s
+        .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
+        .await
+        .expect(200)
+        .json();
+    let cli = dlqctl(
+        &[
+            "dlq",
+            "summary",
+            &f.file.display().to_string(),
+            "--queue",
+            &f.pipe.name,
+            "--json",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    cli.assert_code(0);
+    let cli: Value = serde_json::from_str(&cli.stdout).expect("summary JSON");
+    assert_eq!(api["groups"], cli["groups"], "API {api}\nCLI {cli}");
+    assert_eq!(api["snapshot"], 10);
+    assert_eq!(api["fresh"], true);
+
+    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    assert_eq!(g["count"], 7);
+    let id = g["id"].as_str().unwrap();
+    let page = |offset: u16, limit: u16| {
+        let s = &s;
+        let name = f.pipe.name.clone();
+        async move {
+            s.get(&format!(
+                "/api/pipelines/{name}/messages?group={id}&offset={offset}&limit={limit}"
+            ))
+            .await
+            .expect(200)
+            .json()
+        }
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&page(0, 5).await), ["t-0", "t-1", "t-2", "t-3", "t-4"]);
+    assert_eq!(ids(&page(5, 5).await), ["t-5", "t-6"]);
+    let one = s
+        .get(&format!(
+            "/api/pipelines/{}/messages?message_id=p-2",
+            f.pipe.name
+        ))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(ids(&one), ["p-2"]);
+    assert_eq!(one["messages"][0]["body_utf8"], "bad 2");
+    assert_eq!(one["messages"][0]["last_error"], "bad input");
+
+    // The group page and a message page render, and nothing moved.
+    let html = s
+        .get(&format!("/pipelines/{}/groups/{id}", f.pipe.name))
+        .await
+        .expect(200);
+    assert_eq!(html.text.matches("data-test=\"message\"").count(), 7);
+    let html = s
+        .get(&format!("/pipelines/{}/message?id=t-3", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(html.text.contains("timeout"), "{}", html.text);
+    assert!(html.text.contains("data-as=\"json\""), "{}", html.text);
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(10));
+    assert_eq!(f.b.message_count(&f.pipe.name).await, Some(0));
+    // A message that is not there, a pipeline that is not there.
+    s.get(&format!("/pipelines/{}/message?id=nope", f.pipe.name))
+        .await
+        .expect(404);
+    s.get("/api/pipelines/no-such/summary").await.expect(404);
+    s.get("/pipelines/no-such").await.expect(404);
+}
+
+#[tokio::test]
+async fn replaying_a_group_from_the_api_moves_that_group_only_and_reports_like_the_cli() {
+    let f = Fixture::new(3, |_| {}, two_groups(12, 4)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    let started = s
+        .post_json(
+            &format!("/api/pipelines/{}/replay", f.pipe.name),
+            json!({ "group": g["id"], "rate": 1000 }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let id = started["id"].as_u64().expect("a job id");
+    let j = s.wait_job(id, JOB_DEADLINE).await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["report"]["moved"], 12, "{j}");
+    assert_eq!(j["report"]["to"], f.pipe.name.as_str());
+    assert_eq!(j["progress"]["done"], 12);
+    assert_eq!(j["dlq_ready"], 4, "{j}");
+    assert_eq!(f.b.message_count(&f.pipe.name).await, Some(12));
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
+    // The jobs list has it.
+    let all = s.get("/api/jobs").await.expect(200).json();
+    assert_eq!(all[0]["id"], id);
+    // Selected messages, by id.
+    let started = s
+        .post_json(
+            &format!("/api/pipelines/{}/replay", f.pipe.name),
+            json!({ "message_ids": ["p-1", "p-3"] }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let j = s
+        .wait_job(started["id"].as_u64().unwrap(), JOB_DEADLINE)
+        .await;
+    assert_eq!(j["report"]["moved"], 2, "{j}");
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(2));
+}
+
+#[tokio::test]
+async fn an_export_job_offers_the_cli_export_format_for_download_and_keeps_the_dlq() {
+    let f = Fixture::new(3, |_| {}, two_groups(5, 2)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let g = group_of(&s, &f.pipe.name, "permanent").await;
+    let done = s
+        .post_form(
+            &format!("/pipelines/{}/actions", f.pipe.name),
+            &[
+                ("action", "export-group"),
+                ("group", g["id"].as_str().unwrap()),
+            ],
+        )
+        .await
+        .expect(303);
+    let location = done.headers["location"].to_str().unwrap().to_string();
+    let id: u64 = location.rsplit('/').next().unwrap().parse().unwrap();
+    let j = s.wait_job(id, JOB_DEADLINE).await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["report"]["written"], 2);
+    let file = s.get(j["download"].as_str().unwrap()).await.expect(200);
+    assert_eq!(file.headers["content-type"], "application/x-ndjson");
+    assert!(file.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment;"));
+    let lines: Vec<Value> = file
+        .text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().all(|l| l["format"] == "dlqctl-export/1"));
+    assert_eq!(lines[0]["body_utf8"], "bad 0");
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(7));
+    // The job page renders, with the download link.
+    let html = s.get(&location).await.expect(200);
+    assert!(
+        html.text.contains(&format!("/jobs/{id}/download")),
+        "{}",
+        html.text
+    );
+}
+
+#[tokio::test]
+async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
+    let f = Fixture::new(3, |_| {}, two_groups(4, 3)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    let gid = g["id"].as_str().unwrap();
+    let path = format!("/pipelines/{}/actions", f.pipe.name);
+    for wrong in ["", "3", "5", "four"] {
+        let a = s
+            .post_form(
+                &path,
+                &[
+                    ("action", "purge-group"),
+                    ("group", gid),
+                    ("expected", "4"),
+                    ("confirm", wrong),
+                ],
+            )
+            .await
+            .expect(400);
+        assert!(a.text.contains("type the count"), "{}", a.text);
+    }
+    // A whole DLQ is not purged from the page.
+    s.post_json(
+        &format!("/api/pipelines/{}/purge", f.pipe.name),
+        json!({ "expected": 7 }),
+    )
+    .await
+    .expect(400);
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(7));
+    // The count typed is the most removed, even when the group grew since.
+    let a = s
+        .post_form(
+            &path,
+            &[
+                ("action", "purge-group"),
+                ("group", gid),
+                ("expected", "3"),
+                ("confirm", "3"),
+            ],
+        )
+        .await
+        .expect(303);
+    let id: u64 = a.headers["location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let j = s.wait_job(id, JOB_DEADLINE).await;
+    assert_eq!(j["state"], "done", "{j}");
+    assert_eq!(j["report"]["removed"], 3, "{j}");
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
+}
+
+#[tokio::test]
+async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_summary() {
+    let n = 300;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    // A summary made while the DLQ was free.
+    s.get(&format!("/api/pipelines/{}/summary", f.pipe.name))
+        .await
+        .expect(200);
+    let slow = s
+        .post_json(
+            &format!("/api/pipelines/{}/replay", f.pipe.name),
+            json!({ "rate": 20 }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let id = slow["id"].as_u64().unwrap();
+    let second = s
+        .post_json(&format!("/api/pipelines/{}/export", f.pipe.name), json!({}))
+        .await
+        .expect(409)
+        .json();
+    assert_eq!(second["job"], id, "{second}");
+    // Reads while the job holds the DLQ: the last summary, marked stale.
+    crate::helpers::eventually(
+        "the job to hold the lock",
+        Duration::from_secs(20),
+        || async {
+            let j = s.get(&format!("/api/jobs/{id}")).await.expect(200).json();
+            (j["progress"]["done"].as_u64().unwrap_or(0) > 0).then_some(())
+        },
+    )
+    .await;
+    let stale = s
+        .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(stale["fresh"], false, "{stale}");
+    assert!(
+        stale["stale_because"].as_str().unwrap().contains("busy"),
+        "{stale}"
+    );
+    s.get(&format!("/api/pipelines/{}/messages", f.pipe.name))
+        .await
+        .expect(409);
+    // Cancel: it stops after its copies in flight; every message is in one
+    // of the two queues, once.
+    s.post_json(&format!("/api/jobs/{id}/cancel"), json!({}))
+        .await
+        .expect(200);
+    let j = s.wait_job(id, JOB_DEADLINE).await;
+    assert_eq!(j["state"], "cancelled", "{j}");
+    let moved = j["report"]["moved"].as_u64().unwrap();
+    assert!(moved > 0 && moved < n as u64, "{j}");
+    let main = f.b.message_count(&f.pipe.name).await.unwrap() as u64;
+    let dlq = crate::helpers::eventually("the DLQ to settle", Duration::from_secs(10), || async {
+        let d = f.b.message_count(&f.pipe.dlq()).await.unwrap() as u64;
+        (d + main == n as u64).then_some(d)
+    })
+    .await;
+    assert_eq!(main, moved);
+    assert_eq!(dlq, n as u64 - moved);
+}
+
+#[tokio::test]
+async fn sigterm_stops_a_running_job_after_its_copies_in_flight_and_exits_0() {
+    let n = 200;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let mut s = Served::start(&f.file, &[] as &[&str]).await;
+    let started = s
+        .post_json(
+            &format!("/api/pipelines/{}/replay", f.pipe.name),
+            json!({ "rate": 20 }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let id = started["id"].as_u64().unwrap();
+    crate::helpers::eventually("the job to move some", Duration::from_secs(20), || async {
+        let j = s.get(&format!("/api/jobs/{id}")).await.expect(200).json();
+        (j["progress"]["done"].as_u64().unwrap_or(0) > 0).then_some(())
+    })
+    .await;
+    s.signal(libc::SIGTERM);
+    assert_eq!(
+        s.wait_exit(Duration::from_secs(30)).await,
+        Some(0),
+        "{}",
+        s.output()
+    );
+    let total = crate::helpers::eventually("nothing lost", Duration::from_secs(10), || async {
+        let main = f.b.message_count(&f.pipe.name).await.unwrap();
+        let dlq = f.b.message_count(&f.pipe.dlq()).await.unwrap();
+        (main + dlq == n as u32 && main > 0 && dlq > 0).then_some(main + dlq)
+    })
+    .await;
+    assert_eq!(total, n as u32);
+}
+
+#[tokio::test]
+async fn headers_and_bodies_holding_script_render_as_text() {
+    let evil = "<script>document.title='pwned'</script>";
+    let props = dead("x-1", "permanent", evil, "a").with_headers({
+        let mut t = lapin::types::FieldTable::default();
+        for (k, v) in [
+            ("dlqctl-reason", "permanent"),
+            ("dlqctl-last-error", evil),
+            ("<img src=x onerror=alert(1)>", evil),
+        ] {
+            t.insert(k.into(), crate::worker_support::s(v));
+        }
+        t
+    });
+    let f = Fixture::new(3, |_| {}, vec![(evil.as_bytes().to_vec(), props)]).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let page = s
+        .get(&format!("/pipelines/{}/message?id=x-1", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(!page.text.contains("<script>document"), "{}", page.text);
+    assert!(!page.text.contains("<img"), "{}", page.text);
+    assert!(
+        page.text.contains("&lt;script&gt;document.title"),
+        "{}",
+        page.text
+    );
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert_eq!(page.headers["x-frame-options"], "DENY");
+    let dlq = s
+        .get(&format!("/pipelines/{}", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(!dlq.text.contains("<script>document"), "{}", dlq.text);
+}
+
+#[tokio::test]
+async fn posts_need_the_csrf_token_and_our_origin_and_hosts_are_checked() {
+    let f = Fixture::new(3, |_| {}, two_groups(2, 0)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let path = format!("/api/pipelines/{}/replay", f.pipe.name);
+    // No token, a wrong one.
+    s.send(Method::POST, &path, |r| r.json(&json!({})))
+        .await
+        .expect(403);
+    s.send(Method::POST, &path, |r| {
+        r.header("x-csrf-token", "0".repeat(32)).json(&json!({}))
+    })
+    .await
+    .expect(403);
+    // A form without its token.
+    s.send(
+        Method::POST,
+        &format!("/pipelines/{}/actions", f.pipe.name),
+        |r| {
+            r.header("content-type", "application/x-www-form-urlencoded")
+                .body("action=replay&scope=all")
+        },
+    )
+    .await
+    .expect(403);
+    // Another site's page, even with the token.
+    let csrf = s.csrf().await;
+    s.send(Method::POST, &path, |r| {
+        r.header("x-csrf-token", &csrf)
+            .header("origin", "http://evil.example")
+            .json(&json!({}))
+    })
+    .await
+    .expect(403);
+    // A name that is not ours (DNS rebinding).
+    s.send(Method::GET, "/api/overview", |r| {
+        r.header("host", "rebind.evil.example")
+    })
+    .await
+    .expect(421);
+    // Other methods.
+    s.send(Method::DELETE, "/api/jobs/1", |r| r)
+        .await
+        .expect(405);
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(2));
+    assert_eq!(f.b.message_count(&f.pipe.name).await, Some(0));
+}
+
+#[tokio::test]
+async fn read_only_hides_and_refuses_every_action() {
+    let f = Fixture::new(3, |_| {}, two_groups(2, 1)).await;
+    let s = Served::start(&f.file, &["--read-only"]).await;
+    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    let gid = g["id"].as_str().unwrap();
+    let page = s
+        .get(&format!("/pipelines/{}/groups/{gid}", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(!page.text.contains("<form"), "{}", page.text);
+    assert!(!page.text.contains("Replay"), "{}", page.text);
+    let page = s
+        .get(&format!("/pipelines/{}/message?id=t-0", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(!page.text.contains("<form"), "{}", page.text);
+    for verb in ["replay", "export", "purge"] {
+        let a = s
+            .post_json(
+                &format!("/api/pipelines/{}/{verb}", f.pipe.name),
+                json!({ "group": gid, "expected": 2 }),
+            )
+            .await
+            .expect(403);
+        assert!(a.text.contains("read-only"), "{}", a.text);
+    }
+    s.post_form(
+        &format!("/pipelines/{}/actions", f.pipe.name),
+        &[("action", "replay-group"), ("group", gid)],
+    )
+    .await
+    .expect(403);
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(3));
+}
+
+#[tokio::test]
+async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
+    let f = Fixture::new(3, |_| {}, two_groups(1, 0)).await;
+    let token = "s3cret-token-for-tests";
+    let s = Served::start(&f.file, &["--auth-token", token]).await;
+    let login = s.get("/").await.expect(303);
+    assert_eq!(login.headers["location"], "/login");
+    s.get("/login").await.expect(200);
+    s.get("/assets/app.js").await.expect(200);
+    s.get("/api/overview").await.expect(401);
+    s.send(Method::GET, "/api/overview", |r| r.bearer_auth("wrong"))
+        .await
+        .expect(401);
+    s.send(Method::GET, "/api/overview", |r| r.bearer_auth(token))
+        .await
+        .expect(200);
+    // A bearer request needs no CSRF token: a browser cannot be made to
+    // send that header by another site.
+    let j = s
+        .send(
+            Method::POST,
+            &format!("/api/pipelines/{}/export", f.pipe.name),
+            |r| r.bearer_auth(token).json(&json!({})),
+        )
+        .await
+        .expect(202)
+        .json();
+    s.send(Method::GET, &format!("/api/jobs/{}", j["id"]), |r| {
+        r.bearer_auth(token)
+    })
+    .await
+    .expect(200);
+    // The login form: a wrong token, then the right one and its cookie.
+    let form = |t: &str| format!("token={t}");
+    s.send(Method::POST, "/login", |r| {
+        r.header("content-type", "application/x-www-form-urlencoded")
+            .body(form("nope"))
+    })
+    .await
+    .expect(401);
+    let ok = s
+        .send(Method::POST, "/login", |r| {
+            r.header("content-type", "application/x-www-form-urlencoded")
+                .body(form(token))
+        })
+        .await
+        .expect(303);
+    let cookie = ok.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    s.send(Method::GET, "/", |r| r.header("cookie", &pair))
+        .await
+        .expect(200);
+    // Any Host is taken with a token: the token is the guard.
+    s.send(Method::GET, "/api/overview", |r| {
+        r.bearer_auth(token).header("host", "dlq.example.internal")
+    })
+    .await
+    .expect(200);
+}
+
+#[tokio::test]
+async fn listening_beyond_loopback_needs_a_token_and_bad_flags_exit_2() {
+    let f = Fixture::new(3, |_| {}, vec![]).await;
+    let file = f.file.display().to_string();
+    let run = dlqctl(&["serve", &file, "--listen", "0.0.0.0:0"], RUN_TIMEOUT).await;
+    run.assert_code(2);
+    assert!(run.stderr.contains("--auth-token"), "{}", run.output());
+    let run = dlqctl(
+        &[
+            "serve",
+            &file,
+            "--listen",
+            "127.0.0.1:0",
+            "--auth-token",
+            "",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    let run = dlqctl(&["serve", &file, "--listen", "not-an-address"], RUN_TIMEOUT).await;
+    run.assert_code(2);
+    let run = dlqctl(
+        &[
+            "serve",
+            &file,
+            "--listen",
+            "127.0.0.1:0",
+            "--sample-every",
+            "0s",
+        ],
+        RUN_TIMEOUT,
+    )
+    .await;
+    run.assert_code(2);
+    // A port in use is a runtime failure, named.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let run = dlqctl(&["serve", &file, "--listen", &addr], RUN_TIMEOUT).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains(&addr), "{}", run.output());
+}
