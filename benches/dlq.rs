@@ -16,13 +16,12 @@
 //! 15672 (guest/guest). Everything is created under a unique prefix and
 //! deleted at the end.
 
+mod common;
+
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-    QueueDeleteOptions, QueuePurgeOptions,
-};
-use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeleteOptions, QueuePurgeOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -75,47 +74,7 @@ fn tempfile_path(what: &str) -> std::path::PathBuf {
 }
 
 async fn fill(conn: &Connection, queue: &str, n: usize) {
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    let mut pending = Vec::new();
-    for k in 0..n {
-        let mut h = FieldTable::default();
-        h.insert(
-            "dlqctl-reason".into(),
-            AMQPValue::LongString(LongString::from("exhausted")),
-        );
-        h.insert(
-            "dlqctl-last-error".into(),
-            AMQPValue::LongString(LongString::from(format!("order {} not found", k % 97))),
-        );
-        h.insert("dlqctl-attempt".into(), AMQPValue::LongLongInt(4));
-        let props = BasicProperties::default()
-            .with_message_id(format!("m-{k}").into())
-            .with_delivery_mode(2)
-            .with_headers(h);
-        pending.push(
-            ch.basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions::default(),
-                format!("{{\"order\":{k},\"pad\":\"{}\"}}", "x".repeat(60)).as_bytes(),
-                props,
-            )
-            .await
-            .expect("publish"),
-        );
-        if pending.len() >= 2000 {
-            for c in pending.drain(..) {
-                c.await.expect("confirm");
-            }
-        }
-    }
-    for c in pending {
-        c.await.expect("confirm");
-    }
-    let _ = ch.close(200, "".into()).await;
+    common::fill(conn, queue, n, |k| format!("order {} not found", k % 97)).await;
 }
 
 async fn depth(conn: &Connection, queue: &str) -> u64 {

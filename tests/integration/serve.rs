@@ -642,3 +642,36 @@ async fn listening_beyond_loopback_needs_a_token_and_bad_flags_exit_2() {
     run.assert_code(1);
     assert!(run.stderr.contains(&addr), "{}", run.output());
 }
+
+#[tokio::test]
+async fn a_job_started_the_moment_a_page_read_ends_sees_every_message_it_gave_back() {
+    // The group page's read stops after a page, giving back all it was
+    // sent; a replay posted right after must still take the whole group.
+    let f = Fixture::new(3, |_| {}, two_groups(6000, 500)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    let gid = g["id"].as_str().unwrap();
+    for round in 0..2 {
+        s.get(&format!("/pipelines/{}/groups/{gid}", f.pipe.name))
+            .await
+            .expect(200);
+        let a = s
+            .post_form(
+                &format!("/pipelines/{}/actions", f.pipe.name),
+                &[("action", "export-group"), ("group", gid)],
+            )
+            .await
+            .expect(303);
+        let id: u64 = a.headers["location"]
+            .to_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let j = s.wait_job(id, JOB_DEADLINE).await;
+        assert_eq!(j["report"]["snapshot"], 6500, "round {round}: {j}");
+        assert_eq!(j["report"]["written"], 6000, "round {round}: {j}");
+    }
+}

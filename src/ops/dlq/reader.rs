@@ -591,6 +591,12 @@ impl DlqReader {
         for l in lanes {
             l.close().await;
         }
+        let expected = self
+            .stats
+            .snapshot
+            .saturating_sub(self.stats.acked)
+            .saturating_add(self.stats.rotated);
+        wait_for_returns(self.conn.clone(), self.dlq.clone(), expected).await;
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
             self.lock.queue_delete(
@@ -607,6 +613,40 @@ impl DlqReader {
         }
     }
 }
+
+/// Holds the lock until the DLQ shows as ready again every message this
+/// read gave back, at most [`RETURN_SETTLE`]. The broker applies a
+/// requeue (and the requeue of what it had sent but was not read yet)
+/// on its own time, through its log for a quorum queue: until it has,
+/// those messages are neither ready nor unacked to anyone, and a
+/// command that took the lock at once would leave them out of its
+/// snapshot (`dlqctl serve` starts a job the moment a page's read
+/// ends). Expected: the snapshot, less what was acked, plus the
+/// rotated copies; more (new dead letters) is fine. (A free function
+/// of owned values: the reader is not `Sync`, and `dlqctl serve` runs
+/// reads on spawned tasks.)
+async fn wait_for_returns(conn: Arc<Connection>, dlq: String, expected: u64) {
+    let start = std::time::Instant::now();
+    loop {
+        match crate::amqp::declare::passive_queue(&conn, &dlq).await {
+            Ok(Some(c)) if u64::from(c.ready) >= expected => return,
+            Ok(Some(c)) if start.elapsed() >= RETURN_SETTLE => {
+                tracing::debug!(
+                    ready = c.ready,
+                    expected,
+                    "{dlq}: messages given back are not all ready yet (another consumer, \
+                     or expiry)"
+                );
+                return;
+            }
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
+            _ => return,
+        }
+    }
+}
+
+/// How long a finished read waits at most for its returns to show.
+const RETURN_SETTLE: Duration = Duration::from_secs(5);
 
 fn rotation_error(dlq: &str, why: &str) -> Error {
     Error::Broker {

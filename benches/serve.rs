@@ -1,0 +1,237 @@
+//! `cargo bench --bench serve`: a replay of a 10,000-message group from the
+//! web page, beside the same replay by `dlqctl dlq replay --group` in the
+//! same run (figures are printed, nothing is asserted).
+//!
+//! The DLQ holds the group (N messages, default 10,000; `BENCH_SERVE_N`)
+//! and 1,000 others of another group, which both replays must leave in
+//! place. The page's replay is the request its "Replay group" button sends
+//! (a form POST to `/pipelines/P/actions`, CSRF token included), timed from
+//! the POST to the job's end as its page polls it; the job's own elapsed
+//! time is printed beside it. Also printed: how long the DLQ page (the
+//! summary of N + 1,000) and the group's first page take to load.
+//!
+//! Needs the broker of the integration tests and its management API.
+//! Everything is created under a unique prefix and deleted at the end.
+
+mod common;
+
+use lapin::options::{QueueDeleteOptions, QueuePurgeOptions};
+use lapin::{Connection, ConnectionProperties};
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+fn n() -> usize {
+    std::env::var("BENCH_SERVE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+const TIMEOUT: &str = "POST https://payments.example/charge: timeout after 5000 ms";
+
+async fn purge(conn: &Connection, queue: &str) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.queue_purge(queue.into(), QueuePurgeOptions::default())
+        .await
+        .expect("purge");
+    let _ = ch.close(200, "".into()).await;
+}
+
+async fn depth(conn: &Connection, queue: &str) -> u64 {
+    dlqctl::amqp::declare::ready_messages(conn, queue)
+        .await
+        .map_or(0, u64::from)
+}
+
+/// The DLQ holds N of the timeout group and 1,000 of another.
+async fn refill(conn: &Connection, dlq: &str, n: usize) {
+    purge(conn, dlq).await;
+    common::fill(conn, dlq, n, |_| TIMEOUT.to_string()).await;
+    common::fill(conn, dlq, 1000, |k| format!("order {k} not found")).await;
+}
+
+/// `dlqctl serve FILE --listen 127.0.0.1:0`, and the address it says.
+fn serve(file: &str) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args(["serve", file, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlqctl serve");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let base = loop {
+        let line = lines.next().expect("serve's log").expect("a line");
+        if let Some(at) = line.find("serving http://") {
+            let rest = &line[at + "serving ".len()..];
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_string();
+        }
+    };
+    // Keep draining the log so that the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (child, base)
+}
+
+#[tokio::main]
+async fn main() {
+    let n = n();
+    let prefix = format!("bench-serve-{}", std::process::id());
+    let name = format!("{prefix}-orders");
+    let dlq = format!("{name}.dlq");
+    let dir = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("topology.yaml");
+    std::fs::write(
+        &file,
+        format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{ delays: [10s], max_attempts: 3 }}\n"),
+    )
+    .expect("topology");
+    let f = file.display().to_string();
+    let provision = Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+        .args(["provision", &f])
+        .output()
+        .expect("provision");
+    assert!(provision.status.success(), "provision");
+    let conn = Connection::connect(URL, ConnectionProperties::default())
+        .await
+        .expect("the broker");
+    let (mut server, base) = serve(&f);
+    let http = reqwest::Client::new();
+    let csrf = http
+        .get(format!("{base}/api/session"))
+        .send()
+        .await
+        .expect("the server")
+        .json::<serde_json::Value>()
+        .await
+        .expect("JSON")["csrf_token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+
+    println!(
+        "# serve bench: a {n}-message group replayed from the page vs `dlqctl dlq replay --group`; \
+         the DLQ also holds 1,000 of another group"
+    );
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        // The CLI.
+        refill(&conn, &dlq, n).await;
+        let summary = Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+            .args(["dlq", "summary", &f, "--queue", &name, "--json"])
+            .output()
+            .expect("summary");
+        let groups: serde_json::Value = serde_json::from_slice(&summary.stdout).expect("JSON");
+        let group = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["count"] == n as u64)
+            .expect("the big group")["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let start = Instant::now();
+        let cli = Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+            .args([
+                "dlq", "replay", &f, "--queue", &name, "--group", &group, "--json",
+            ])
+            .output()
+            .expect("replay");
+        let cli_wall = start.elapsed();
+        assert!(cli.status.success(), "replay");
+        let cli_left = depth(&conn, &dlq).await;
+        purge(&conn, &name).await;
+
+        // The page.
+        refill(&conn, &dlq, n).await;
+        let start = Instant::now();
+        let page = http
+            .get(format!("{base}/pipelines/{name}"))
+            .send()
+            .await
+            .expect("the DLQ page");
+        assert!(page.status().is_success());
+        let dlq_page = start.elapsed();
+        let start = Instant::now();
+        let gp = http
+            .get(format!("{base}/pipelines/{name}/groups/{group}"))
+            .send()
+            .await
+            .expect("the group page");
+        assert!(gp.status().is_success());
+        let group_page = start.elapsed();
+        let form = format!("csrf={csrf}&action=replay-group&group={group}&expected={n}");
+        let start = Instant::now();
+        let posted = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .post(format!("{base}/pipelines/{name}/actions"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .expect("the replay form");
+        assert_eq!(posted.status().as_u16(), 303, "the form");
+        let job = posted.headers()["location"].to_str().unwrap().to_string();
+        let job_api = format!("{base}/api{job}");
+        let report = loop {
+            let j: serde_json::Value = http
+                .get(&job_api)
+                .send()
+                .await
+                .expect("the job")
+                .json()
+                .await
+                .expect("JSON");
+            if j["state"] != "running" {
+                break j;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let page_wall = start.elapsed();
+        assert_eq!(report["state"], "done", "{report}");
+        let page_left = depth(&conn, &dlq).await;
+        purge(&conn, &name).await;
+        let ratio = page_wall.as_secs_f64() / cli_wall.as_secs_f64();
+        ratios.push(ratio);
+        println!(
+            "round {round}: CLI replay --group {:.2}s (left {cli_left}) | page: DLQ page {:.2}s, group page {:.2}s, \
+             replay-group job {:.2}s (job's own clock {:.2}s, moved {}, left {page_left}) | page÷CLI {ratio:.2}",
+            cli_wall.as_secs_f64(),
+            dlq_page.as_secs_f64(),
+            group_page.as_secs_f64(),
+            page_wall.as_secs_f64(),
+            report["elapsed_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            report["report"]["moved"],
+        );
+    }
+    println!("page ÷ CLI, per pair: {ratios:.2?}");
+
+    let _ = server.kill();
+    let _ = server.wait();
+    let ch = conn.create_channel().await.expect("channel");
+    for q in [name.clone(), dlq.clone(), format!("{name}.retry.10s")] {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for x in [format!("{name}.retry"), format!("{name}.dlx")] {
+        let _ = ch
+            .exchange_delete(x.as_str().into(), Default::default())
+            .await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
