@@ -14,8 +14,12 @@
 //! - [`worker`]: the consume loop around a handler: sessions, deliveries,
 //!   reconnects, metrics.
 //! - [`ops`]: the operations behind the commands, returning typed reports;
-//!   they never print. The `dlqctl` binary (`src/bin/dlqctl`) parses
-//!   arguments, calls them and renders their reports.
+//!   they never print.
+//! - [`serve`]: the web page for DLQ triage, on top of [`ops`]: pages,
+//!   a JSON API, and the actions as background jobs.
+//!
+//! The `dlqctl` binary (`src/bin/dlqctl`) parses arguments, calls them and
+//! renders their reports.
 
 #![deny(missing_docs)]
 
