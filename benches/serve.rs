@@ -10,6 +10,11 @@
 //! time is printed beside it. Also printed: how long the DLQ page (the
 //! summary of N + 1,000) and the group's first page take to load.
 //!
+//! When Debian's `chromium` and `chromium-driver` are installed (and
+//! `BENCH_SERVE_BROWSER` is not `0`), each round also replays the group in
+//! headless Chromium: the group page loaded, the button clicked, timed
+//! until the job's page shows it done.
+//!
 //! Needs the broker of the integration tests and its management API.
 //! Everything is created under a unique prefix and deleted at the end.
 
@@ -79,6 +84,81 @@ fn serve(file: &str) -> (std::process::Child, String) {
     (child, base)
 }
 
+/// A headless Chromium session through chromedriver, when both are here.
+async fn browser() -> Option<(fantoccini::Client, std::process::Child)> {
+    let driver_bin = "/usr/bin/chromedriver";
+    if std::env::var("BENCH_SERVE_BROWSER").as_deref() == Ok("0")
+        || !std::path::Path::new(driver_bin).exists()
+    {
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let driver = Command::new(driver_bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if start.elapsed() > Duration::from_secs(20) {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let profile = std::env::temp_dir().join(format!("bench-serve-chromium-{}", std::process::id()));
+    let caps: serde_json::Map<String, serde_json::Value> = serde_json::from_value(serde_json::json!({
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--no-first-run", format!("--user-data-dir={}", profile.display())]
+        }
+    }))
+    .ok()?;
+    let client = fantoccini::ClientBuilder::rustls()
+        .ok()?
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .ok()?;
+    Some((client, driver))
+}
+
+/// Loads the group page, clicks "Replay group", waits for the job page to
+/// say done: the time from the click, and the job page's "done" count.
+async fn click_replay(c: &fantoccini::Client, url: &str) -> (Duration, String) {
+    use fantoccini::Locator;
+    c.goto(url).await.expect("the group page");
+    let button = c
+        .wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css("button[data-test=replay-group]"))
+        .await
+        .expect("the replay button");
+    let start = Instant::now();
+    button.click().await.expect("click");
+    c.wait()
+        .at_most(Duration::from_secs(600))
+        .every(Duration::from_millis(50))
+        .for_element(Locator::Css("[data-job-id][data-state=done]"))
+        .await
+        .expect("the job page showing done");
+    let took = start.elapsed();
+    let done = c
+        .find(Locator::Css("[data-field=done]"))
+        .await
+        .expect("done")
+        .text()
+        .await
+        .unwrap_or_default();
+    (took, done)
+}
+
 #[tokio::main]
 async fn main() {
     let n = n();
@@ -125,6 +205,11 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
     let mut ratios = Vec::new();
+    let mut clicked = Vec::new();
+    let chromium = browser().await;
+    if chromium.is_none() {
+        println!("(no chromium/chromedriver here, or BENCH_SERVE_BROWSER=0: no browser runs)");
+    }
     for round in 1..=rounds {
         // The CLI.
         refill(&conn, &dlq, n).await;
@@ -217,8 +302,29 @@ async fn main() {
             report["elapsed_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
             report["report"]["moved"],
         );
+        if let Some((c, _)) = &chromium {
+            refill(&conn, &dlq, n).await;
+            let (took, done) =
+                click_replay(c, &format!("{base}/pipelines/{name}/groups/{group}")).await;
+            let left = depth(&conn, &dlq).await;
+            purge(&conn, &name).await;
+            println!(
+                "round {round}: in Chromium, click on \"Replay group\" to the job page showing done: {:.2}s (done {done}, left {left}); ÷ CLI {:.2}",
+                took.as_secs_f64(),
+                took.as_secs_f64() / cli_wall.as_secs_f64()
+            );
+            clicked.push(took.as_secs_f64() / cli_wall.as_secs_f64());
+        }
     }
     println!("page ÷ CLI, per pair: {ratios:.2?}");
+    if !clicked.is_empty() {
+        println!("Chromium click ÷ CLI, per pair: {clicked:.2?}");
+    }
+    if let Some((c, mut driver)) = chromium {
+        let _ = c.close().await;
+        let _ = driver.kill();
+        let _ = driver.wait();
+    }
 
     let _ = server.kill();
     let _ = server.wait();

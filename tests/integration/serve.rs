@@ -675,3 +675,28 @@ async fn a_job_started_the_moment_a_page_read_ends_sees_every_message_it_gave_ba
         assert_eq!(j["report"]["written"], 6000, "round {round}: {j}");
     }
 }
+
+#[tokio::test]
+async fn an_unreachable_broker_is_a_502_naming_it_without_credentials_and_the_server_stays_up() {
+    let f = Fixture::new(3, |_| {}, two_groups(1, 0)).await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let url = format!("amqp://guest:s3cr3tpass@127.0.0.1:{port}/%2f");
+    let s = Served::start(&f.file, &["--url", &url, "--sample-every", "200ms"]).await;
+    for path in [
+        "/api/overview".to_string(),
+        format!("/api/pipelines/{}/summary", f.pipe.name),
+    ] {
+        let a = s.get(&path).await.expect(502);
+        let e = a.json()["error"].as_str().unwrap().to_string();
+        assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+        assert!(!e.contains("s3cr3tpass"), "{e}");
+    }
+    let page = s.get("/").await.expect(502);
+    assert!(page.text.contains("cannot connect"), "{}", page.text);
+    assert!(!page.text.contains("s3cr3tpass"), "{}", page.text);
+    assert!(!s.output().contains("s3cr3tpass"), "{}", s.output());
+    // Still serving.
+    s.get("/api/session").await.expect(200);
+}
