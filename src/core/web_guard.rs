@@ -20,6 +20,17 @@ pub fn refuse_listen(listen: SocketAddr, has_token: bool) -> Option<String> {
     ))
 }
 
+/// The login cookie's value for `token`: a SHA-256 of it, in hex. The
+/// cookie never holds the token itself, and hex needs no escaping
+/// whatever the token's characters (`/`, `+`, `=` of a base64 token).
+pub fn cookie_value(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"dlqctl serve login\0");
+    h.update(token.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Compares two secrets in time that does not depend on where they differ.
 pub fn same_secret(given: &str, expected: &str) -> bool {
     let (a, b) = (given.as_bytes(), expected.as_bytes());
@@ -80,6 +91,28 @@ pub fn origin_allowed(origin: Option<&str>, host: Option<&str>) -> bool {
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
     bare.is_some_and(|b| b.eq_ignore_ascii_case(host.trim()))
+}
+
+/// Whether a browser request may go on, from its `Sec-Fetch-*` headers
+/// (absent from clients that are not browsers, which are let through).
+/// Every read of a DLQ page takes the DLQ's lock and reads the whole DLQ,
+/// so another site's page must not make the browser do it unseen (an
+/// `<img>` or a `fetch`): a request from another site is refused unless it
+/// is the user following a link to one of our pages (a top-level GET
+/// navigation). Our two static files are taken from anywhere.
+pub fn fetch_allowed(
+    site: Option<&str>,
+    mode: Option<&str>,
+    dest: Option<&str>,
+    is_get: bool,
+    is_asset: bool,
+) -> bool {
+    match site {
+        Some("cross-site") | Some("same-site") => {
+            is_asset || (is_get && mode == Some("navigate") && dest.is_none_or(|d| d == "document"))
+        }
+        _ => true,
+    }
 }
 
 /// The value of cookie `name` in a `Cookie` header.
@@ -175,6 +208,81 @@ mod tests {
         assert!(!origin_allowed(Some("null"), host));
         assert!(!origin_allowed(Some("http://127.0.0.1:8089"), host));
         assert!(!origin_allowed(Some("http://127.0.0.1:8088"), None));
+    }
+
+    #[test]
+    fn another_sites_page_may_link_to_us_but_not_load_us_unseen() {
+        // Not a browser, or our own page, or typed in the address bar.
+        assert!(fetch_allowed(None, None, None, true, false));
+        assert!(fetch_allowed(
+            Some("same-origin"),
+            Some("cors"),
+            Some("empty"),
+            false,
+            false
+        ));
+        assert!(fetch_allowed(
+            Some("none"),
+            Some("navigate"),
+            Some("document"),
+            true,
+            false
+        ));
+        // A link followed from another site.
+        assert!(fetch_allowed(
+            Some("cross-site"),
+            Some("navigate"),
+            Some("document"),
+            true,
+            false
+        ));
+        // An <img>, a fetch, an iframe, a form post from another site.
+        assert!(!fetch_allowed(
+            Some("cross-site"),
+            Some("no-cors"),
+            Some("image"),
+            true,
+            false
+        ));
+        assert!(!fetch_allowed(
+            Some("cross-site"),
+            Some("cors"),
+            Some("empty"),
+            true,
+            false
+        ));
+        assert!(!fetch_allowed(
+            Some("same-site"),
+            Some("navigate"),
+            Some("iframe"),
+            true,
+            false
+        ));
+        assert!(!fetch_allowed(
+            Some("cross-site"),
+            Some("navigate"),
+            Some("document"),
+            false,
+            false
+        ));
+        // The stylesheet and script, from anywhere.
+        assert!(fetch_allowed(
+            Some("cross-site"),
+            Some("no-cors"),
+            Some("style"),
+            true,
+            true
+        ));
+    }
+
+    #[test]
+    fn the_cookie_is_hex_and_differs_from_token_to_token() {
+        let a = cookie_value("s3cr/t+tok=");
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(a, cookie_value("s3cr/t+tok="));
+        assert_ne!(a, cookie_value("s3cr/t+tok"));
+        assert!(!a.contains("s3cr"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use super::state::App;
 use super::{Fail, PAGE_SIZE};
 use crate::core::select::Selector;
 use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -49,8 +50,9 @@ pub async fn overview(State(app): Shared) -> Response {
 
 /// `GET /api/pipelines/{pipeline}/summary`: `dlq summary --json`, with when
 /// it was made and whether it is fresh.
-pub async fn summary(State(app): Shared, Path(pipeline): Path<String>) -> Response {
+pub async fn summary(State(app): Shared, path: Result<Path<String>, PathRejection>) -> Response {
     let r = async {
+        let Path(pipeline) = path.map_err(super::pages::bad_path)?;
         let p = app.pipeline(&pipeline)?;
         Ok(app.summary(p).await?)
     }
@@ -71,10 +73,12 @@ pub struct MessagesQuery {
 /// `dlq peek --json`, a page at a time.
 pub async fn messages(
     State(app): Shared,
-    Path(pipeline): Path<String>,
-    Query(q): Query<MessagesQuery>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<MessagesQuery>, QueryRejection>,
 ) -> Response {
     let r = async {
+        let Path(pipeline) = path.map_err(super::pages::bad_path)?;
+        let Query(q) = query.map_err(super::pages::bad_query)?;
         let p = app.pipeline(&pipeline)?;
         let selector = Selector {
             group: q.group.clone(),
@@ -96,32 +100,123 @@ pub async fn messages(
 }
 
 /// A job, with its DLQ's count now: `dlq_ready`, the ready messages, and
-/// `dlq_messages`, those plus the ones a running job holds unacked (read
-/// and not yet moved or removed: they are still in the DLQ, and go back
-/// to it if the job stops).
+/// `dlq_messages`, what the DLQ holds counting what a running job has
+/// taken out of the ready count and not yet removed (see
+/// [`held_estimate`]).
 async fn job_json(app: &App, j: JobView) -> Value {
     let ready = app.ready(&j.dlq).await.ok().flatten();
-    let held = if j.state == super::jobs::State::Running {
-        j.progress.read.saturating_sub(j.progress.done)
-    } else {
-        0
-    };
     let mut v = serde_json::to_value(&j).unwrap_or_default();
     v["dlq_ready"] = json!(ready);
-    v["dlq_messages"] = json!(ready.map(|r| r + held));
+    v["dlq_messages"] = json!(ready.map(|r| held_estimate(&j, r)));
     v
 }
 
+/// What the DLQ holds while job `j` runs, from its ready count `ready`.
+/// A running job holds messages unacked (those it has read, and those the
+/// broker has sent it ahead), and they are still in the DLQ until it
+/// removes them: only a replay's and a purge's `done` leave; an export
+/// removes nothing. Two lower bounds, the larger taken: the snapshot less
+/// what left, and the ready count plus what was read less what left.
+pub(crate) fn held_estimate(j: &JobView, ready: u64) -> u64 {
+    if j.state != super::jobs::State::Running {
+        return ready;
+    }
+    let left = match j.action {
+        super::jobs::Action::Export => 0,
+        _ => j.progress.done,
+    };
+    let p = &j.progress;
+    (ready + p.read)
+        .saturating_sub(left)
+        .max(p.total.saturating_sub(left))
+}
+
+/// The body of an action: every field named, none unknown (a misspelt
+/// selector must not widen the action to the whole DLQ).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    /// The summary group.
+    group: Option<String>,
+    /// Message ids (any of them).
+    #[serde(default)]
+    message_ids: Vec<String>,
+    /// Every message of the DLQ: must be said, never implied.
+    #[serde(default)]
+    all: bool,
+    /// Replay: messages per second at most.
+    rate: Option<f64>,
+    /// Replay: this many first, then wait for them.
+    canary: Option<u64>,
+    /// Replay: how long the canary waits, ms.
+    canary_wait_ms: Option<u64>,
+    /// Purge: the count confirmed, the most removed.
+    expected: Option<u64>,
+}
+
+impl ActionBody {
+    /// The job request of `verb`; refuses a field the verb does not take,
+    /// and a selection that is neither given nor `"all": true`.
+    fn request(self, verb: &str) -> Result<Request, Fail> {
+        let selection = super::jobs::Selection {
+            group: self.group,
+            message_ids: self.message_ids,
+        };
+        if selection.is_everything() && !self.all {
+            return Err(Fail::bad_request(
+                "say which messages: \"group\", \"message_ids\", or \"all\": true for the whole DLQ",
+            ));
+        }
+        if !selection.is_everything() && self.all {
+            return Err(Fail::bad_request(
+                "\"all\": true takes no \"group\" or \"message_ids\"",
+            ));
+        }
+        let replay_only =
+            self.rate.is_some() || self.canary.is_some() || self.canary_wait_ms.is_some();
+        let action = match verb {
+            "replay" if self.expected.is_none() => super::jobs::Action::Replay {
+                rate: self.rate,
+                canary: self.canary,
+                canary_wait_ms: self.canary_wait_ms,
+            },
+            "export" if !replay_only && self.expected.is_none() => super::jobs::Action::Export,
+            "purge" if !replay_only => super::jobs::Action::Purge {
+                expected: self.expected.ok_or_else(|| {
+                    Fail::bad_request("a purge needs \"expected\": the most messages it may remove")
+                })?,
+            },
+            "replay" | "export" | "purge" => {
+                return Err(Fail::bad_request(format!(
+                    "{verb} does not take that option: rate, canary and canary_wait_ms are for \
+                     replay, expected for purge"
+                )))
+            }
+            other => {
+                return Err(Fail::not_found(format!(
+                    "no action {other:?}: replay, export or purge"
+                )))
+            }
+        };
+        Ok(Request { action, selection })
+    }
+}
+
 /// `POST /api/pipelines/{pipeline}/{replay|export|purge}`: starts a job
-/// (202, the job); the body is JSON: `group`, `message_ids`, and `rate`,
-/// `canary`, `canary_wait_ms` for a replay or `expected` for a purge.
+/// (202, the job); the body is JSON: `group`, `message_ids` or `"all":
+/// true`, and `rate`, `canary`, `canary_wait_ms` for a replay or
+/// `expected` for a purge.
 pub async fn action(
     State(app): Shared,
-    Path((pipeline, verb)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     authed: Option<Extension<Authed>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let Path((pipeline, verb)) = match path {
+        Ok(p) => p,
+        Err(r) => return fail(super::pages::bad_path(r)),
+    };
     if !csrf_ok(&app, authed.as_deref(), &headers, None) {
         return fail(Fail::forbidden(
             "send the X-CSRF-Token header (GET /api/session gives it) or Authorization: Bearer",
@@ -132,19 +227,17 @@ pub async fn action(
             "no action {verb:?}: replay, export or purge"
         )));
     }
-    let mut v: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
+    let body: ActionBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ActionBody::default()
     } else {
         match serde_json::from_slice(&body) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return fail(Fail::bad_request("the body must be a JSON object")),
-            Err(e) => return fail(Fail::bad_request(format!("the body is not JSON: {e}"))),
+            Ok(b) => b,
+            Err(e) => return fail(Fail::bad_request(format!("bad request body: {e}"))),
         }
     };
-    v["action"] = json!(verb);
-    let request: Request = match serde_json::from_value(v) {
+    let request = match body.request(&verb) {
         Ok(r) => r,
-        Err(e) => return fail(Fail::bad_request(format!("bad request body: {e}"))),
+        Err(f) => return fail(f),
     };
     match app.jobs.start(&app, &pipeline, request) {
         Ok(id) => {
@@ -166,7 +259,10 @@ pub async fn jobs(State(app): Shared) -> Response {
 
 /// `GET /api/jobs/{id}`: a job, with `dlq_ready` and `dlq_messages`, its
 /// DLQ's counts now.
-pub async fn job(State(app): Shared, Path(id): Path<u64>) -> Response {
+pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
+    let Ok(Path(id)) = path else {
+        return fail(Fail::not_found("no such job: job ids are numbers"));
+    };
     match app.jobs.get(id) {
         Some(j) => Json(job_json(&app, j.view()).await).into_response(),
         None => fail(Fail::not_found(format!("no job {id}"))),
@@ -176,7 +272,7 @@ pub async fn job(State(app): Shared, Path(id): Path<u64>) -> Response {
 /// `POST /api/jobs/{id}/cancel`: stops the job after its copies in flight.
 pub async fn cancel(
     State(app): Shared,
-    Path(id): Path<u64>,
+    path: Result<Path<u64>, PathRejection>,
     authed: Option<Extension<Authed>>,
     headers: HeaderMap,
 ) -> Response {
@@ -185,11 +281,129 @@ pub async fn cancel(
             "send the X-CSRF-Token header or Authorization: Bearer",
         ));
     }
+    let Ok(Path(id)) = path else {
+        return fail(Fail::not_found("no such job: job ids are numbers"));
+    };
     match app.jobs.get(id) {
         Some(j) => {
             j.cancel.cancel();
             Json(j.view()).into_response()
         }
         None => fail(Fail::not_found(format!("no job {id}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::jobs::Action;
+
+    fn body(v: Value) -> Result<ActionBody, serde_json::Error> {
+        serde_json::from_value(v)
+    }
+
+    fn running(action: Action, total: u64, read: u64, done: u64) -> JobView {
+        JobView {
+            id: 1,
+            action,
+            selection: Default::default(),
+            pipeline: "p".into(),
+            dlq: "p.dlq".into(),
+            state: crate::serve::jobs::State::Running,
+            progress: crate::ops::dlq::Progress {
+                total,
+                read,
+                selected: read,
+                done,
+                failed: 0,
+            },
+            report: None,
+            error: None,
+            started_at: String::new(),
+            elapsed_ms: 0,
+            download: None,
+        }
+    }
+
+    #[test]
+    fn what_the_dlq_holds_counts_what_a_running_job_has_not_removed() {
+        let replay = Action::Replay {
+            rate: None,
+            canary: None,
+            canary_wait_ms: None,
+        };
+        // 100 in the snapshot; the broker sent 60 ahead, 40 read, 30 moved.
+        assert_eq!(held_estimate(&running(replay.clone(), 100, 40, 30), 40), 70);
+        // An export removes nothing: all 100 are still there.
+        assert_eq!(held_estimate(&running(Action::Export, 100, 40, 40), 0), 100);
+        // New dead letters arrived: the ready count says more.
+        assert_eq!(held_estimate(&running(replay.clone(), 100, 100, 100), 7), 7);
+        // A finished job holds nothing.
+        let mut done = running(replay, 100, 100, 100);
+        done.state = crate::serve::jobs::State::Done;
+        assert_eq!(held_estimate(&done, 3), 3);
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_not_ignored() {
+        assert!(body(json!({"message_id": "m5"})).is_err());
+        assert!(body(json!({"group": "g", "ratee": 5})).is_err());
+        assert!(body(json!({"group": 5})).is_err());
+    }
+
+    #[test]
+    fn the_whole_dlq_must_be_asked_for() {
+        let e = body(json!({})).unwrap().request("replay").unwrap_err();
+        assert!(e.message.contains("\"all\": true"), "{}", e.message);
+        let r = body(json!({"all": true}))
+            .unwrap()
+            .request("export")
+            .unwrap();
+        assert!(r.selection.is_everything());
+        assert!(body(json!({"all": true, "group": "g"}))
+            .unwrap()
+            .request("export")
+            .is_err());
+    }
+
+    #[test]
+    fn each_verb_takes_its_own_options_only() {
+        let r = body(json!({"group": "g", "rate": 5, "canary": 2}))
+            .unwrap()
+            .request("replay")
+            .unwrap();
+        assert_eq!(
+            r.action,
+            Action::Replay {
+                rate: Some(5.0),
+                canary: Some(2),
+                canary_wait_ms: None
+            }
+        );
+        assert!(body(json!({"group": "g", "rate": 5}))
+            .unwrap()
+            .request("export")
+            .is_err());
+        assert!(body(json!({"group": "g", "expected": 1}))
+            .unwrap()
+            .request("replay")
+            .is_err());
+        assert!(body(json!({"group": "g"}))
+            .unwrap()
+            .request("purge")
+            .is_err());
+        let r = body(json!({"message_ids": ["a"], "expected": 1}))
+            .unwrap()
+            .request("purge")
+            .unwrap();
+        assert_eq!(r.action, Action::Purge { expected: 1 });
+        assert_eq!(
+            body(json!({"group": "g"}))
+                .unwrap()
+                .request("drop")
+                .unwrap_err()
+                .status,
+            StatusCode::NOT_FOUND
+        );
     }
 }

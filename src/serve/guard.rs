@@ -20,6 +20,9 @@ pub struct Authed {
     pub bearer: bool,
 }
 
+/// The only paths served without the token: the page's two files.
+const ASSETS: [&str; 2] = ["/assets/style.css", "/assets/app.js"];
+
 /// The Content-Security-Policy of every response: our own files only, no
 /// inline script or style, no framing, forms post to us only.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -57,6 +60,21 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
              start it with --allow-host NAME",
         ));
     }
+    let is_asset = ASSETS.contains(&path.as_str());
+    let is_get = req.method() == Method::GET || req.method() == Method::HEAD;
+    if !web_guard::fetch_allowed(
+        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
+        headers.get("sec-fetch-mode").and_then(|v| v.to_str().ok()),
+        headers.get("sec-fetch-dest").and_then(|v| v.to_str().ok()),
+        is_get,
+        is_asset,
+    ) {
+        return secure(refuse(
+            StatusCode::FORBIDDEN,
+            api,
+            "this request comes from another site's page: refused (open the page itself)",
+        ));
+    }
     let bearer = header_str(headers, header::AUTHORIZATION)
         .and_then(web_guard::bearer)
         .zip(token)
@@ -64,8 +82,8 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
     if let Some(t) = token {
         let cookie = header_str(headers, header::COOKIE)
             .and_then(|c| web_guard::cookie(c, web_guard::TOKEN_COOKIE))
-            .is_some_and(|given| web_guard::same_secret(given, t));
-        let open = path == "/login" || path.starts_with("/assets/");
+            .is_some_and(|given| web_guard::same_secret(given, &web_guard::cookie_value(t)));
+        let open = path == "/login" || is_asset;
         if !bearer && !cookie && !open {
             if api || req.method() != Method::GET {
                 return secure(refuse(

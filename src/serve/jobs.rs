@@ -19,6 +19,46 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The export folders' name: this, the server's pid, a random part.
+const EXPORT_DIR_PREFIX: &str = "dlqctl-serve-";
+
+/// Removes the export folders of servers that are gone (killed, so they
+/// could not remove their own): they hold message bodies.
+fn sweep_stale_exports(tmp: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(EXPORT_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let mine = e.metadata().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid() == current_uid()
+        });
+        if pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && mine.unwrap_or(false)
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// This process's user id, as `/proc/self` is owned.
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
 /// Finished jobs kept for the jobs page (and their export files).
 const KEEP_FINISHED: usize = 50;
 
@@ -80,6 +120,17 @@ impl Selection {
             message_ids: self.message_ids.clone(),
             ..Selector::default()
         }
+    }
+
+    /// The most messages an action on it may take: one per distinct id
+    /// selected (several messages can share an id; ticking one takes one),
+    /// else no limit.
+    pub fn limit(&self) -> Option<u64> {
+        if self.message_ids.is_empty() {
+            return None;
+        }
+        let distinct: std::collections::BTreeSet<&String> = self.message_ids.iter().collect();
+        Some(distinct.len() as u64)
     }
 
     /// Whether it selects the whole DLQ.
@@ -212,9 +263,10 @@ impl Job {
         self.lock().state == State::Running
     }
 
-    /// Its export file, once the export is finished.
+    /// Its export file, once the export is done (a cancelled or failed
+    /// export offers nothing: its file is partial, or was never made).
     pub fn download_file(&self) -> Option<(PathBuf, String)> {
-        let done = self.lock().state != State::Running;
+        let done = self.lock().state == State::Done;
         let file = self.file.clone().filter(|_| done)?;
         let name = format!("{}-export-{}.jsonl", self.dlq, self.id);
         Some((file, name))
@@ -239,7 +291,7 @@ impl Job {
             error: i.error.clone(),
             started_at: self.started_at.clone(),
             elapsed_ms: elapsed.as_millis() as u64,
-            download: (self.file.is_some() && i.state != State::Running)
+            download: (self.file.is_some() && i.state == State::Done)
                 .then(|| format!("/jobs/{}/download", self.id)),
         }
     }
@@ -265,8 +317,9 @@ impl Jobs {
     /// No jobs yet; exports go to a new private folder under the system's
     /// temporary folder, removed when the server stops.
     pub fn new() -> crate::error::Result<Self> {
+        sweep_stale_exports(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
-            "dlqctl-serve-{}-{:08x}",
+            "{EXPORT_DIR_PREFIX}{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         ));
@@ -341,7 +394,23 @@ impl Jobs {
         drop(list);
         let app = app.clone();
         self.tracker.spawn(async move {
-            let (state, report, error) = run(&app, &job, &p).await;
+            use futures_util::FutureExt;
+            // A panic in a job must not leave it "running" for ever, which
+            // would refuse every later job on its DLQ.
+            let ran = std::panic::AssertUnwindSafe(run(&app, &job, &p))
+                .catch_unwind()
+                .await;
+            let (state, report, error) = ran.unwrap_or_else(|_| {
+                (
+                    State::Failed,
+                    None,
+                    Some(
+                        "the job stopped on an internal error (a bug: please report it); \
+                          what it had not settled is still in the DLQ"
+                            .to_string(),
+                    ),
+                )
+            });
             if let Some(e) = &error {
                 tracing::warn!(
                     "serve: job {} ({}) failed: {e}",
@@ -412,7 +481,7 @@ async fn run(
         } => {
             let opts = ReplayOptions {
                 selector,
-                limit: None,
+                limit: job.request.selection.limit(),
                 rate: *rate,
                 to: p.name.clone(),
                 dry_run: false,
@@ -497,7 +566,7 @@ async fn export(
     });
     let opts = ExportOptions {
         selector,
-        limit: None,
+        limit: job.request.selection.limit(),
         remove: false,
     };
     let r = crate::ops::dlq::export::export(t, &opts, &mut sink, &mut { progress }).await?;
@@ -539,6 +608,38 @@ mod tests {
         assert_eq!(r.selection.selector().message_ids, vec!["a", "b"]);
         assert!(serde_json::from_str::<Request>(r#"{"action":"drop"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"action":"purge"}"#).is_err());
+    }
+
+    #[test]
+    fn the_export_folders_of_servers_that_are_gone_are_swept() {
+        let tmp = std::env::temp_dir().join(format!("dlqctl-sweep-test-{}", rand::random::<u32>()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let gone = tmp.join(format!("{EXPORT_DIR_PREFIX}999999999-0000abcd"));
+        let alive = tmp.join(format!(
+            "{EXPORT_DIR_PREFIX}{}-0000abcd",
+            std::process::id()
+        ));
+        let other = tmp.join("dlqctl-serve-notapid-1");
+        for d in [&gone, &alive, &other] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("job-1.jsonl"), "{}").unwrap();
+        }
+        sweep_stale_exports(&tmp);
+        assert!(!gone.exists());
+        assert!(alive.exists());
+        assert!(other.exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_selection_of_ids_takes_one_message_per_distinct_id() {
+        let sel = |ids: &[&str]| Selection {
+            group: Some("g".into()),
+            message_ids: ids.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(sel(&[]).limit(), None);
+        assert_eq!(sel(&["a"]).limit(), Some(1));
+        assert_eq!(sel(&["a", "b", "a"]).limit(), Some(2));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::core::select::Selector;
 use crate::core::text::rfc3339_millis;
 use crate::ops::dlq::PeekedMessage;
 use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -59,6 +60,26 @@ fn layout(
     }
 }
 
+/// A page for someone not logged in yet: no CSRF token, no file or broker
+/// names, no navigation.
+fn bare(title: &str, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · dlqctl" }
+                link rel="stylesheet" href="/assets/style.css";
+            }
+            body {
+                header.top { span.brand { "dlqctl" } }
+                main { (content) }
+            }
+        }
+    }
+}
+
 /// A page, or its error page.
 fn respond(app: &App, page: Result<Markup, Fail>) -> Response {
     match page {
@@ -81,6 +102,17 @@ fn error_page(app: &App, f: &Fail) -> Response {
         Html(layout(app, "Error", crumbs, body, None).into_string()),
     )
         .into_response()
+}
+
+/// A path that does not parse (not UTF-8, not a number).
+pub(crate) fn bad_path(r: PathRejection) -> Fail {
+    Fail::bad_request(format!("bad address: {}", r.body_text()))
+}
+
+/// A query string that does not parse (a letter where a number goes, a
+/// number too large).
+pub(crate) fn bad_query(r: QueryRejection) -> Fail {
+    Fail::bad_request(format!("bad query: {}", r.body_text()))
 }
 
 fn time(ms: u64) -> String {
@@ -264,8 +296,9 @@ fn summary_page(app: &App, pipeline: &str, s: &CachedSummary) -> Markup {
 }
 
 /// `GET /pipelines/{pipeline}`: the DLQ's groups.
-pub async fn dlq(State(app): Shared, Path(pipeline): Path<String>) -> Response {
+pub async fn dlq(State(app): Shared, path: Result<Path<String>, PathRejection>) -> Response {
     let page = async {
+        let Path(pipeline) = path.map_err(bad_path)?;
         let p = app.pipeline(&pipeline)?;
         let s = app.summary(p).await?;
         Ok(summary_page(&app, &p.name, &s))
@@ -319,12 +352,27 @@ fn action_fields(app: &App, count: u64, group: &str) -> Markup {
 fn group_page(
     app: &App,
     pipeline: &str,
-    g: &crate::core::dlq::Group,
+    (g, counted): (&crate::core::dlq::Group, &CachedSummary),
     page: u16,
     messages: &[PeekedMessage],
     more: bool,
 ) -> Markup {
     let first = usize::from(page) * usize::from(PAGE_SIZE);
+    // An id that more than one message of the page carries opens by place.
+    let mut seen = std::collections::HashMap::<&str, usize>::new();
+    for m in messages {
+        if let Some(id) = &m.message_id {
+            *seen.entry(id.as_str()).or_default() += 1;
+        }
+    }
+    let link = |m: &PeekedMessage, n: usize| match &m.message_id {
+        Some(id) if seen.get(id.as_str()).copied().unwrap_or(0) > 1 => format!(
+            "/pipelines/{}/message?group={}&n={n}",
+            seg(pipeline),
+            query_value(&g.id)
+        ),
+        _ => message_url(pipeline, m, &g.id, n),
+    };
     let rows = html! {
         table {
             thead { tr {
@@ -344,7 +392,7 @@ fn group_page(
                             }
                         }
                         td.num { (first + i + 1) }
-                        td.mono { a href=(message_url(pipeline, m, &g.id, first + i)) { (opt(m.message_id.as_deref())) } }
+                        td.mono { a href=(link(m, first + i)) { (opt(m.message_id.as_deref())) } }
                         td { (opt(m.described.dead_lettered_at.as_deref())) }
                         td.num { (opt(m.described.attempts)) }
                         td.mono.cut { (opt(m.described.last_error.as_deref())) }
@@ -356,10 +404,14 @@ fn group_page(
     };
     let content = html! {
         h1 { "Group " span.mono { (g.id) } }
+        @if let Some(why) = &counted.stale_because {
+            div.notice data-test="stale" { "The count is from " (time(counted.at_ms)) ": " (why) }
+        }
         dl.facts {
             dt { "Reason" } dd { (opt(g.reason.as_deref())) }
             dt { "Error" } dd.mono { (g.fingerprint) }
             dt { "Messages" } dd data-test="group-count" { (g.count) }
+            dt { "Counted at" } dd { (time(counted.at_ms)) }
             dt { "First seen" } dd { (opt(g.first_dead_lettered_at.as_deref())) }
             dt { "Last seen" } dd { (opt(g.last_dead_lettered_at.as_deref())) }
             dt { "From" } dd.mono { (opt(g.source_queue.as_deref())) }
@@ -399,12 +451,14 @@ fn body_bytes(m: &PeekedMessage) -> Vec<u8> {
 /// messages.
 pub async fn group(
     State(app): Shared,
-    Path((pipeline, group)): Path<(String, String)>,
-    Query(q): Query<PageQuery>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Response {
     let page = async {
+        let Path((pipeline, group)) = path.map_err(bad_path)?;
+        let Query(q) = query.map_err(bad_query)?;
         let p = app.pipeline(&pipeline)?;
-        let Some((g, _)) = app.group(p, &group).await? else {
+        let Some((g, counted)) = app.group(p, &group).await? else {
             return Err(Fail::not_found(format!(
                 "{} holds no group {group} now (replayed or purged?)",
                 p.dead_letter.queue
@@ -425,7 +479,14 @@ pub async fn group(
         let mut r = app.peek(p, &selector, skip as u16, PAGE_SIZE + 1).await?;
         let more = r.messages.len() > usize::from(PAGE_SIZE);
         r.messages.truncate(usize::from(PAGE_SIZE));
-        Ok(group_page(&app, &p.name, &g, page, &r.messages, more))
+        Ok(group_page(
+            &app,
+            &p.name,
+            (&g, &counted),
+            page,
+            &r.messages,
+            more,
+        ))
     }
     .await;
     respond(&app, page)
@@ -560,10 +621,12 @@ fn display_json(v: &serde_json::Value) -> String {
 /// `GET /pipelines/{pipeline}/message?id=ID` (or `?group=G&n=N`).
 pub async fn message(
     State(app): Shared,
-    Path(pipeline): Path<String>,
-    Query(q): Query<MessageQuery>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<MessageQuery>, QueryRejection>,
 ) -> Response {
     let page = async {
+        let Path(pipeline) = path.map_err(bad_path)?;
+        let Query(q) = query.map_err(bad_query)?;
         let p = app.pipeline(&pipeline)?;
         let (selector, skip) = match (&q.id, &q.group) {
             (Some(id), _) => (
@@ -573,13 +636,23 @@ pub async fn message(
                 },
                 0,
             ),
-            (None, Some(g)) => (
-                Selector {
-                    group: Some(g.clone()),
-                    ..Selector::default()
-                },
-                q.n.unwrap_or(0),
-            ),
+            (None, Some(g)) => {
+                let n = q.n.unwrap_or(0);
+                if n >= crate::ops::dlq::MAX_PEEK {
+                    return Err(Fail::bad_request(format!(
+                        "n is at most {}: the page opens the first {} messages of a group",
+                        crate::ops::dlq::MAX_PEEK - 1,
+                        crate::ops::dlq::MAX_PEEK
+                    )));
+                }
+                (
+                    Selector {
+                        group: Some(g.clone()),
+                        ..Selector::default()
+                    },
+                    n,
+                )
+            }
             (None, None) => return Err(Fail::bad_request("give ?id=MESSAGE_ID or ?group=G&n=N")),
         };
         let r = app.peek(p, &selector, skip, 1).await?;
@@ -668,11 +741,14 @@ fn read_action(form: &[(String, String)]) -> Result<Request, Fail> {
 /// `POST /pipelines/{pipeline}/actions`: starts a job, then shows it.
 pub async fn action(
     State(app): Shared,
-    Path(pipeline): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     authed: Option<Extension<Authed>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let Ok(Path(pipeline)) = path else {
+        return error_page(&app, &Fail::not_found("no such pipeline"));
+    };
     let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
     let csrf = form
         .iter()
@@ -759,7 +835,10 @@ fn state_name(s: JobState) -> &'static str {
 }
 
 /// `GET /jobs/{id}`.
-pub async fn job(State(app): Shared, Path(id): Path<u64>) -> Response {
+pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
+    let Ok(Path(id)) = path else {
+        return error_page(&app, &Fail::not_found("no such job"));
+    };
     let page = app
         .jobs
         .get(id)
@@ -809,7 +888,7 @@ pub async fn jobs(State(app): Shared) -> Response {
 /// `POST /jobs/{id}/cancel`.
 pub async fn cancel(
     State(app): Shared,
-    Path(id): Path<u64>,
+    path: Result<Path<u64>, PathRejection>,
     authed: Option<Extension<Authed>>,
     headers: HeaderMap,
     body: Bytes,
@@ -825,6 +904,9 @@ pub async fn cancel(
             &Fail::forbidden("the form's CSRF token is missing or stale: reload the page"),
         );
     }
+    let Ok(Path(id)) = path else {
+        return error_page(&app, &Fail::not_found("no such job"));
+    };
     match app.jobs.get(id) {
         Some(j) => {
             j.cancel.cancel();
@@ -835,7 +917,10 @@ pub async fn cancel(
 }
 
 /// `GET /jobs/{id}/download`: an export job's file.
-pub async fn download(State(app): Shared, Path(id): Path<u64>) -> Response {
+pub async fn download(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
+    let Ok(Path(id)) = path else {
+        return error_page(&app, &Fail::not_found("no such job"));
+    };
     let Some((path, name)) = app.jobs.get(id).and_then(|j| j.download_file()) else {
         return error_page(
             &app,
@@ -867,7 +952,7 @@ pub async fn download(State(app): Shared, Path(id): Path<u64>) -> Response {
 }
 
 /// `GET /login`: the token form (only with `--auth-token`).
-pub async fn login_form(State(app): Shared) -> Response {
+pub async fn login_form() -> Response {
     let content = html! {
         h1 { "Log in" }
         form.actions method="post" action="/login" {
@@ -875,10 +960,7 @@ pub async fn login_form(State(app): Shared) -> Response {
             button type="submit" { "Log in" }
         }
     };
-    respond(
-        &app,
-        Ok(layout(&app, "Log in", html! { "Log in" }, content, None)),
-    )
+    Html(bare("Log in", content).into_string()).into_response()
 }
 
 /// `POST /login`: sets the token cookie when the token is right.
@@ -891,12 +973,20 @@ pub async fn login(State(app): Shared, body: Bytes) -> Response {
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
     if !crate::core::web_guard::same_secret(&given, expected) {
-        return error_page(&app, &Fail::new(StatusCode::UNAUTHORIZED, "wrong token"));
+        let content = html! {
+            h1 { "Wrong token" }
+            p { a href="/login" { "Try again" } }
+        };
+        return (
+            StatusCode::UNAUTHORIZED,
+            Html(bare("Log in", content).into_string()),
+        )
+            .into_response();
     }
     let cookie = format!(
         "{}={}; Path=/; HttpOnly; SameSite=Strict",
         crate::core::web_guard::TOKEN_COOKIE,
-        query_value(&given)
+        crate::core::web_guard::cookie_value(&given)
     );
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }

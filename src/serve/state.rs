@@ -26,6 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How old a summary may be for a group page to show its count.
+pub const GROUP_COUNT_FRESH_MS: u64 = 10_000;
+
 /// What `dlqctl serve` was started with.
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -342,8 +345,9 @@ impl App {
         }
     }
 
-    /// The group `id` of `pipeline`'s last summary (made now when there is
-    /// none yet).
+    /// The group `id` of `pipeline`'s last summary, when it is younger than
+    /// [`GROUP_COUNT_FRESH_MS`] (else, or when there is none, one is made
+    /// now: the count shown is the count a purge is confirmed with).
     pub async fn group(&self, p: &Pipeline, id: &str) -> Result<Option<(Group, CachedSummary)>> {
         let cached = self
             .summaries
@@ -351,8 +355,14 @@ impl App {
             .unwrap_or_else(|e| e.into_inner())
             .get(&p.name)
             .cloned();
+        let now = crate::ops::dlq::now_ms();
         let s = match cached {
-            Some(s) if s.report.groups.iter().any(|g| g.id == id) => s,
+            Some(s)
+                if s.report.groups.iter().any(|g| g.id == id)
+                    && now.saturating_sub(s.at_ms) < GROUP_COUNT_FRESH_MS =>
+            {
+                s
+            }
             _ => self.summary(p).await?,
         };
         Ok(s.report

@@ -282,10 +282,26 @@ async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
     // A whole DLQ is not purged from the page.
     s.post_json(
         &format!("/api/pipelines/{}/purge", f.pipe.name),
-        json!({ "expected": 7 }),
+        json!({ "all": true, "expected": 7 }),
     )
     .await
     .expect(400);
+    // A misspelt selector or option is refused, never read as "all".
+    for body in [
+        json!({ "message_id": "t-0" }),
+        json!({ "groupp": gid }),
+        json!({}),
+        json!({ "group": gid, "rate": 5, "expected": 1 }),
+    ] {
+        let a = s
+            .post_json(
+                &format!("/api/pipelines/{}/replay", f.pipe.name),
+                body.clone(),
+            )
+            .await
+            .expect(400);
+        assert!(a.json()["error"].is_string(), "{body}: {}", a.text);
+    }
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(7));
     // The count typed is the most removed, even when the group grew since.
     let a = s
@@ -326,14 +342,17 @@ async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_su
     let slow = s
         .post_json(
             &format!("/api/pipelines/{}/replay", f.pipe.name),
-            json!({ "rate": 20 }),
+            json!({ "all": true, "rate": 20 }),
         )
         .await
         .expect(202)
         .json();
     let id = slow["id"].as_u64().unwrap();
     let second = s
-        .post_json(&format!("/api/pipelines/{}/export", f.pipe.name), json!({}))
+        .post_json(
+            &format!("/api/pipelines/{}/export", f.pipe.name),
+            json!({ "all": true }),
+        )
         .await
         .expect(409)
         .json();
@@ -388,7 +407,7 @@ async fn sigterm_stops_a_running_job_after_its_copies_in_flight_and_exits_0() {
     let started = s
         .post_json(
             &format!("/api/pipelines/{}/replay", f.pipe.name),
-            json!({ "rate": 20 }),
+            json!({ "all": true, "rate": 20 }),
         )
         .await
         .expect(202)
@@ -539,7 +558,8 @@ async fn read_only_hides_and_refuses_every_action() {
 #[tokio::test]
 async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
     let f = Fixture::new(3, |_| {}, two_groups(1, 0)).await;
-    let token = "s3cret-token-for-tests";
+    // A base64 token: `/`, `+` and `=` must survive the login cookie.
+    let token = "s3cr/t+tok=en-for-tests";
     let s = Served::start(&f.file, &["--auth-token", token]).await;
     let login = s.get("/").await.expect(303);
     assert_eq!(login.headers["location"], "/login");
@@ -558,7 +578,7 @@ async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
         .send(
             Method::POST,
             &format!("/api/pipelines/{}/export", f.pipe.name),
-            |r| r.bearer_auth(token).json(&json!({})),
+            |r| r.bearer_auth(token).json(&json!({ "all": true })),
         )
         .await
         .expect(202)
@@ -569,7 +589,12 @@ async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
     .await
     .expect(200);
     // The login form: a wrong token, then the right one and its cookie.
-    let form = |t: &str| format!("token={t}");
+    let form = |t: &str| {
+        format!(
+            "token={}",
+            form_urlencoded::byte_serialize(t.as_bytes()).collect::<String>()
+        )
+    };
     s.send(Method::POST, "/login", |r| {
         r.header("content-type", "application/x-www-form-urlencoded")
             .body(form("nope"))
@@ -699,4 +724,175 @@ async fn an_unreachable_broker_is_a_502_naming_it_without_credentials_and_the_se
     assert!(!s.output().contains("s3cr3tpass"), "{}", s.output());
     // Still serving.
     s.get("/api/session").await.expect(200);
+}
+
+#[tokio::test]
+async fn bad_addresses_and_queries_get_a_sentence_not_a_panic() {
+    let f = Fixture::new(3, |_| {}, two_groups(2, 0)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let p = &f.pipe.name;
+    for (path, status) in [
+        (format!("/pipelines/{p}/groups/abc?page=-1"), 400),
+        (format!("/pipelines/{p}/groups/abc?page=99999999"), 400),
+        (format!("/pipelines/{p}/message?group=g&n=70000"), 400),
+        (format!("/pipelines/{p}/message?group=g&n=10000"), 400),
+        (format!("/pipelines/{p}/message"), 400),
+        ("/pipelines/%FF".to_string(), 400),
+        ("/jobs/abc".to_string(), 404),
+        ("/jobs/99999999999999999999999".to_string(), 404),
+        ("/jobs/7/download".to_string(), 404),
+    ] {
+        let a = s.get(&path).await;
+        assert_eq!(a.status.as_u16(), status, "{path}: {}", a.text);
+        assert!(a.text.contains("data-test=\"error\""), "{path}: {}", a.text);
+    }
+    for (path, status) in [
+        (format!("/api/pipelines/{p}/messages?offset=x"), 400),
+        (
+            format!("/api/pipelines/{p}/messages?offset=9999&limit=2"),
+            400,
+        ),
+        ("/api/jobs/abc".to_string(), 404),
+        ("/api/pipelines/%FF/summary".to_string(), 400),
+    ] {
+        let a = s.get(&path).await;
+        assert_eq!(a.status.as_u16(), status, "{path}: {}", a.text);
+        assert!(a.json()["error"].is_string(), "{path}: {}", a.text);
+    }
+    let a = s
+        .send(Method::POST, &format!("/api/pipelines/{p}/replay"), |r| {
+            r.header("x-csrf-token", "x").body("{not json")
+        })
+        .await;
+    assert_eq!(a.status.as_u16(), 403, "{}", a.text);
+    let a = s
+        .post_json(&format!("/api/pipelines/{p}/replay"), json!([1, 2]))
+        .await
+        .expect(400);
+    assert!(a.json()["error"].is_string());
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(2));
+}
+
+#[tokio::test]
+async fn another_sites_page_may_link_to_ours_but_not_load_it_unseen() {
+    let f = Fixture::new(3, |_| {}, two_groups(2, 0)).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let dlq_page = format!("/pipelines/{}", f.pipe.name);
+    let from = |site: &'static str, mode: &'static str, dest: &'static str| {
+        move |r: reqwest::RequestBuilder| {
+            r.header("sec-fetch-site", site)
+                .header("sec-fetch-mode", mode)
+                .header("sec-fetch-dest", dest)
+        }
+    };
+    // An <img> or a fetch from another site: refused before any read.
+    s.send(
+        Method::GET,
+        &dlq_page,
+        from("cross-site", "no-cors", "image"),
+    )
+    .await
+    .expect(403);
+    s.send(
+        Method::GET,
+        "/api/overview",
+        from("cross-site", "cors", "empty"),
+    )
+    .await
+    .expect(403);
+    s.send(
+        Method::GET,
+        &dlq_page,
+        from("same-site", "navigate", "iframe"),
+    )
+    .await
+    .expect(403);
+    // A link followed from a chat message, our own page, the assets.
+    s.send(
+        Method::GET,
+        &dlq_page,
+        from("cross-site", "navigate", "document"),
+    )
+    .await
+    .expect(200);
+    s.send(
+        Method::GET,
+        "/api/overview",
+        from("same-origin", "cors", "empty"),
+    )
+    .await
+    .expect(200);
+    s.send(
+        Method::GET,
+        "/assets/style.css",
+        from("cross-site", "no-cors", "style"),
+    )
+    .await
+    .expect(200);
+}
+
+#[tokio::test]
+async fn ticking_one_id_takes_one_message_even_when_several_share_it() {
+    let mut msgs = two_groups(0, 2);
+    for k in 0..3 {
+        msgs.push((
+            format!("dup {k}").into_bytes(),
+            dead("dup", "permanent", "bad input", "b"),
+        ));
+    }
+    let f = Fixture::new(3, |_| {}, msgs).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let started = s
+        .post_json(
+            &format!("/api/pipelines/{}/export", f.pipe.name),
+            json!({ "message_ids": ["dup"] }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let j = s
+        .wait_job(started["id"].as_u64().unwrap(), JOB_DEADLINE)
+        .await;
+    assert_eq!(j["report"]["written"], 1, "{j}");
+    // The group page opens messages sharing an id by their place.
+    let g = group_of(&s, &f.pipe.name, "permanent").await;
+    let page = s
+        .get(&format!(
+            "/pipelines/{}/groups/{}",
+            f.pipe.name,
+            g["id"].as_str().unwrap()
+        ))
+        .await
+        .expect(200);
+    assert!(!page.text.contains("message?id=dup"), "{}", page.text);
+    assert!(page.text.contains("message?id=p-0"), "{}", page.text);
+    assert_eq!(page.text.matches("&amp;n=").count(), 3, "{}", page.text);
+}
+
+#[tokio::test]
+async fn a_cancelled_export_offers_no_download() {
+    let n = 3000;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let started = s
+        .post_json(
+            &format!("/api/pipelines/{}/export", f.pipe.name),
+            json!({ "all": true }),
+        )
+        .await
+        .expect(202)
+        .json();
+    let id = started["id"].as_u64().unwrap();
+    s.post_json(&format!("/api/jobs/{id}/cancel"), json!({}))
+        .await
+        .expect(200);
+    let j = s.wait_job(id, JOB_DEADLINE).await;
+    if j["state"] == "cancelled" {
+        assert!(j["download"].is_null(), "{j}");
+        s.get(&format!("/jobs/{id}/download")).await.expect(404);
+    } else {
+        // It finished before the cancel came: then it is whole.
+        assert_eq!(j["report"]["written"], n, "{j}");
+    }
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(n as u32));
 }
