@@ -215,11 +215,22 @@ fn overview_page(app: &App, o: &Overview) -> Markup {
         p.muted {
             "Thresholds: warning over " (opt(o.warn_dlq)) ", alert over " (opt(o.max_dlq))
             " messages (ready + unacked). The chart is sampled every "
-            (o.sample_every_ms / 1000) " s while this server runs; inflow is the DLQ's growth between samples. Read at "
+            (every(o.sample_every_ms)) " while this server runs; inflow is the DLQ's growth between samples. Read at "
             (time(o.at_ms)) "."
         }
     };
     layout(app, "Overview", html! { "Overview" }, content, Some(30_000))
+}
+
+/// An interval as the page says it: `300 ms`, `10 s`, `1.5 s`.
+fn every(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 fn health_name(h: crate::core::history::Health) -> &'static str {

@@ -156,6 +156,9 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
         evil.as_bytes().to_vec(),
         dead("x-1", "permanent", &format!("bad input {evil}"), evil),
     ));
+    // The DLQ fills while the server samples it: the chart shows the
+    // depth rising and the inflow.
+    let later = msgs.split_off(8);
     let f = Fixture::new(3, |_| {}, msgs).await;
     let s = Served::start(
         &f.file,
@@ -165,14 +168,18 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
             "--max-dlq",
             "100",
             "--sample-every",
-            "1s",
+            "300ms",
         ],
     )
     .await;
     let b = Browser::start().await;
+    for batch in later.chunks(9) {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        crate::dlq_support::publish_many(&f.b, &f.pipe.dlq(), batch.to_vec()).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // The overview.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
     b.goto(&s.url("/")).await;
     let row = format!("tr[data-pipeline=\"{}\"]", f.pipe.name);
     assert_eq!(b.text(&format!("{row} [data-test=dlq-depth]")).await, "41");
