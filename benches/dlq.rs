@@ -19,7 +19,7 @@
 mod common;
 
 use futures_util::StreamExt;
-use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeleteOptions, QueuePurgeOptions};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueuePurgeOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use std::process::Command;
@@ -174,23 +174,9 @@ async fn main() {
         return;
     }
     let n = n();
-    let prefix = format!("bench-dlq-{}", std::process::id());
-    let name = format!("{prefix}-orders");
-    let dlq = format!("{name}.dlq");
-    let dir = std::env::temp_dir().join(&prefix);
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("topology.yaml");
-    std::fs::write(
-        &file,
-        format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{ delays: [10s], max_attempts: 3 }}\n"),
-    )
-    .expect("topology");
-    let f = file.display().to_string();
-    assert_eq!(
-        measure(&mut dlqctl(&["provision", &f])).status,
-        0,
-        "provision"
-    );
+    let bench = common::BenchPipeline::provision("dlq");
+    let (name, dlq, f) = (bench.name.clone(), bench.dlq.clone(), bench.file.clone());
+
     let conn = Connection::connect(URL, ConnectionProperties::default())
         .await
         .expect("the broker");
@@ -217,7 +203,7 @@ async fn main() {
         purge(&conn, &name).await;
 
         fill(&conn, &dlq, n).await;
-        let sname = format!("{prefix}-shovel-{round}");
+        let sname = format!("{name}-shovel-{round}");
         let start = Instant::now();
         shovel(&http, &sname, &dlq, &name).await;
         while depth(&conn, &name).await < n as u64 && start.elapsed() < Duration::from_secs(600) {
@@ -272,18 +258,7 @@ async fn main() {
         println!("  DLQ depth after: {}", depth(&conn, &dlq).await);
     }
 
-    let ch = conn.create_channel().await.expect("channel");
-    for q in [name.clone(), dlq.clone(), format!("{name}.retry.10s")] {
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    for x in [format!("{name}.retry"), format!("{name}.dlx")] {
-        let _ = ch
-            .exchange_delete(x.as_str().into(), Default::default())
-            .await;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    bench.delete(&conn).await;
     let _ = std::fs::remove_file(tempfile_path("out"));
 }
 

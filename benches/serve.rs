@@ -20,7 +20,7 @@
 
 mod common;
 
-use lapin::options::{QueueDeleteOptions, QueuePurgeOptions};
+use lapin::options::QueuePurgeOptions;
 use lapin::{Connection, ConnectionProperties};
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -162,23 +162,9 @@ async fn click_replay(c: &fantoccini::Client, url: &str) -> (Duration, String) {
 #[tokio::main]
 async fn main() {
     let n = n();
-    let prefix = format!("bench-serve-{}", std::process::id());
-    let name = format!("{prefix}-orders");
-    let dlq = format!("{name}.dlq");
-    let dir = std::env::temp_dir().join(&prefix);
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("topology.yaml");
-    std::fs::write(
-        &file,
-        format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{ delays: [10s], max_attempts: 3 }}\n"),
-    )
-    .expect("topology");
-    let f = file.display().to_string();
-    let provision = Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(["provision", &f])
-        .output()
-        .expect("provision");
-    assert!(provision.status.success(), "provision");
+    let bench = common::BenchPipeline::provision("serve");
+    let (name, dlq, f) = (bench.name.clone(), bench.dlq.clone(), bench.file.clone());
+
     let conn = Connection::connect(URL, ConnectionProperties::default())
         .await
         .expect("the broker");
@@ -328,16 +314,5 @@ async fn main() {
 
     let _ = server.kill();
     let _ = server.wait();
-    let ch = conn.create_channel().await.expect("channel");
-    for q in [name.clone(), dlq.clone(), format!("{name}.retry.10s")] {
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    for x in [format!("{name}.retry"), format!("{name}.dlx")] {
-        let _ = ch
-            .exchange_delete(x.as_str().into(), Default::default())
-            .await;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    bench.delete(&conn).await;
 }

@@ -1,7 +1,7 @@
-//! What the DLQ benches share: filling a DLQ with messages as the worker
-//! writes them.
+//! What the DLQ benches share: a provisioned pipeline of their own, and
+//! filling its DLQ with messages as the worker writes them.
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Connection};
 
@@ -50,4 +50,68 @@ pub async fn fill(conn: &Connection, queue: &str, n: usize, error: impl Fn(usize
         c.await.expect("confirm");
     }
     let _ = ch.close(200, "".into()).await;
+}
+
+/// A pipeline `bench-KIND-PID-orders` (one 10 s tier, 3 attempts),
+/// provisioned from a topology file in a folder of its own.
+pub struct BenchPipeline {
+    /// The pipeline (its main queue).
+    pub name: String,
+    /// Its DLQ.
+    pub dlq: String,
+    /// The topology file.
+    pub file: String,
+    dir: std::path::PathBuf,
+}
+
+impl BenchPipeline {
+    /// Writes the topology and provisions it.
+    pub fn provision(kind: &str) -> BenchPipeline {
+        let prefix = format!("bench-{kind}-{}", std::process::id());
+        let name = format!("{prefix}-orders");
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("topology.yaml");
+        std::fs::write(
+            &file,
+            format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{ delays: [10s], max_attempts: 3 }}\n"),
+        )
+        .expect("topology");
+        let file = file.display().to_string();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+            .args(["provision", &file])
+            .output()
+            .expect("dlqctl provision");
+        assert!(
+            out.status.success(),
+            "provision: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        BenchPipeline {
+            dlq: format!("{name}.dlq"),
+            name,
+            file,
+            dir,
+        }
+    }
+
+    /// Deletes its queues, exchanges and folder.
+    pub async fn delete(&self, conn: &Connection) {
+        let ch = conn.create_channel().await.expect("channel");
+        for q in [
+            self.name.clone(),
+            self.dlq.clone(),
+            format!("{}.retry.10s", self.name),
+        ] {
+            let _ = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        for x in [format!("{}.retry", self.name), format!("{}.dlx", self.name)] {
+            let _ = ch
+                .exchange_delete(x.as_str().into(), Default::default())
+                .await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

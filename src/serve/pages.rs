@@ -32,13 +32,7 @@ fn layout(
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · dlqctl" }
-                link rel="stylesheet" href="/assets/style.css";
-                script src="/assets/app.js" defer {}
-            }
+            (head(title, true))
             body data-csrf=(app.csrf) data-refresh-ms=[refresh_ms] {
                 header.top {
                     a.brand href="/" { "dlqctl" }
@@ -60,18 +54,28 @@ fn layout(
     }
 }
 
+/// The `<head>` of every page; `script`: with the page's script.
+fn head(title: &str, script: bool) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · dlqctl" }
+            link rel="stylesheet" href="/assets/style.css";
+            @if script {
+                script src="/assets/app.js" defer {}
+            }
+        }
+    }
+}
+
 /// A page for someone not logged in yet: no CSRF token, no file or broker
 /// names, no navigation.
 fn bare(title: &str, content: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · dlqctl" }
-                link rel="stylesheet" href="/assets/style.css";
-            }
+            (head(title, false))
             body {
                 header.top { span.brand { "dlqctl" } }
                 main { (content) }
@@ -226,7 +230,7 @@ fn overview_page(app: &App, o: &Overview) -> Markup {
 fn every(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms} ms")
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)

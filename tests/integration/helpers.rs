@@ -600,3 +600,26 @@ pub async fn dlqctl<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) ->
 
 /// The usual timeout of one run of the binary.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Every line a child writes on stdout and stderr (both piped), gathered
+/// as they come by two tasks.
+pub fn collect_output(
+    child: &mut tokio::process::Child,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let streams: [Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>; 2] = [
+        child.stderr.take().map(|s| Box::new(s) as Box<_>),
+        child.stdout.take().map(|s| Box::new(s) as Box<_>),
+    ];
+    for stream in streams.into_iter().flatten() {
+        let lines = lines.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stream).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                lines.lock().unwrap().push(l);
+            }
+        });
+    }
+    lines
+}

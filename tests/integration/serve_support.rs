@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// `dlqctl serve FILE --listen 127.0.0.1:0 ARGS…`, killed when dropped.
 pub struct Served {
@@ -59,20 +58,7 @@ impl Served {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn dlqctl serve");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stderr.take().expect("stderr"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stdout.take().expect("stdout")),
-        ] {
-            let lines = lines.clone();
-            tokio::spawn(async move {
-                let mut r = BufReader::new(stream).lines();
-                while let Ok(Some(l)) = r.next_line().await {
-                    lines.lock().unwrap().push(l);
-                }
-            });
-        }
+        let lines = crate::helpers::collect_output(&mut child);
         let start = Instant::now();
         let base = loop {
             let found = lines.lock().unwrap().iter().find_map(|l| {

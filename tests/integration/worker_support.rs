@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 // ---------------------------------------------------------------- pipelines
 
@@ -302,20 +301,7 @@ impl WorkerProc {
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn dlqctl work");
         let pid = child.id().expect("a pid") as i32;
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stderr.take().expect("stderr"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stdout.take().expect("stdout")),
-        ] {
-            let lines = lines.clone();
-            tokio::spawn(async move {
-                let mut r = BufReader::new(stream).lines();
-                while let Ok(Some(l)) = r.next_line().await {
-                    lines.lock().unwrap().push(l);
-                }
-            });
-        }
+        let lines = crate::helpers::collect_output(&mut child);
         WorkerProc { child, pid, lines }
     }
 
