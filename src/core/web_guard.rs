@@ -115,6 +115,26 @@ pub fn fetch_allowed(
     }
 }
 
+/// Whether a link followed from another site to `path` gets a page that
+/// asks to continue instead of the page itself: every page but the
+/// overview (`/`) reads a DLQ under its lock, and another site must not be
+/// able to make a browser do that by opening a window on it.
+pub fn asks_to_continue(site: Option<&str>, mode: Option<&str>, path: &str) -> bool {
+    matches!(site, Some("cross-site") | Some("same-site"))
+        && mode == Some("navigate")
+        && !matches!(path, "/" | "/login")
+}
+
+/// Where a continue page's link goes: `target` when it is a path of this
+/// server, else `/` (`//host/...` would leave it).
+pub fn continue_target(target: &str) -> &str {
+    if target.starts_with('/') && !target.starts_with("//") && !target.starts_with("/\\") {
+        target
+    } else {
+        "/"
+    }
+}
+
 /// The value of cookie `name` in a `Cookie` header.
 pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     header.split(';').find_map(|part| {
@@ -273,6 +293,30 @@ mod tests {
             true,
             true
         ));
+    }
+
+    #[test]
+    fn a_link_from_another_site_to_a_dlq_page_asks_to_continue() {
+        let nav = Some("navigate");
+        assert!(asks_to_continue(
+            Some("cross-site"),
+            nav,
+            "/pipelines/orders"
+        ));
+        assert!(asks_to_continue(Some("same-site"), nav, "/jobs/3"));
+        assert!(!asks_to_continue(Some("cross-site"), nav, "/"));
+        assert!(!asks_to_continue(Some("cross-site"), nav, "/login"));
+        assert!(!asks_to_continue(
+            Some("same-origin"),
+            nav,
+            "/pipelines/orders"
+        ));
+        assert!(!asks_to_continue(Some("none"), nav, "/pipelines/orders"));
+        assert!(!asks_to_continue(None, None, "/pipelines/orders"));
+        assert_eq!(continue_target("/pipelines/o?x=1"), "/pipelines/o?x=1");
+        assert_eq!(continue_target("//evil.example/x"), "/");
+        assert_eq!(continue_target("/\\evil.example"), "/");
+        assert_eq!(continue_target("http://evil.example"), "/");
     }
 
     #[test]

@@ -75,6 +75,16 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
             "this request comes from another site's page: refused (open the page itself)",
         ));
     }
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    let mode = headers.get("sec-fetch-mode").and_then(|v| v.to_str().ok());
+    if is_get && web_guard::asks_to_continue(site, mode, &path) {
+        let target = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| path.clone());
+        return secure(super::pages::continue_page(&target));
+    }
     let bearer = header_str(headers, header::AUTHORIZATION)
         .and_then(web_guard::bearer)
         .zip(token)

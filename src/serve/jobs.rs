@@ -59,6 +59,9 @@ fn current_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
+/// The longest a page's canary may wait.
+pub const MAX_CANARY_WAIT_MS: u64 = 24 * 3_600_000;
+
 /// Finished jobs kept for the jobs page (and their export files).
 const KEEP_FINISHED: usize = 50;
 
@@ -167,12 +170,22 @@ impl Request {
                     return Err(Fail::bad_request("nothing to purge: the count is 0"));
                 }
             }
-            Action::Replay { rate, canary, .. } => {
+            Action::Replay {
+                rate,
+                canary,
+                canary_wait_ms,
+            } => {
                 if rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
                     return Err(Fail::bad_request("the rate must be a number above 0"));
                 }
                 if *canary == Some(0) {
                     return Err(Fail::bad_request("the canary must be at least 1 message"));
+                }
+                if canary_wait_ms.is_some_and(|w| w > MAX_CANARY_WAIT_MS) {
+                    return Err(Fail::bad_request(format!(
+                        "the canary waits at most {} h: the job holds the DLQ while it waits",
+                        MAX_CANARY_WAIT_MS / 3_600_000
+                    )));
                 }
             }
             Action::Export => {}
@@ -464,6 +477,11 @@ async fn run(
     job: &Arc<Job>,
     p: &crate::core::topology::Pipeline,
 ) -> (State, Option<serde_json::Value>, Option<String>) {
+    // Page reads of this DLQ in flight end first (they are short).
+    let _gate = tokio::select! {
+        g = app.gate(&p.name).lock_owned() => g,
+        _ = job.cancel.cancelled() => return (State::Cancelled, None, None),
+    };
     let t = match app
         .target(p, job.request.action.verb(), job.cancel.clone())
         .await
@@ -518,24 +536,37 @@ async fn run(
                 })
         }
         Action::Export => export(app, job, &t, selector, progress).await,
-        Action::Purge { expected } => {
-            crate::ops::dlq::purge::purge(&t, &selector, Some(*expected), true, &mut { progress })
-                .await
-                .map(|r| {
-                    let state = if r.cancelled {
-                        State::Cancelled
-                    } else {
-                        State::Done
-                    };
-                    (state, serde_json::to_value(&r).ok(), None)
-                })
-        }
+        Action::Purge { expected } => crate::ops::dlq::purge::purge(
+            &t,
+            &selector,
+            Some(
+                job.request
+                    .selection
+                    .limit()
+                    .map_or(*expected, |l| l.min(*expected)),
+            ),
+            true,
+            &mut { progress },
+        )
+        .await
+        .map(|r| {
+            let state = if r.cancelled {
+                State::Cancelled
+            } else {
+                State::Done
+            };
+            (state, serde_json::to_value(&r).ok(), None)
+        }),
     };
     crate::amqp::connection::close(&t.conn).await;
     match result {
         Ok(r) => r,
         Err(e) if job.cancel.is_cancelled() => (State::Cancelled, None, Some(e.to_string())),
-        Err(e) => (State::Failed, None, Some(e.to_string())),
+        Err(e) => (
+            State::Failed,
+            None,
+            Some(super::state::for_the_page(e).to_string()),
+        ),
     }
 }
 
@@ -570,12 +601,22 @@ async fn export(
         remove: false,
     };
     let r = crate::ops::dlq::export::export(t, &opts, &mut sink, &mut { progress }).await?;
-    let state = if r.cancelled {
-        State::Cancelled
+    let (state, error) = if r.cancelled {
+        (State::Cancelled, None)
+    } else if r.failed > 0 {
+        // A file missing messages is no export: none is offered.
+        (
+            State::Failed,
+            Some(format!(
+                "{} messages could not be written as export lines (see the report); they are \
+                 still in the DLQ, and no file is offered",
+                r.failed
+            )),
+        )
     } else {
-        State::Done
+        (State::Done, None)
     };
-    Ok((state, serde_json::to_value(&r).ok(), None))
+    Ok((state, serde_json::to_value(&r).ok(), error))
 }
 
 #[cfg(test)]
@@ -668,5 +709,15 @@ mod tests {
         assert!(replay(Some(f64::INFINITY), None).check().is_err());
         assert!(replay(None, Some(0)).check().is_err());
         assert!(replay(Some(10.5), Some(3)).check().is_ok());
+        let waits = |ms| Request {
+            action: Action::Replay {
+                rate: None,
+                canary: Some(1),
+                canary_wait_ms: Some(ms),
+            },
+            selection: Selection::default(),
+        };
+        assert!(waits(MAX_CANARY_WAIT_MS).check().is_ok());
+        assert!(waits(MAX_CANARY_WAIT_MS + 1).check().is_err());
     }
 }

@@ -84,6 +84,18 @@ fn bare(title: &str, content: Markup) -> Markup {
     }
 }
 
+/// What a link from another site to one of our pages gets: a link to it,
+/// to be followed from here (see [`crate::core::web_guard::asks_to_continue`]).
+pub fn continue_page(target: &str) -> Response {
+    let target = crate::core::web_guard::continue_target(target);
+    let content = html! {
+        h1 { "Continue to dlqctl" }
+        p { "You followed a link from another site. This page reads a DLQ when it opens; open it from here:" }
+        p { a data-test="continue" href=(target) { (target) } }
+    };
+    Html(bare("Continue", content).into_string()).into_response()
+}
+
 /// A page, or its error page.
 fn respond(app: &App, page: Result<Markup, Fail>) -> Response {
     match page {
@@ -698,10 +710,22 @@ fn read_action(form: &[(String, String)]) -> Result<Request, Fail> {
         .map(|(_, v)| v.clone())
         .collect();
     let button = one("action").ok_or_else(|| Fail::bad_request("no action was chosen"))?;
+    // Which messages is always said: a button `VERB-SCOPE`, or `VERB` and
+    // a `scope` field; never implied. The whole DLQ only for an export
+    // (the DLQ page's one such button).
     let (verb, scope) = match button.split_once('-') {
         Some((v, s)) => (v, s),
-        None => (button, one("scope").unwrap_or("all")),
+        None => (
+            button,
+            one("scope")
+                .ok_or_else(|| Fail::bad_request("say which messages: no scope was given"))?,
+        ),
     };
+    if scope == "all" && verb != "export" {
+        return Err(Fail::bad_request(format!(
+            "the page does not {verb} a whole DLQ: choose a group or messages"
+        )));
+    }
     let group = one("group").map(str::to_string);
     let selection = match scope {
         "all" => Selection::default(),
@@ -1112,6 +1136,11 @@ mod tests {
         assert!(read_action(&form(&[])).is_err());
         let all = read_action(&form(&[("action", "export"), ("scope", "all")])).unwrap();
         assert!(all.selection.is_everything());
+        // Never implied, and only an export of everything.
+        assert!(read_action(&form(&[("action", "export")])).is_err());
+        assert!(read_action(&form(&[("action", "replay"), ("scope", "all")])).is_err());
+        assert!(read_action(&form(&[("action", "replay-all")])).is_err());
+        assert!(read_action(&form(&[("action", "purge-all"), ("confirm", "0")])).is_err());
     }
 
     #[test]

@@ -132,6 +132,7 @@ pub struct App {
     status_conn: tokio::sync::Mutex<Option<StatusConn>>,
     history: Mutex<HashMap<String, History>>,
     summaries: Mutex<HashMap<String, CachedSummary>>,
+    gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The jobs.
     pub jobs: Jobs,
     /// Cancelled when the server stops.
@@ -148,6 +149,7 @@ impl App {
             status_conn: tokio::sync::Mutex::new(None),
             history: Mutex::new(HashMap::new()),
             summaries: Mutex::new(HashMap::new()),
+            gates: Mutex::new(HashMap::new()),
             jobs: Jobs::new()?,
             stop,
             opts,
@@ -318,9 +320,11 @@ impl App {
     /// holds the DLQ, the last summary is returned marked not fresh (or the
     /// busy error, when there is none).
     pub async fn summary(&self, p: &Pipeline) -> Result<CachedSummary> {
-        let t = self.target(p, "summary", self.stop.child_token()).await?;
-        let result = crate::ops::dlq::summary(&t, &Selector::default(), &mut |_| {}).await;
-        crate::amqp::connection::close(&t.conn).await;
+        let result = self
+            .page_read(p, "summary", |t| async move {
+                crate::ops::dlq::summary(&t, &Selector::default(), &mut |_| {}).await
+            })
+            .await;
         let mut cache = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Ok(report) => {
@@ -382,10 +386,62 @@ impl App {
         skip: u16,
         limit: u16,
     ) -> Result<PeekReport> {
-        let t = self.target(p, "peek", self.stop.child_token()).await?;
-        let result = crate::ops::dlq::peek_from(&t, selector, skip, limit).await;
-        crate::amqp::connection::close(&t.conn).await;
-        result
+        let selector = selector.clone();
+        self.page_read(p, "peek", move |t| async move {
+            crate::ops::dlq::peek_from(&t, &selector, skip, limit).await
+        })
+        .await
+    }
+
+    /// The gate of `pipeline`'s DLQ inside this server: a job holds it while
+    /// it runs; a page read holds it while it reads. Page reads and jobs of
+    /// this server so never meet at the broker's lock (which would fail one
+    /// of them as busy): a job waits for the page reads in flight (short),
+    /// and a page read during a job shows the last summary instead.
+    pub fn gate(&self, pipeline: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(pipeline.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Runs a page's read of `p`'s DLQ (`work`) on a task of its own, so
+    /// that it always ends by [`crate::ops::dlq::DlqReader::finish`] even
+    /// when the browser goes away mid-load and the request is dropped: a
+    /// read dropped mid-way would leave its rotated copies behind as
+    /// duplicates. The dropped request cancels the read, which then stops
+    /// after the copies in flight.
+    async fn page_read<T, F, Fut>(&self, p: &Pipeline, verb: &str, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Target) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        if let Some(id) = self.jobs.running_on(&p.name) {
+            return Err(Error::Busy {
+                queue: p.dead_letter.queue.clone(),
+                message: format!("job {id} of this page is working on it; see /jobs/{id}"),
+            });
+        }
+        let gate = self.gate(&p.name).lock_owned().await;
+        let cancel = self.stop.child_token();
+        let on_drop = cancel.clone().drop_guard();
+        let t = self.target(p, verb, cancel).await?;
+        let task = tokio::spawn(async move {
+            let _gate = gate;
+            let conn = t.conn.clone();
+            let r = work(t).await;
+            crate::amqp::connection::close(&conn).await;
+            r
+        });
+        let r = task.await.map_err(|e| Error::Broker {
+            context: format!("the page's {verb} of {}", p.dead_letter.queue),
+            message: e.to_string(),
+        })?;
+        on_drop.disarm();
+        r.map_err(for_the_page)
     }
 
     /// Stops: cancels every job, waits for each to stop after its copies
@@ -394,6 +450,20 @@ impl App {
         self.stop.cancel();
         self.jobs.wait_all().await;
         self.drop_status_conn().await;
+    }
+}
+
+/// A busy DLQ, told for the page: the CLI's advice (`--wait`) does not
+/// apply here.
+pub(crate) fn for_the_page(e: Error) -> Error {
+    match e {
+        Error::Busy { queue, message } if message.contains("--wait") => Error::Busy {
+            queue,
+            message: "another dlqctl command holds its lock (the management UI names its \
+                      connection); try again when it is done"
+                .into(),
+        },
+        other => other,
     }
 }
 

@@ -803,6 +803,59 @@ async fn another_sites_page_may_link_to_ours_but_not_load_it_unseen() {
             a.text
         );
     }
+    // The link from elsewhere gets a page asking to continue, which reads
+    // nothing; the continue link is a path of ours.
+    let a = s
+        .send(Method::GET, &format!("{dlq_page}?x=1"), |r| {
+            r.header("sec-fetch-site", "cross-site")
+                .header("sec-fetch-mode", "navigate")
+                .header("sec-fetch-dest", "document")
+        })
+        .await
+        .expect(200);
+    assert!(
+        a.text.contains(&format!("href=\"{dlq_page}?x=1\"")),
+        "{}",
+        a.text
+    );
+    assert!(!a.text.contains("data-group"), "{}", a.text);
+    let a = s
+        .send(Method::GET, "//evil.example/x", |r| {
+            r.header("sec-fetch-site", "cross-site")
+                .header("sec-fetch-mode", "navigate")
+        })
+        .await;
+    assert!(!a.text.contains("evil.example"), "{}", a.text);
+}
+
+#[tokio::test]
+async fn a_browser_leaving_a_page_mid_load_leaves_the_dlq_as_it_was() {
+    // Past the window, a read rotates kept messages (a copy to the tail,
+    // then the ack): a read dropped mid-way would leave copies behind.
+    let n = 3000;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(&f.file, &["--window", "50"]).await;
+    for ms in [60, 120, 200, 300, 450] {
+        let quick = reqwest::Client::builder()
+            .timeout(Duration::from_millis(ms))
+            .build()
+            .unwrap();
+        let _ = quick
+            .get(s.url(&format!("/pipelines/{}", f.pipe.name)))
+            .send()
+            .await;
+    }
+    // Every read ends; then the DLQ holds each message once.
+    let summary = crate::helpers::eventually("a summary", Duration::from_secs(30), || async {
+        let a = s
+            .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
+            .await;
+        (a.status == 200).then(|| a.json())
+    })
+    .await;
+    assert_eq!(summary["snapshot"], n, "{summary}");
+    assert_eq!(summary["fresh"], true, "{summary}");
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(n as u32));
 }
 
 #[tokio::test]
