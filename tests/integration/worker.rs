@@ -874,9 +874,12 @@ async fn http_retry_after_picks_the_tier_then_success_acks() {
             .collect::<Vec<_>>(),
         vec![("1", "m-9e"), ("2", "m-9e")]
     );
+    // A second, not the row's 100 ms. The broker's TTL timer may fire a
+    // few ms before a full second by our clock (seen: 997 ms under load),
+    // hence the 50 ms of slack.
     let gap = seen[1].0 - seen[0].0;
     assert!(
-        gap >= Duration::from_millis(1000) && gap < Duration::from_millis(2500),
+        gap >= Duration::from_millis(950) && gap < Duration::from_millis(2500),
         "the retry came after {gap:?}"
     );
     assert_empty(&f.broker, &f.all_queues()).await;
