@@ -695,6 +695,27 @@ pub async fn message(
     respond(&app, page)
 }
 
+/// A posted form's fields, once its CSRF token is checked.
+fn checked_form(
+    app: &App,
+    authed: Option<&Authed>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Vec<(String, String)>, Fail> {
+    let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let csrf = form
+        .iter()
+        .find(|(k, _)| k == "csrf")
+        .map(|(_, v)| v.as_str());
+    if csrf_ok(app, authed, headers, csrf) {
+        Ok(form)
+    } else {
+        Err(Fail::forbidden(
+            "the form's CSRF token is missing or stale: reload the page and try again",
+        ))
+    }
+}
+
 /// Reads the form of an action into a job request: which button, which
 /// messages, the replay options and the purge confirmation.
 fn read_action(form: &[(String, String)]) -> Result<Request, Fail> {
@@ -788,19 +809,10 @@ pub async fn action(
     let Ok(Path(pipeline)) = path else {
         return error_page(&app, &Fail::not_found("no such pipeline"));
     };
-    let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
-    let csrf = form
-        .iter()
-        .find(|(k, _)| k == "csrf")
-        .map(|(_, v)| v.as_str());
-    if !csrf_ok(&app, authed.as_deref(), &headers, csrf) {
-        return error_page(
-            &app,
-            &Fail::forbidden(
-                "the form's CSRF token is missing or stale: reload the page and try again",
-            ),
-        );
-    }
+    let form = match checked_form(&app, authed.as_deref(), &headers, &body) {
+        Ok(f) => f,
+        Err(f) => return error_page(&app, &f),
+    };
     match read_action(&form).and_then(|r| app.jobs.start(&app, &pipeline, r)) {
         Ok(id) => Redirect::to(&format!("/jobs/{id}")).into_response(),
         Err(f) => error_page(&app, &f),
@@ -932,16 +944,8 @@ pub async fn cancel(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
-    let csrf = form
-        .iter()
-        .find(|(k, _)| k == "csrf")
-        .map(|(_, v)| v.as_str());
-    if !csrf_ok(&app, authed.as_deref(), &headers, csrf) {
-        return error_page(
-            &app,
-            &Fail::forbidden("the form's CSRF token is missing or stale: reload the page"),
-        );
+    if let Err(f) = checked_form(&app, authed.as_deref(), &headers, &body) {
+        return error_page(&app, &f);
     }
     let Ok(Path(id)) = path else {
         return error_page(&app, &Fail::not_found("no such job"));

@@ -229,7 +229,7 @@ async fn an_export_job_offers_the_cli_export_format_for_download_and_keeps_the_d
         .await
         .expect(303);
     let location = done.headers["location"].to_str().unwrap().to_string();
-    let id: u64 = location.rsplit('/').next().unwrap().parse().unwrap();
+    let id = done.job_id();
     let j = s.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(j["state"], "done", "{j}");
     assert_eq!(j["report"]["written"], 2);
@@ -316,14 +316,7 @@ async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
         )
         .await
         .expect(303);
-    let id: u64 = a.headers["location"]
-        .to_str()
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let id = a.job_id();
     let j = s.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(j["state"], "done", "{j}");
     assert_eq!(j["report"]["removed"], 3, "{j}");
@@ -687,14 +680,7 @@ async fn a_job_started_the_moment_a_page_read_ends_sees_every_message_it_gave_ba
             )
             .await
             .expect(303);
-        let id: u64 = a.headers["location"]
-            .to_str()
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let id = a.job_id();
         let j = s.wait_job(id, JOB_DEADLINE).await;
         assert_eq!(j["report"]["snapshot"], 6500, "round {round}: {j}");
         assert_eq!(j["report"]["written"], 6000, "round {round}: {j}");

@@ -33,6 +33,16 @@ impl Answer {
             .unwrap_or_else(|e| panic!("not JSON ({e}), HTTP {}: {}", self.status, self.text))
     }
 
+    /// The job a form post redirected to (`Location: /jobs/N`).
+    pub fn job_id(&self) -> u64 {
+        self.headers["location"]
+            .to_str()
+            .ok()
+            .and_then(|l| l.strip_prefix("/jobs/"))
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("no job in the redirect: {:?}", self.headers))
+    }
+
     /// Panics unless the status is `want`.
     pub fn expect(self, want: u16) -> Self {
         assert_eq!(self.status.as_u16(), want, "{}", self.text);
