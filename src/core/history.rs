@@ -57,6 +57,11 @@ impl History {
         self.samples.iter()
     }
 
+    /// A copy of the samples, oldest first.
+    pub fn to_vec(&self) -> Vec<Sample> {
+        self.samples.iter().copied().collect()
+    }
+
     /// The inflow summed over the window.
     pub fn inflow_total(&self) -> u64 {
         self.samples.iter().filter_map(|s| s.inflow).sum()
@@ -78,22 +83,23 @@ pub struct Chart {
     pub max_inflow: u64,
 }
 
-/// Draws `h` in a `width` × `height` box ending at `now_ms` and starting
+/// Draws the samples of a [`History`] in a `width` × `height` box ending
+/// at `now_ms` and starting
 /// an hour before, or at the first sample when the server has run less
 /// than an hour. The depth and the inflow each have their own scale, from
 /// 0 to their highest value.
-pub fn chart(h: &History, now_ms: u64, width: f64, height: f64) -> Chart {
+pub fn chart(samples: &[Sample], now_ms: u64, width: f64, height: f64) -> Chart {
     let start = now_ms
         .saturating_sub(WINDOW_MS)
-        .max(h.samples().next().map_or(0, |s| s.at_ms))
+        .max(samples.first().map_or(0, |s| s.at_ms))
         .min(now_ms);
     let span = (now_ms - start).max(1);
     let x = |at: u64| -> f64 {
         let at = at.clamp(start, now_ms);
         ((at - start) as f64 / span as f64 * width * 100.0).round() / 100.0
     };
-    let max_depth = h.samples().filter_map(|s| s.depth).max().unwrap_or(0);
-    let max_inflow = h.samples().filter_map(|s| s.inflow).max().unwrap_or(0);
+    let max_depth = samples.iter().filter_map(|s| s.depth).max().unwrap_or(0);
+    let max_inflow = samples.iter().filter_map(|s| s.inflow).max().unwrap_or(0);
     let y = |v: u64, max: u64| -> f64 {
         if max == 0 {
             return height;
@@ -101,8 +107,8 @@ pub fn chart(h: &History, now_ms: u64, width: f64, height: f64) -> Chart {
         let usable = height - 1.0;
         ((height - v as f64 / max as f64 * usable) * 100.0).round() / 100.0
     };
-    let readable: Vec<(u64, u64)> = h
-        .samples()
+    let readable: Vec<(u64, u64)> = samples
+        .iter()
         .filter_map(|s| s.depth.map(|d| (s.at_ms, d)))
         .collect();
     let depth_points = if readable.len() < 2 {
@@ -114,8 +120,8 @@ pub fn chart(h: &History, now_ms: u64, width: f64, height: f64) -> Chart {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let inflow_bars = h
-        .samples()
+    let inflow_bars = samples
+        .iter()
         .filter_map(|s| s.inflow.filter(|&i| i > 0).map(|i| (s.at_ms, i)))
         .map(|(at, i)| {
             let top = y(i, max_inflow);
@@ -201,7 +207,7 @@ mod tests {
         h.push(now - WINDOW_MS, Some(0));
         h.push(now - WINDOW_MS / 2, Some(50));
         h.push(now, Some(100));
-        let c = chart(&h, now, 600.0, 41.0);
+        let c = chart(&h.to_vec(), now, 600.0, 41.0);
         assert_eq!(c.depth_points, "0,41 300,21 600,1");
         assert_eq!(c.max_depth, 100);
         assert_eq!(c.max_inflow, 50);
@@ -226,19 +232,19 @@ mod tests {
         h.push(1_000, Some(4));
         h.push(2_000, Some(8));
         h.push(3_000, Some(4));
-        let c = chart(&h, 3_000, 100.0, 11.0);
+        let c = chart(&h.to_vec(), 3_000, 100.0, 11.0);
         assert_eq!(c.depth_points, "0,6 50,1 100,6");
     }
 
     #[test]
     fn an_empty_or_flat_history_draws_nothing_broken() {
-        let c = chart(&History::default(), 1_000, 600.0, 40.0);
+        let c = chart(&[], 1_000, 600.0, 40.0);
         assert_eq!(c.depth_points, "");
         assert!(c.inflow_bars.is_empty());
         let mut h = History::default();
         h.push(0, Some(0));
         h.push(1, Some(0));
-        let c = chart(&h, 1, 600.0, 40.0);
+        let c = chart(&h.to_vec(), 1, 600.0, 40.0);
         assert!(!c.depth_points.contains("NaN"), "{}", c.depth_points);
         assert!(c.inflow_bars.is_empty());
     }

@@ -102,33 +102,13 @@ pub async fn messages(
 /// A job, with its DLQ's count now: `dlq_ready`, the ready messages, and
 /// `dlq_messages`, what the DLQ holds counting what a running job has
 /// taken out of the ready count and not yet removed (see
-/// [`held_estimate`]).
+/// [`JobView::dlq_holds`]).
 async fn job_json(app: &App, j: JobView) -> Value {
     let ready = app.ready(&j.dlq).await.ok().flatten();
     let mut v = serde_json::to_value(&j).unwrap_or_default();
     v["dlq_ready"] = json!(ready);
-    v["dlq_messages"] = json!(ready.map(|r| held_estimate(&j, r)));
+    v["dlq_messages"] = json!(ready.map(|r| j.dlq_holds(r)));
     v
-}
-
-/// What the DLQ holds while job `j` runs, from its ready count `ready`.
-/// A running job holds messages unacked (those it has read, and those the
-/// broker has sent it ahead), and they are still in the DLQ until it
-/// removes them: only a replay's and a purge's `done` leave; an export
-/// removes nothing. Two lower bounds, the larger taken: the snapshot less
-/// what left, and the ready count plus what was read less what left.
-pub(crate) fn held_estimate(j: &JobView, ready: u64) -> u64 {
-    if j.state != super::jobs::State::Running {
-        return ready;
-    }
-    let left = match j.action {
-        super::jobs::Action::Export => 0,
-        _ => j.progress.done,
-    };
-    let p = &j.progress;
-    (ready + p.read)
-        .saturating_sub(left)
-        .max(p.total.saturating_sub(left))
 }
 
 /// The body of an action: every field named, none unknown (a misspelt
@@ -300,48 +280,6 @@ mod tests {
 
     fn body(v: Value) -> Result<ActionBody, serde_json::Error> {
         serde_json::from_value(v)
-    }
-
-    fn running(action: Action, total: u64, read: u64, done: u64) -> JobView {
-        JobView {
-            id: 1,
-            action,
-            selection: Default::default(),
-            pipeline: "p".into(),
-            dlq: "p.dlq".into(),
-            state: crate::serve::jobs::State::Running,
-            progress: crate::ops::dlq::Progress {
-                total,
-                read,
-                selected: read,
-                done,
-                failed: 0,
-            },
-            report: None,
-            error: None,
-            started_at: String::new(),
-            elapsed_ms: 0,
-            download: None,
-        }
-    }
-
-    #[test]
-    fn what_the_dlq_holds_counts_what_a_running_job_has_not_removed() {
-        let replay = Action::Replay {
-            rate: None,
-            canary: None,
-            canary_wait_ms: None,
-        };
-        // 100 in the snapshot; the broker sent 60 ahead, 40 read, 30 moved.
-        assert_eq!(held_estimate(&running(replay.clone(), 100, 40, 30), 40), 70);
-        // An export removes nothing: all 100 are still there.
-        assert_eq!(held_estimate(&running(Action::Export, 100, 40, 40), 0), 100);
-        // New dead letters arrived: the ready count says more.
-        assert_eq!(held_estimate(&running(replay.clone(), 100, 100, 100), 7), 7);
-        // A finished job holds nothing.
-        let mut done = running(replay, 100, 100, 100);
-        done.state = crate::serve::jobs::State::Done;
-        assert_eq!(held_estimate(&done, 3), 3);
     }
 
     #[test]

@@ -239,6 +239,29 @@ pub struct JobView {
     pub download: Option<String>,
 }
 
+impl JobView {
+    /// What the DLQ holds while this job runs, from its ready count
+    /// `ready`. A running job holds messages unacked (those it has read,
+    /// and those the broker has sent it ahead), and they are still in the
+    /// DLQ until it removes them: only a replay's and a purge's `done`
+    /// leave; an export removes nothing. Two lower bounds, the larger
+    /// taken: the snapshot less what left, and the ready count plus what
+    /// was read less what left.
+    pub fn dlq_holds(&self, ready: u64) -> u64 {
+        if self.state != State::Running {
+            return ready;
+        }
+        let left = match self.action {
+            Action::Export => 0,
+            _ => self.progress.done,
+        };
+        let p = &self.progress;
+        (ready + p.read)
+            .saturating_sub(left)
+            .max(p.total.saturating_sub(left))
+    }
+}
+
 struct Inner {
     state: State,
     progress: Progress,
@@ -329,19 +352,19 @@ pub struct Jobs {
 impl Jobs {
     /// No jobs yet; exports go to a new private folder under the system's
     /// temporary folder, removed when the server stops.
-    pub fn new() -> crate::error::Result<Self> {
+    pub(crate) fn new() -> Self {
         sweep_stale_exports(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
             "{EXPORT_DIR_PREFIX}{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         ));
-        Ok(Jobs {
+        Jobs {
             list: Mutex::new(Vec::new()),
             next: std::sync::atomic::AtomicU64::new(1),
             tracker: TaskTracker::new(),
             dir,
-        })
+        }
     }
 
     fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Job>>> {
@@ -622,6 +645,48 @@ async fn export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn running(action: Action, total: u64, read: u64, done: u64) -> JobView {
+        JobView {
+            id: 1,
+            action,
+            selection: Default::default(),
+            pipeline: "p".into(),
+            dlq: "p.dlq".into(),
+            state: State::Running,
+            progress: Progress {
+                total,
+                read,
+                selected: read,
+                done,
+                failed: 0,
+            },
+            report: None,
+            error: None,
+            started_at: String::new(),
+            elapsed_ms: 0,
+            download: None,
+        }
+    }
+
+    #[test]
+    fn what_the_dlq_holds_counts_what_a_running_job_has_not_removed() {
+        let replay = Action::Replay {
+            rate: None,
+            canary: None,
+            canary_wait_ms: None,
+        };
+        // 100 in the snapshot; the broker sent 60 ahead, 40 read, 30 moved.
+        assert_eq!(running(replay.clone(), 100, 40, 30).dlq_holds(40), 70);
+        // An export removes nothing: all 100 are still there.
+        assert_eq!(running(Action::Export, 100, 40, 40).dlq_holds(0), 100);
+        // New dead letters arrived: the ready count says more.
+        assert_eq!(running(replay.clone(), 100, 100, 100).dlq_holds(7), 7);
+        // A finished job holds nothing.
+        let mut done = running(replay, 100, 100, 100);
+        done.state = State::Done;
+        assert_eq!(done.dlq_holds(3), 3);
+    }
 
     #[test]
     fn requests_read_from_json_as_the_api_documents_them() {

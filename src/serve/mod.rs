@@ -46,7 +46,7 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     stop: CancellationToken,
 ) -> Result<()> {
-    let app = Arc::new(App::new(opts, stop.clone())?);
+    let app = Arc::new(App::new(opts, stop.clone()));
     let sampler = tokio::spawn(state::sample(app.clone()));
     let router = router(app.clone());
     let served = axum::serve(listener, router)

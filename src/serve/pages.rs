@@ -163,9 +163,9 @@ fn message_url(pipeline: &str, m: &PeekedMessage, group: &str, n: usize) -> Stri
 }
 
 /// A small chart: the DLQ's depth (line) and inflow (bars) over the hour.
-fn chart(app: &App, pipeline: &str) -> Markup {
+fn chart(history: &[crate::core::history::Sample], now_ms: u64) -> Markup {
     let (w, h) = (240.0, 40.0);
-    let c = app.chart(pipeline, w, h);
+    let c = crate::core::history::chart(history, now_ms, w, h);
     html! {
         svg.chart width="240" height="40" viewBox="0 0 240 40" role="img"
             aria-label=(format!("DLQ depth over the last hour, up to {}; inflow up to {} per sample", c.max_depth, c.max_inflow)) {
@@ -217,7 +217,7 @@ fn overview_page(app: &App, o: &Overview) -> Markup {
                             a href=(dlq_url(&p.status.name)) { (p.status.dlq.total()) }
                         }
                         td.num { (opt(p.status.dlq.messages_dlx.or(p.status.main.messages_dlx))) }
-                        td { (chart(app, &p.status.name)) }
+                        td { (chart(&p.history, o.at_ms)) }
                         td.num {
                             (p.inflow_last_hour)
                             @if let Some(id) = p.running_job {
@@ -828,13 +828,7 @@ fn describe_job(j: &JobView) -> String {
         } if message_ids.is_empty() => format!("group {g}"),
         Selection { message_ids, .. } => format!("{} selected messages", message_ids.len()),
     };
-    format!("{} {what} of {}", j.action_verb(), j.dlq)
-}
-
-impl JobView {
-    fn action_verb(&self) -> &'static str {
-        self.action.verb()
-    }
+    format!("{} {what} of {}", j.action.verb(), j.dlq)
 }
 
 fn job_page(app: &App, j: &JobView) -> Markup {

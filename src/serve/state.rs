@@ -141,19 +141,19 @@ pub struct App {
 
 impl App {
     /// A server for `opts`, stopping with `stop`.
-    pub fn new(opts: ServeOptions, stop: CancellationToken) -> Result<Self> {
+    pub fn new(opts: ServeOptions, stop: CancellationToken) -> Self {
         let plan = crate::core::topology::plan(&opts.topology);
-        Ok(App {
+        App {
             csrf: format!("{:032x}", rand::random::<u128>()),
             plan,
             status_conn: tokio::sync::Mutex::new(None),
             history: Mutex::new(HashMap::new()),
             summaries: Mutex::new(HashMap::new()),
             gates: Mutex::new(HashMap::new()),
-            jobs: Jobs::new()?,
+            jobs: Jobs::new(),
             stop,
             opts,
-        })
+        }
     }
 
     /// The pipeline named `name`: 404 naming every pipeline when none is.
@@ -257,9 +257,7 @@ impl App {
                         self.opts.warn_dlq,
                         self.opts.max_dlq,
                     ),
-                    history: h
-                        .map(|h| h.samples().copied().collect())
-                        .unwrap_or_default(),
+                    history: h.map(History::to_vec).unwrap_or_default(),
                     inflow_last_hour: h.map(History::inflow_total).unwrap_or(0),
                     running_job: self.jobs.running_on(&p.name),
                     status: p.clone(),
@@ -278,18 +276,6 @@ impl App {
             read_only: self.opts.read_only,
             at_ms: crate::ops::dlq::now_ms(),
         })
-    }
-
-    /// A chart of the sampled hour of `pipeline`'s DLQ.
-    pub fn chart(&self, pipeline: &str, width: f64, height: f64) -> history::Chart {
-        let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
-        let empty = History::default();
-        history::chart(
-            h.get(pipeline).unwrap_or(&empty),
-            crate::ops::dlq::now_ms(),
-            width,
-            height,
-        )
     }
 
     /// A DLQ command's target on a connection of its own, named
