@@ -240,12 +240,9 @@ pub async fn jobs(State(app): Shared) -> Response {
 /// `GET /api/jobs/{id}`: a job, with `dlq_ready` and `dlq_messages`, its
 /// DLQ's counts now.
 pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
-    let Ok(Path(id)) = path else {
-        return fail(Fail::not_found("no such job: job ids are numbers"));
-    };
-    match app.jobs.get(id) {
-        Some(j) => Json(job_json(&app, j.view()).await).into_response(),
-        None => fail(Fail::not_found(format!("no job {id}"))),
+    match super::job_at(&app, path) {
+        Ok(j) => Json(job_json(&app, j.view()).await).into_response(),
+        Err(f) => fail(f),
     }
 }
 
@@ -261,15 +258,12 @@ pub async fn cancel(
             "send the X-CSRF-Token header or Authorization: Bearer",
         ));
     }
-    let Ok(Path(id)) = path else {
-        return fail(Fail::not_found("no such job: job ids are numbers"));
-    };
-    match app.jobs.get(id) {
-        Some(j) => {
+    match super::job_at(&app, path) {
+        Ok(j) => {
             j.cancel.cancel();
             Json(j.view()).into_response()
         }
-        None => fail(Fail::not_found(format!("no job {id}"))),
+        Err(f) => fail(f),
     }
 }
 

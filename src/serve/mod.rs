@@ -145,6 +145,20 @@ impl From<Error> for Fail {
     }
 }
 
+/// The job a `/jobs/{id}` address names: 404 for an id that is no
+/// number or no job of this server run.
+pub(crate) fn job_at(
+    app: &App,
+    path: Result<axum::extract::Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Result<Arc<jobs::Job>, Fail> {
+    let Ok(axum::extract::Path(id)) = path else {
+        return Err(Fail::not_found("no such job: job ids are numbers"));
+    };
+    app.jobs
+        .get(id)
+        .ok_or_else(|| Fail::not_found(format!("no job {id} (jobs live as long as the server)")))
+}
+
 /// A path segment, percent-encoded (everything but `A-Z a-z 0-9 - . _ ~`,
 /// and the dots too of a segment of dots alone, which a browser would
 /// resolve as `.` or `..`).

@@ -1,0 +1,350 @@
+//! The DLQ's views: the overview of every pipeline, a DLQ's groups, and a
+//! group's messages.
+
+use super::*;
+
+/// A small chart: the DLQ's depth (line) and inflow (bars) over the hour.
+fn chart(history: &[crate::core::history::Sample], now_ms: u64) -> Markup {
+    let (w, h) = (240.0, 40.0);
+    let c = crate::core::history::chart(history, now_ms, w, h);
+    html! {
+        svg.chart width="240" height="40" viewBox="0 0 240 40" role="img"
+            aria-label=(format!("DLQ depth over the last hour, up to {}; inflow up to {} per sample", c.max_depth, c.max_inflow)) {
+            title { "DLQ depth (line, up to " (c.max_depth) ") and inflow (bars, up to " (c.max_inflow) " per sample), last hour" }
+            rect.frame x="0" y="0" width="240" height="40" {}
+            g.inflow {
+                @for (x, y, bh) in &c.inflow_bars {
+                    rect x=(x) y=(y) width="2" height=(bh) {}
+                }
+            }
+            @if !c.depth_points.is_empty() {
+                polyline.depth points=(c.depth_points) {}
+            }
+        }
+    }
+}
+
+fn overview_page(app: &App, o: &Overview) -> Markup {
+    let content = html! {
+        h1 { "Pipelines" }
+        @if let Some(why) = &o.management_unavailable {
+            div.notice { "Unacked counts and messages_dlx are unknown: " (why) }
+        }
+        @if !o.missing.is_empty() {
+            div.error { "Missing: " (o.missing.join(", ")) " — run dlqctl provision." }
+        }
+        table.overview {
+            thead { tr {
+                th { "Pipeline" } th { "Health" }
+                th.num { "Ready" } th.num { "Unacked" } th.num { "Consumers" }
+                th { "Retry tiers" }
+                th.num { "DLQ" } th.num { "messages_dlx" }
+                th { "DLQ, last hour" } th.num { "Inflow (1 h)" }
+            } }
+            tbody {
+                @for p in &o.pipelines {
+                    tr data-pipeline=(p.status.name) data-health=(health_name(p.health)) {
+                        td { a href=(dlq_url(&p.status.name)) { (p.status.name) } }
+                        td { span class=(format!("badge health-{}", health_name(p.health))) { (health_name(p.health)) } }
+                        td.num { (opt(p.status.main.ready)) }
+                        td.num { (opt(p.status.main.unacked)) }
+                        td.num { (opt(p.status.main.consumers)) }
+                        td {
+                            @for t in &p.status.tiers {
+                                span.mono { (t.tier) ": " (opt(t.queue.ready)) } " "
+                            }
+                        }
+                        td.num.dlq-depth data-test="dlq-depth" {
+                            a href=(dlq_url(&p.status.name)) { (p.status.dlq.total()) }
+                        }
+                        td.num { (opt(p.status.dlq.messages_dlx.or(p.status.main.messages_dlx))) }
+                        td { (chart(&p.history, o.at_ms)) }
+                        td.num {
+                            (p.inflow_last_hour)
+                            @if let Some(id) = p.running_job {
+                                br; a href=(format!("/jobs/{id}")) { "job " (id) " running" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p.muted {
+            "Thresholds: warning over " (opt(o.warn_dlq)) ", alert over " (opt(o.max_dlq))
+            " messages (ready + unacked). The chart is sampled every "
+            (every(o.sample_every_ms)) " while this server runs; inflow is the DLQ's growth between samples. Read at "
+            (time(o.at_ms)) "."
+        }
+    };
+    layout(app, "Overview", html! { "Overview" }, content, Some(30_000))
+}
+
+/// An interval as the page says it: `300 ms`, `10 s`, `1.5 s`.
+fn every(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+fn health_name(h: crate::core::history::Health) -> &'static str {
+    match h {
+        crate::core::history::Health::Healthy => "healthy",
+        crate::core::history::Health::Warning => "warning",
+        crate::core::history::Health::Alert => "alert",
+    }
+}
+
+/// `GET /`: every pipeline.
+pub async fn overview(State(app): Shared) -> Response {
+    let page = app
+        .overview()
+        .await
+        .map(|o| overview_page(&app, &o))
+        .map_err(Fail::from);
+    respond(&app, page)
+}
+
+fn summary_page(app: &App, pipeline: &str, s: &CachedSummary) -> Markup {
+    let r = &s.report;
+    let content = html! {
+        h1 { "DLQ " span.mono { (r.queue) } }
+        @if let Some(why) = &s.stale_because {
+            div.notice data-test="stale" { "Showing the summary of " (time(s.at_ms)) ": " (why) }
+        }
+        @if let Some(id) = app.jobs.running_on(pipeline) {
+            div.notice { a href=(format!("/jobs/{id}")) { "Job " (id) } " is working on this DLQ." }
+        }
+        dl.facts {
+            dt { "Messages" } dd data-test="snapshot" { (r.snapshot) }
+            dt { "Groups" } dd { (r.groups.len()) }
+            dt { "Read at" } dd { (time(s.at_ms)) }
+        }
+        h2 { "Groups" }
+        @if r.groups.is_empty() {
+            p.muted data-test="empty" { "The DLQ is empty." }
+        } @else {
+            table.groups {
+                thead { tr {
+                    th { "Group" } th { "Reason" } th { "Error" } th.num { "Messages" }
+                    th { "First seen" } th { "Last seen" } th { "From" }
+                } }
+                tbody {
+                    @for g in &r.groups {
+                        tr data-group=(g.id) {
+                            td { a.mono href=(group_url(pipeline, &g.id)) { (g.id) } }
+                            td { (opt(g.reason.as_deref())) }
+                            td.mono.cut title=(g.fingerprint) { (g.fingerprint) }
+                            td.num data-test="count" { (g.count) }
+                            td { (opt(g.first_dead_lettered_at.as_deref())) }
+                            td { (opt(g.last_dead_lettered_at.as_deref())) }
+                            td.mono { (opt(g.source_queue.as_deref())) }
+                        }
+                    }
+                }
+            }
+        }
+        @if !app.opts.read_only && r.snapshot > 0 {
+            form.actions method="post" action=(format!("{}/actions", dlq_url(pipeline))) {
+                (csrf_field(app))
+                input type="hidden" name="scope" value="all";
+                button.secondary type="submit" name="action" value="export" { "Export the whole DLQ (JSONL)" }
+            }
+        }
+    };
+    let crumbs = html! { a href="/" { "Overview" } " / " (pipeline) };
+    layout(app, &format!("DLQ {}", r.queue), crumbs, content, None)
+}
+
+/// `GET /pipelines/{pipeline}`: the DLQ's groups.
+pub async fn dlq(State(app): Shared, path: Result<Path<String>, PathRejection>) -> Response {
+    let page = async {
+        let Path(pipeline) = path.map_err(bad_path)?;
+        let p = app.pipeline(&pipeline)?;
+        let s = app.summary(p).await?;
+        Ok(summary_page(&app, &p.name, &s))
+    }
+    .await;
+    respond(&app, page)
+}
+
+/// `?page=N` of a group.
+#[derive(Debug, serde::Deserialize)]
+pub struct PageQuery {
+    page: Option<u16>,
+}
+
+/// The replay options and the three actions' buttons, for a group or the
+/// selected messages.
+fn action_fields(app: &App, count: u64, group: &str) -> Markup {
+    html! {
+        (csrf_field(app))
+        input type="hidden" name="group" value=(group);
+        input type="hidden" name="expected" value=(count);
+        div.actions {
+            fieldset {
+                legend { "Replay options" }
+                label { "Rate (msg/s)" input type="number" name="rate" min="0.1" step="any" placeholder="unlimited"; }
+                label { "Canary (messages)" input type="number" name="canary" min="1" step="1" placeholder="none"; }
+            }
+            fieldset {
+                legend { "The whole group (" (count) ")" }
+                button type="submit" name="action" value="replay-group" data-test="replay-group" { "Replay group" }
+                " "
+                button.secondary type="submit" name="action" value="export-group" { "Export group" }
+            }
+            fieldset {
+                legend { "Selected messages (" span data-field="selected-count" { "0" } ")" }
+                button type="submit" name="action" value="replay-selected" { "Replay selected" }
+                " "
+                button.secondary type="submit" name="action" value="export-selected" { "Export selected" }
+            }
+            fieldset {
+                legend { "Purge (no copy is kept)" }
+                label { "Type the count to confirm" input type="text" name="confirm" inputmode="numeric" autocomplete="off"; }
+                button.danger type="submit" name="action" value="purge-group" { "Purge group" }
+                " "
+                button.danger type="submit" name="action" value="purge-selected" { "Purge selected" }
+            }
+        }
+    }
+}
+
+fn group_page(
+    app: &App,
+    pipeline: &str,
+    (g, counted): (&crate::core::dlq::Group, &CachedSummary),
+    page: u16,
+    messages: &[PeekedMessage],
+    more: bool,
+) -> Markup {
+    let first = usize::from(page) * usize::from(PAGE_SIZE);
+    // An id that more than one message of the page carries opens by place.
+    let mut seen = std::collections::HashMap::<&str, usize>::new();
+    for m in messages {
+        if let Some(id) = &m.message_id {
+            *seen.entry(id.as_str()).or_default() += 1;
+        }
+    }
+    let link = |m: &PeekedMessage, n: usize| match &m.message_id {
+        Some(id) if seen.get(id.as_str()).copied().unwrap_or(0) > 1 => format!(
+            "/pipelines/{}/message?group={}&n={n}",
+            seg(pipeline),
+            query_value(&g.id)
+        ),
+        _ => message_url(pipeline, m, &g.id, n),
+    };
+    let rows = html! {
+        table {
+            thead { tr {
+                th { @if !app.opts.read_only { input.select-all type="checkbox" aria-label="select all on this page"; } }
+                th { "#" } th { "Message id" } th { "Dead-lettered" } th.num { "Attempts" } th { "Last error" } th { "Body" }
+            } }
+            tbody {
+                @for (i, m) in messages.iter().enumerate() {
+                    tr data-test="message" {
+                        td {
+                            @if !app.opts.read_only {
+                                @if let Some(id) = &m.message_id {
+                                    input type="checkbox" name="message_id" value=(id);
+                                } @else {
+                                    input type="checkbox" disabled title="no message id: select it with its group";
+                                }
+                            }
+                        }
+                        td.num { (first + i + 1) }
+                        td.mono { a href=(link(m, first + i)) { (opt(m.message_id.as_deref())) } }
+                        td { (opt(m.described.dead_lettered_at.as_deref())) }
+                        td.num { (opt(m.described.attempts)) }
+                        td.mono.cut { (opt(m.described.last_error.as_deref())) }
+                        td.mono.cut { (crate::core::dlq::body_preview(&body_bytes(m), 60)) }
+                    }
+                }
+            }
+        }
+    };
+    let content = html! {
+        h1 { "Group " span.mono { (g.id) } }
+        @if let Some(why) = &counted.stale_because {
+            div.notice data-test="stale" { "The count is from " (time(counted.at_ms)) ": " (why) }
+        }
+        dl.facts {
+            dt { "Reason" } dd { (opt(g.reason.as_deref())) }
+            dt { "Error" } dd.mono { (g.fingerprint) }
+            dt { "Messages" } dd data-test="group-count" { (g.count) }
+            dt { "Counted at" } dd { (time(counted.at_ms)) }
+            dt { "First seen" } dd { (opt(g.first_dead_lettered_at.as_deref())) }
+            dt { "Last seen" } dd { (opt(g.last_dead_lettered_at.as_deref())) }
+            dt { "From" } dd.mono { (opt(g.source_queue.as_deref())) }
+        }
+        @if app.opts.read_only {
+            (rows)
+        } @else {
+            form.messages method="post" action=(format!("{}/actions", dlq_url(pipeline))) {
+                (action_fields(app, g.count, &g.id))
+                (rows)
+            }
+        }
+        div.pager {
+            @if page > 0 {
+                a href=(format!("{}?page={}", group_url(pipeline, &g.id), page - 1)) { "← previous" }
+            }
+            span.muted { "page " (page + 1) }
+            @if more {
+                a href=(format!("{}?page={}", group_url(pipeline, &g.id), page + 1)) { "next →" }
+            }
+        }
+    };
+    let crumbs = html! {
+        a href="/" { "Overview" } " / " a href=(dlq_url(pipeline)) { (pipeline) } " / " (g.id)
+    };
+    layout(app, &format!("Group {}", g.id), crumbs, content, None)
+}
+
+/// `GET /pipelines/{pipeline}/groups/{group}?page=N`: a page of a group's
+/// messages.
+pub async fn group(
+    State(app): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Response {
+    let page = async {
+        let Path((pipeline, group)) = path.map_err(bad_path)?;
+        let Query(q) = query.map_err(bad_query)?;
+        let p = app.pipeline(&pipeline)?;
+        let Some((g, counted)) = app.group(p, &group).await? else {
+            return Err(Fail::not_found(format!(
+                "{} holds no group {group} now (replayed or purged?)",
+                p.dead_letter.queue
+            )));
+        };
+        let page = q.page.unwrap_or(0);
+        let skip = u32::from(page) * u32::from(PAGE_SIZE);
+        if skip + u32::from(PAGE_SIZE) > u32::from(crate::ops::dlq::MAX_PEEK) {
+            return Err(Fail::bad_request(format!(
+                "the page shows the first {} messages of a group; export it for the rest",
+                crate::ops::dlq::MAX_PEEK
+            )));
+        }
+        let selector = Selector {
+            group: Some(g.id.clone()),
+            ..Selector::default()
+        };
+        let mut r = app.peek(p, &selector, skip as u16, PAGE_SIZE + 1).await?;
+        let more = r.messages.len() > usize::from(PAGE_SIZE);
+        r.messages.truncate(usize::from(PAGE_SIZE));
+        Ok(group_page(
+            &app,
+            &p.name,
+            (&g, &counted),
+            page,
+            &r.messages,
+            more,
+        ))
+    }
+    .await;
+    respond(&app, page)
+}
