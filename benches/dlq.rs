@@ -29,10 +29,7 @@ const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const MGMT: &str = "http://127.0.0.1:15672/api";
 
 fn n() -> usize {
-    std::env::var("BENCH_DLQ_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000)
+    common::env_number("BENCH_DLQ_N", 100_000)
 }
 
 /// Wall time and peak RSS (KiB) of a finished child.
@@ -184,10 +181,7 @@ async fn main() {
 
     println!("# dlq bench: N = {n} messages (~200 bytes, dlqctl headers), quorum queues");
     println!("\n## replay of N to the main queue vs a dynamic shovel (src-delete-after: queue-length, on-confirm)");
-    let rounds = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let rounds = common::env_number("BENCH_ROUNDS", 2);
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         fill(&conn, &dlq, n).await;

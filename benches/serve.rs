@@ -29,10 +29,7 @@ use std::time::{Duration, Instant};
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 fn n() -> usize {
-    std::env::var("BENCH_SERVE_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+    common::env_number("BENCH_SERVE_N", 10_000)
 }
 
 const TIMEOUT: &str = "POST https://payments.example/charge: timeout after 5000 ms";
@@ -186,10 +183,7 @@ async fn main() {
         "# serve bench: a {n}-message group replayed from the page vs `dlqctl dlq replay --group`; \
          the DLQ also holds 1,000 of another group"
     );
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let rounds: usize = common::env_number("BENCH_ROUNDS", 2);
     let mut ratios = Vec::new();
     let mut clicked = Vec::new();
     let chromium = browser().await;

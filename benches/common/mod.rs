@@ -115,3 +115,12 @@ impl BenchPipeline {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The number in environment variable `name`, or `default` when it is
+/// unset or not a number.
+pub fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -177,15 +177,13 @@ async fn replaying_a_group_from_the_api_moves_that_group_only_and_reports_like_t
     let f = Fixture::new(3, |_| {}, two_groups(12, 4)).await;
     let s = Served::start(&f.file, &[] as &[&str]).await;
     let g = group_of(&s, &f.pipe.name, "exhausted").await;
-    let started = s
-        .post_json(
-            &format!("/api/pipelines/{}/replay", f.pipe.name),
+    let id = s
+        .start_job(
+            &f.pipe.name,
+            "replay",
             json!({ "group": g["id"], "rate": 1000 }),
         )
-        .await
-        .expect(202)
-        .json();
-    let id = started["id"].as_u64().expect("a job id");
+        .await;
     let j = s.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(j["state"], "done", "{j}");
     assert_eq!(j["report"]["moved"], 12, "{j}");
@@ -198,17 +196,14 @@ async fn replaying_a_group_from_the_api_moves_that_group_only_and_reports_like_t
     let all = s.get("/api/jobs").await.expect(200).json();
     assert_eq!(all[0]["id"], id);
     // Selected messages, by id.
-    let started = s
-        .post_json(
-            &format!("/api/pipelines/{}/replay", f.pipe.name),
+    let id = s
+        .start_job(
+            &f.pipe.name,
+            "replay",
             json!({ "message_ids": ["p-1", "p-3"] }),
         )
-        .await
-        .expect(202)
-        .json();
-    let j = s
-        .wait_job(started["id"].as_u64().unwrap(), JOB_DEADLINE)
         .await;
+    let j = s.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(j["report"]["moved"], 2, "{j}");
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(2));
 }
@@ -332,15 +327,9 @@ async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_su
     s.get(&format!("/api/pipelines/{}/summary", f.pipe.name))
         .await
         .expect(200);
-    let slow = s
-        .post_json(
-            &format!("/api/pipelines/{}/replay", f.pipe.name),
-            json!({ "all": true, "rate": 20 }),
-        )
-        .await
-        .expect(202)
-        .json();
-    let id = slow["id"].as_u64().unwrap();
+    let id = s
+        .start_job(&f.pipe.name, "replay", json!({ "all": true, "rate": 20 }))
+        .await;
     let second = s
         .post_json(
             &format!("/api/pipelines/{}/export", f.pipe.name),
@@ -351,15 +340,7 @@ async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_su
         .json();
     assert_eq!(second["job"], id, "{second}");
     // Reads while the job holds the DLQ: the last summary, marked stale.
-    crate::helpers::eventually(
-        "the job to hold the lock",
-        Duration::from_secs(20),
-        || async {
-            let j = s.get(&format!("/api/jobs/{id}")).await.expect(200).json();
-            (j["progress"]["done"].as_u64().unwrap_or(0) > 0).then_some(())
-        },
-    )
-    .await;
+    s.wait_moving(id).await;
     let stale = s
         .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
         .await
@@ -397,20 +378,10 @@ async fn sigterm_stops_a_running_job_after_its_copies_in_flight_and_exits_0() {
     let n = 200;
     let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
     let mut s = Served::start(&f.file, &[] as &[&str]).await;
-    let started = s
-        .post_json(
-            &format!("/api/pipelines/{}/replay", f.pipe.name),
-            json!({ "all": true, "rate": 20 }),
-        )
-        .await
-        .expect(202)
-        .json();
-    let id = started["id"].as_u64().unwrap();
-    crate::helpers::eventually("the job to move some", Duration::from_secs(20), || async {
-        let j = s.get(&format!("/api/jobs/{id}")).await.expect(200).json();
-        (j["progress"]["done"].as_u64().unwrap_or(0) > 0).then_some(())
-    })
-    .await;
+    let id = s
+        .start_job(&f.pipe.name, "replay", json!({ "all": true, "rate": 20 }))
+        .await;
+    s.wait_moving(id).await;
     s.signal(libc::SIGTERM);
     assert_eq!(
         s.wait_exit(Duration::from_secs(30)).await,
@@ -855,17 +826,10 @@ async fn ticking_one_id_takes_one_message_even_when_several_share_it() {
     }
     let f = Fixture::new(3, |_| {}, msgs).await;
     let s = Served::start(&f.file, &[] as &[&str]).await;
-    let started = s
-        .post_json(
-            &format!("/api/pipelines/{}/export", f.pipe.name),
-            json!({ "message_ids": ["dup"] }),
-        )
-        .await
-        .expect(202)
-        .json();
-    let j = s
-        .wait_job(started["id"].as_u64().unwrap(), JOB_DEADLINE)
+    let id = s
+        .start_job(&f.pipe.name, "export", json!({ "message_ids": ["dup"] }))
         .await;
+    let j = s.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(j["report"]["written"], 1, "{j}");
     // The group page opens messages sharing an id by their place.
     let g = group_of(&s, &f.pipe.name, "permanent").await;
@@ -887,15 +851,9 @@ async fn a_cancelled_export_offers_no_download() {
     let n = 3000;
     let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
     let s = Served::start(&f.file, &[] as &[&str]).await;
-    let started = s
-        .post_json(
-            &format!("/api/pipelines/{}/export", f.pipe.name),
-            json!({ "all": true }),
-        )
-        .await
-        .expect(202)
-        .json();
-    let id = started["id"].as_u64().unwrap();
+    let id = s
+        .start_job(&f.pipe.name, "export", json!({ "all": true }))
+        .await;
     s.post_json(&format!("/api/jobs/{id}/cancel"), json!({}))
         .await
         .expect(200);

@@ -175,6 +175,30 @@ impl Served {
         .await
     }
 
+    /// Starts a job through the API (`POST /api/pipelines/PIPELINE/VERB`
+    /// with `body`), expecting 202; its id.
+    pub async fn start_job(&self, pipeline: &str, verb: &str, body: Value) -> u64 {
+        let started = self
+            .post_json(&format!("/api/pipelines/{pipeline}/{verb}"), body)
+            .await
+            .expect(202)
+            .json();
+        started["id"].as_u64().expect("a job id")
+    }
+
+    /// Waits until job `id` has done some of its work (it holds the DLQ).
+    pub async fn wait_moving(&self, id: u64) {
+        crate::helpers::eventually("the job to move some", Duration::from_secs(20), || async {
+            let j = self
+                .get(&format!("/api/jobs/{id}"))
+                .await
+                .expect(200)
+                .json();
+            (j["progress"]["done"].as_u64().unwrap_or(0) > 0).then_some(())
+        })
+        .await;
+    }
+
     /// Polls job `id` until it is no longer running; its JSON.
     pub async fn wait_job(&self, id: u64, deadline: Duration) -> Value {
         let start = Instant::now();
