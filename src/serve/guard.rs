@@ -36,7 +36,7 @@ fn refuse(status: StatusCode, api: bool, message: &str) -> Response {
     }
 }
 
-fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -62,21 +62,16 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
     }
     let is_asset = ASSETS.contains(&path.as_str());
     let is_get = req.method() == Method::GET || req.method() == Method::HEAD;
-    if !web_guard::fetch_allowed(
-        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
-        headers.get("sec-fetch-mode").and_then(|v| v.to_str().ok()),
-        headers.get("sec-fetch-dest").and_then(|v| v.to_str().ok()),
-        is_get,
-        is_asset,
-    ) {
+    let site = header_str(headers, "sec-fetch-site");
+    let mode = header_str(headers, "sec-fetch-mode");
+    let dest = header_str(headers, "sec-fetch-dest");
+    if !web_guard::fetch_allowed(site, mode, dest, is_get, is_asset) {
         return secure(refuse(
             StatusCode::FORBIDDEN,
             api,
             "this request comes from another site's page: refused (open the page itself)",
         ));
     }
-    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    let mode = headers.get("sec-fetch-mode").and_then(|v| v.to_str().ok());
     if is_get && web_guard::asks_to_continue(site, mode, &path) {
         let target = req
             .uri()
