@@ -49,7 +49,7 @@ impl Proc {
             .args(args)
             .arg("--")
             .arg(script)
-            .env("AMQP_URL", crate::helpers::amqp_url())
+            .envs(crate::helpers::broker_env())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

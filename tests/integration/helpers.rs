@@ -35,6 +35,16 @@ pub fn management_url() -> String {
     std::env::var("DLQCTL_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
 }
 
+/// The environment of every dlqctl process a test starts: the broker
+/// under test, over AMQP and its management API (never the defaults, which
+/// may belong to another broker).
+pub fn broker_env() -> [(&'static str, String); 2] {
+    [
+        ("AMQP_URL", amqp_url()),
+        ("DLQCTL_MANAGEMENT_URL", management_url()),
+    ]
+}
+
 /// What to do when no broker answers.
 pub const START_HINT: &str = "start a local RabbitMQ with `rabbitmq-server -detached` \
 (management plugin: `rabbitmq-plugins enable rabbitmq_management`), \
@@ -107,6 +117,65 @@ impl Broker {
             );
         }
         Broker { conn, mgmt }
+    }
+
+    /// The broker's version (`rabbitmq_version` of the management API's
+    /// overview) as (major, minor): tests whose broker behaviour differs
+    /// by version read it instead of assuming the machine's broker.
+    pub async fn version(&self) -> (u32, u32) {
+        let overview = self.mgmt.get(&["overview"]).await.expect("an overview");
+        let text = overview["rabbitmq_version"].as_str().unwrap_or_default();
+        let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor),
+            _ => panic!("the management API reports no usable rabbitmq_version: {overview}"),
+        }
+    }
+
+    /// The largest body this broker takes, up to `want` bytes, asked of the
+    /// broker itself: a body of `want` bytes is published (unroutable, not
+    /// mandatory, so nothing is stored); a broker whose `max_message_size`
+    /// is lower closes the channel naming its limit ("message size N is
+    /// larger than configured max size M"), and M is returned. RabbitMQ 4.x
+    /// defaults to 16 MiB, 3.10 to 128 MiB.
+    pub async fn largest_body(&self, want: usize) -> usize {
+        let ch = self.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let body = vec![0u8; want];
+        let outcome = match ch
+            .basic_publish(
+                "".into(),
+                "dlqctl-test-size-probe-routes-nowhere".into(),
+                BasicPublishOptions::default(),
+                &body,
+                BasicProperties::default(),
+            )
+            .await
+        {
+            Ok(confirm) => confirm.await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => {
+                let _ = ch.close(200, "bye".into()).await;
+                want
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let limit = text
+                    .split("configured max size ")
+                    .nth(1)
+                    .and_then(|rest| {
+                        let digits: String =
+                            rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+                        digits.parse::<usize>().ok()
+                    })
+                    .unwrap_or_else(|| panic!("a {want}-byte probe publish failed: {text}"));
+                limit.min(want)
+            }
+        }
     }
 
     /// A fresh channel (a 404/406 closes a channel, so tests use one per step).
@@ -563,16 +632,16 @@ impl Run {
     }
 }
 
-/// Runs the built `dlqctl` with `args` as a user would, with `AMQP_URL`
-/// set to [`amqp_url`] (a `--url` in `args` wins) and `RUST_LOG` unset.
+/// Runs the built `dlqctl` with `args` as a user would, with the broker
+/// under test ([`broker_env`]; a `--url` in `args` wins) and `RUST_LOG`
+/// unset.
 /// Kills it and panics after `timeout`.
 pub async fn dlqctl<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Run {
     let start = Instant::now();
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
         .args(args)
-        .env("AMQP_URL", amqp_url())
+        .envs(broker_env())
         .env_remove("RUST_LOG")
-        .env_remove("DLQCTL_MANAGEMENT_URL")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -1,7 +1,6 @@
 //! A running `dlqctl serve` for the web page's tests, and an HTTP client
 //! that speaks to it as a browser or a script would.
 
-use crate::helpers::amqp_url;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::path::Path;
@@ -59,8 +58,7 @@ impl Served {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(args)
-            .env("AMQP_URL", amqp_url())
-            .env("DLQCTL_MANAGEMENT_URL", crate::helpers::management_url())
+            .envs(crate::helpers::broker_env())
             .env_remove("DLQCTL_AUTH_TOKEN")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

@@ -50,17 +50,42 @@ async fn run(args: &[&str]) -> Run {
 
 /// The TLS node's AMQPS address, trusting its CA.
 fn amqps_trusting_the_ca(dir: &Path) -> dlqctl::amqp::BrokerUrl {
-    let tls = dlqctl::amqp::connection::Tls::from_files(Some(&dir.join("ca.pem")), None, None)
+    amqps_trusting(AMQPS, &dir.join("ca.pem"))
+}
+
+/// An AMQPS address, trusting the CA in `ca`.
+fn amqps_trusting(url: &str, ca: &Path) -> dlqctl::amqp::BrokerUrl {
+    let tls = dlqctl::amqp::connection::Tls::from_files(Some(ca), None, None)
         .expect("the test CA reads")
         .expect("TLS settings");
-    dlqctl::amqp::BrokerUrl::parse(AMQPS)
+    dlqctl::amqp::BrokerUrl::parse(url)
         .expect("the AMQPS URL")
         .with_tls(std::sync::Arc::new(tls))
 }
 
+/// Where the round trip over AMQPS goes: the AMQPS listener of the broker
+/// under test when the environment names one (`DLQCTL_AMQPS_URL` with the
+/// CA that signed its certificate in `DLQCTL_TLS_CA`, as
+/// `tests/rabbitmq-4.sh` prints), else the TLS node of `tests/tls-node.sh`.
+/// Returns the AMQPS URL, the CA file and the management API.
+fn amqps_target() -> (String, PathBuf, String) {
+    match std::env::var("DLQCTL_AMQPS_URL") {
+        Ok(url) => {
+            let ca = std::env::var("DLQCTL_TLS_CA")
+                .expect("DLQCTL_TLS_CA: the CA of the broker named by DLQCTL_AMQPS_URL");
+            (url, PathBuf::from(ca), crate::helpers::management_url())
+        }
+        Err(_) => (AMQPS.into(), node().join("ca.pem"), MGMT.into()),
+    }
+}
+
 /// Deletes the pipeline's objects on the TLS node.
 async fn cleanup(dir: &Path, name: &str) {
-    let url = amqps_trusting_the_ca(dir);
+    cleanup_at(&amqps_trusting_the_ca(dir), name).await;
+}
+
+/// Deletes the pipeline's objects through `url`.
+async fn cleanup_at(url: &dlqctl::amqp::BrokerUrl, name: &str) {
     let conn = url
         .connect("dlqctl tls test cleanup")
         .await
@@ -83,16 +108,17 @@ async fn cleanup(dir: &Path, name: &str) {
 
 #[tokio::test]
 async fn every_command_works_over_amqps_with_a_private_ca() {
-    let dir = node();
+    let (amqps, ca_file, mgmt) = amqps_target();
     let scratch = Scratch::new();
     let (t, name) = topology(&scratch);
-    let ca = file(&dir, "ca.pem");
-    let tls = ["--url", AMQPS, "--tls-ca", &ca];
+    let ca = ca_file.display().to_string();
+    let (amqps, mgmt) = (amqps.as_str(), mgmt.as_str());
+    let tls = ["--url", amqps, "--tls-ca", &ca];
     run(&[&["provision", &t][..], &tls].concat())
         .await
         .assert_code(0);
     let check = run(&[
-        &["provision", &t, "--check", "--management-url", MGMT][..],
+        &["provision", &t, "--check", "--management-url", mgmt][..],
         &tls,
     ]
     .concat())
@@ -100,7 +126,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
     check.assert_code(0);
     assert!(!check.stdout.contains("unverified"), "{}", check.stdout);
     let status = run(&[
-        &["status", &t, "--json", "--management-url", MGMT][..],
+        &["status", &t, "--json", "--management-url", mgmt][..],
         &tls,
     ]
     .concat())
@@ -120,7 +146,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
         &name,
         &[
             "--url",
-            AMQPS,
+            amqps,
             "--tls-ca",
             &ca,
             "--",
@@ -128,7 +154,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
         ],
     );
     w.wait_consuming().await;
-    let url = amqps_trusting_the_ca(&dir);
+    let url = amqps_trusting(amqps, &ca_file);
     let conn = url.connect("dlqctl tls test").await.unwrap();
     let ch = conn.create_channel().await.unwrap();
     ch.basic_publish(
@@ -144,7 +170,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
     assert_eq!(d[0]["decision"], "ack", "{d:?}");
     w.stop().await;
     let _ = conn.close(200, "bye".into()).await;
-    cleanup(&dir, &name).await;
+    cleanup_at(&url, &name).await;
 }
 
 #[tokio::test]

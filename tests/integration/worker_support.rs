@@ -293,7 +293,7 @@ impl WorkerProc {
             .arg("--queue")
             .arg(queue)
             .args(args)
-            .env("AMQP_URL", crate::helpers::amqp_url())
+            .envs(crate::helpers::broker_env())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
