@@ -20,7 +20,8 @@ pub const REPLAY_ID_HEADER: &str = "dlqctl-replay-id";
 /// As the worker's copies: a `user_id` other than the connection's user is
 /// dropped (the broker would refuse it), `expiration` is not copied and
 /// `delivery_mode` is 2. The headers lose the broker's history (`x-death`,
-/// `x-first-death-*`, `x-last-death-*`, `x-delivery-count`) and
+/// `x-first-death-*`, `x-last-death-*`, `x-delivery-count`,
+/// `x-acquired-count`) and
 /// `dlqctl-attempt`, so the copy starts again at attempt 1; every other
 /// header is kept (the error history, `dlqctl-reason`, ...), and
 /// `dlqctl-replayed` (previous count + 1), `dlqctl-replayed-at` and
@@ -141,6 +142,7 @@ mod tests {
             AMQPValue::LongString("q".into()),
         );
         h.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
+        h.insert("x-acquired-count".into(), AMQPValue::LongLongInt(4));
         h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(4));
         h.insert(
             "dlqctl-errors".into(),
@@ -174,6 +176,7 @@ mod tests {
             "x-first-death-reason",
             "x-last-death-queue",
             "x-delivery-count",
+            "x-acquired-count",
             ATTEMPT_HEADER,
         ] {
             assert!(!keys.contains(&gone), "{gone} kept: {keys:?}");

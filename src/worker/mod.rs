@@ -28,7 +28,7 @@ use crate::handler::Handler;
 use crate::worker::metrics::{Metrics, QueueCounters};
 use delivery::DeliveryTask;
 use futures_util::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
 use std::collections::HashSet;
@@ -360,6 +360,8 @@ impl<H: Handler> Worker<H> {
                     .is_err()
                 {
                     warn!(queue = %p.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
+                } else {
+                    return_unstarted(&consume).await;
                 }
             }
             SessionEnd::Lost(_) => {
@@ -421,6 +423,31 @@ impl<H: Handler> Worker<H> {
                 }
             }
         }
+    }
+}
+
+/// Hands back, with one `basic.nack(multiple, requeue)` of delivery tag 0,
+/// every delivery still unacked on the consuming channel once no handler
+/// runs any more: those prefetched but never started, and the one taken
+/// as the stop came. Closing the connection would return them too, but
+/// RabbitMQ 4.3 counts a delivery returned by a close as a failed one
+/// (`x-delivery-count` + 1, toward the quorum queue's `delivery_limit`)
+/// and one returned by `nack(requeue)` not, so a worker's restarts do not
+/// dead-letter messages no handler saw. Up to 4.2 both count.
+async fn return_unstarted(consume: &Channel) {
+    let nack = consume.basic_nack(
+        0,
+        BasicNackOptions {
+            multiple: true,
+            requeue: true,
+        },
+    );
+    match tokio::time::timeout(Duration::from_secs(5), nack).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            debug!(error = %describe_lapin_error(&e), "returning unstarted deliveries failed; closing returns them")
+        }
+        Err(_) => debug!("returning unstarted deliveries timed out; closing returns them"),
     }
 }
 

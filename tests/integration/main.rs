@@ -3,6 +3,7 @@
 
 mod alerts;
 mod bad_input;
+mod broker_versions;
 mod chaos_support;
 mod ci_examples;
 mod cli_io;

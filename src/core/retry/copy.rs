@@ -171,10 +171,13 @@ pub(crate) fn kept_properties(
 }
 
 /// Headers the broker writes about deaths and deliveries; a copy that kept
-/// them would hand an old history back (see rabbitmq-facts.md).
+/// them would hand an old history back (see rabbitmq-facts.md). RabbitMQ
+/// 4.3 adds `x-acquired-count` (every hand-off to a consumer) beside
+/// `x-delivery-count` (failed deliveries only, from 4.3).
 pub(crate) fn is_broker_history(key: &str) -> bool {
     key == X_DEATH
         || key == "x-delivery-count"
+        || key == "x-acquired-count"
         || key.starts_with("x-first-death-")
         || key.starts_with("x-last-death-")
 }

@@ -10,13 +10,14 @@
 //!   queue, time, exchange, routing-keys, original-expiration),
 //!   `x-first-death-{exchange,queue,reason}`, from 3.13
 //!   `x-last-death-{exchange,queue,reason}`, and on a quorum queue
-//!   `x-delivery-count`. With every name at its 255-byte maximum these take
-//!   2,395 bytes; [`BROKER_DEAD_LETTER_RESERVE`] keeps 4 KiB free for them,
+//!   `x-delivery-count` (and from 4.3 `x-acquired-count`). With every name
+//!   at its 255-byte maximum these take 2,421 bytes; [`BROKER_DEAD_LETTER_RESERVE`] keeps 4 KiB free for them,
 //!   plus the size of a `CC` header again (its routing keys are listed in
 //!   `routing-keys` too);
 //! - a **dead-letter copy** goes to the DLX by a plain publish, which adds
 //!   no `x-death`; [`DELIVERY_RESERVE`] keeps room for a quorum DLQ's
-//!   `x-delivery-count` (26 bytes) when `peek` or `replay` read it.
+//!   `x-delivery-count` and `x-acquired-count` (26 bytes each) when `peek`
+//!   or `replay` read it.
 //!
 //! When a copy is too large, dlqctl's own history goes first:
 //! `dlqctl-errors` loses its oldest entries (then the header), then
@@ -43,12 +44,13 @@ use crate::core::text::truncate_utf8;
 pub const HEADER_FRAME_OVERHEAD: usize = 20;
 
 /// Room a retry copy leaves below `frame_max` for what the broker adds
-/// when its tier dead-letters it (2,395 bytes at most, see the module
+/// when its tier dead-letters it (2,421 bytes at most, see the module
 /// documentation), with margin.
 pub const BROKER_DEAD_LETTER_RESERVE: usize = 4096;
 
 /// Room a dead-letter copy leaves below `frame_max` for what the broker
-/// adds when it delivers it (`x-delivery-count`, 26 bytes), with margin.
+/// adds when it delivers it (`x-delivery-count`, 26 bytes, and from 4.3
+/// `x-acquired-count`, 26 bytes), with margin.
 pub const DELIVERY_RESERVE: usize = 256;
 
 /// The encoded size of `props` as the properties of a content-header frame:
@@ -454,8 +456,15 @@ mod tests {
         let entries = table_size(&added) - 4;
         assert_eq!(entries, 2395);
         assert!(entries <= BROKER_DEAD_LETTER_RESERVE);
-        // A quorum DLQ's x-delivery-count fits the delivery reserve.
-        assert!(entry_size("x-delivery-count", &AMQPValue::LongLongInt(1)) <= DELIVERY_RESERVE);
+        // RabbitMQ 4.3 also counts every hand-off.
+        added.insert("x-acquired-count".into(), AMQPValue::LongLongInt(1));
+        let entries = table_size(&added) - 4;
+        assert_eq!(entries, 2421);
+        assert!(entries <= BROKER_DEAD_LETTER_RESERVE);
+        // A quorum DLQ's delivery counters fit the delivery reserve.
+        let counters = entry_size("x-delivery-count", &AMQPValue::LongLongInt(1))
+            + entry_size("x-acquired-count", &AMQPValue::LongLongInt(1));
+        assert!(counters <= DELIVERY_RESERVE);
     }
 
     #[test]

@@ -788,6 +788,7 @@ fn copies_strip_the_broker_history_and_keep_other_headers() {
         ("x-last-death-reason", ls("expired")),
         ("x-last-death-exchange", ls("orders.retry")),
         ("x-delivery-count", AMQPValue::LongLongInt(3)),
+        ("x-acquired-count", AMQPValue::LongLongInt(5)),
         ("x-deathly", ls("kept")),
         ("x-custom", AMQPValue::LongLongInt(9)),
         ("trace", ls("t-1")),
@@ -807,6 +808,7 @@ fn copies_strip_the_broker_history_and_keep_other_headers() {
             "x-last-death-reason",
             "x-last-death-exchange",
             "x-delivery-count",
+            "x-acquired-count",
         ] {
             assert!(!keys.contains(&gone), "{gone} kept");
         }
