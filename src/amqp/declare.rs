@@ -228,7 +228,7 @@ fn refused(pool: &Pool<'_>, t: Target<'_>, e: &lapin::Error) -> Result<Vec<Findi
         message =
             format!(
             "{message}: declaring a{} {} needs the configure permission on its name; user `{}` \
-             lacks it in this virtual host (see README, \"Permissions\")",
+             lacks it in this virtual host (see docs/production.md, \"Permissions\")",
             if t.object().as_str().starts_with('e') { "n" } else { "" },
             t.object().as_str(),
             pool.conn.status().username()

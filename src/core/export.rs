@@ -1,6 +1,5 @@
 //! The lossless JSON Lines form of one AMQP message: what `dlq export`
-//! writes and `dlq replay --from-file` reads back (README, "Export
-//! format"). One JSON object per line:
+//! writes and `dlq replay --from-file` reads back (docs/export-format.md). One JSON object per line:
 //!
 //! - `format` (`dlqctl-export/1`), `queue` (read from), `exchange`,
 //!   `routing_key`, `redelivered`;

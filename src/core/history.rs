@@ -4,8 +4,8 @@
 //! **Inflow** is the growth of the depth between two samples, never
 //! negative: a message that came and went between two samples is not seen,
 //! and a replay that drains the DLQ while others arrive hides them. It is a
-//! trend to look at, not a count to bill by; the exact count of messages
-//! dead-lettered is the worker's `dlqctl_messages_total{outcome=…}` metric.
+//! trend to look at, not a count to bill by; the count of messages a worker
+//! dead-lettered is its `dlqctl_dead_letters_total{queue,reason}` metric.
 
 use std::collections::VecDeque;
 

@@ -1,5 +1,5 @@
-//! The JSON-lines handler protocol, `dlqctl-jsonl/1` (README, "The
-//! JSON-lines protocol"): the lines dlqctl writes to a long-running handler
+//! The JSON-lines handler protocol, `dlqctl-jsonl/1` (docs/worker.md,
+//! "The JSON-lines protocol"): the lines dlqctl writes to a long-running handler
 //! process and the lines it reads back, and the splitting of a byte stream
 //! into bounded lines.
 //!

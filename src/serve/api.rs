@@ -1,5 +1,5 @@
 //! `/api/…`: the pages' data as JSON, in the shapes the CLI's `--json`
-//! prints (README, "The web page's API").
+//! prints (docs/serve.md, "The API").
 
 use super::guard::{csrf_ok, Authed};
 use super::jobs::{JobView, Request};

@@ -393,8 +393,8 @@ async fn selectors_limit_dry_run_and_to() {
     let run = replay(f(&["--group", &group, "--limit", "2"])).await;
     run.assert_code(0);
     // Two of the group's three (a0, a1, b2): the first two in the DLQ's
-    // order, which earlier reads may have changed (README, "Nothing
-    // requeued one by one").
+    // order, which earlier reads may have changed (docs/dlq.md,
+    // "Nothing requeued one by one").
     let two = moved(&b, &to, 2).await;
     assert_eq!(two.len(), 2, "{two:?}");
     assert!(

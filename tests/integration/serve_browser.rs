@@ -3,7 +3,7 @@
 //! the overview, a DLQ's groups, a group, a message and its history, a
 //! replay watched as the DLQ drains, and a body holding a script shown as
 //! text. Each step saves a screenshot under `target/tmp/screenshots/`;
-//! with `DLQCTL_UPDATE_SCREENSHOTS=1` also under `docs/img/` (the README's).
+//! with `DLQCTL_UPDATE_SCREENSHOTS=1` also under `docs/img/` (docs/serve.md shows them).
 
 use crate::dlq_support::{dead, Fixture};
 use crate::serve_support::Served;

@@ -430,7 +430,7 @@ pub struct WorkArgs {
     #[arg(long, conflicts_with_all = ["command", "jsonl"])]
     pub http: Option<String>,
     /// Keep COMMAND running and hand it messages as JSON lines on stdin;
-    /// it answers outcomes on stdout (README, "The JSON-lines protocol").
+    /// it answers outcomes on stdout (docs/worker.md, "The JSON-lines protocol").
     #[arg(long, requires = "command")]
     pub jsonl: bool,
     /// With --jsonl: how many copies of COMMAND run. The --concurrency

@@ -1,7 +1,7 @@
 //! `--jsonl -- COMMAND ARGS...`: long-running handler processes that take
 //! messages as JSON lines on stdin and answer outcomes on stdout, by id, in
-//! any order (the protocol is [`crate::core::jsonl`]; README, "The
-//! JSON-lines protocol").
+//! any order (the protocol is [`crate::core::jsonl`]; docs/worker.md,
+//! "The JSON-lines protocol").
 //!
 //! [`JsonlHandler`] keeps `processes` copies of the program running, each
 //! started directly (no shell) in a process group of its own, and hands

@@ -3,7 +3,7 @@
 //! prints; the CLI and `dlqctl serve` share it.
 //!
 //! Every command reads the DLQ through [`reader::DlqReader`], which keeps
-//! the rules (README, "Operating the DLQ"):
+//! the rules (docs/dlq.md, "The rules every DLQ command keeps"):
 //! - **One command at a time per DLQ.** Each first declares an exclusive
 //!   queue `dlqctl.lock.<DLQ>` (it holds no message and nothing routes to
 //!   it): a second command is refused by the broker (405 RESOURCE_LOCKED)

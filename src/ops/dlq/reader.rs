@@ -1,5 +1,5 @@
-//! Reading a DLQ under the rules every DLQ command keeps (README,
-//! "Operating the DLQ"): the lock, the snapshot, messages kept in the DLQ
+//! Reading a DLQ under the rules every DLQ command keeps (docs/dlq.md,
+//! "The rules every DLQ command keeps"): the lock, the snapshot, messages kept in the DLQ
 //! returned together (never one by one), a window of held messages with
 //! rotation past it, acks with `multiple` where possible and settled
 //! before the channel closes.
@@ -44,8 +44,9 @@ const AHEAD: u64 = ((LANES + 1) * BATCH + 1000) as u64;
 const NEXT_DELIVERY: Duration = Duration::from_secs(3);
 
 /// How long acks are given to settle before the channel closes: on quorum
-/// queues an ack followed at once by a close can be undone (README,
-/// "Operating the DLQ"; rabbitmq-facts: 50 ms sufficed there).
+/// queues an ack followed at once by a close can be undone (docs/dlq.md,
+/// "No duplicates behind a finished run"; docs/rabbitmq-facts.md, "Acks
+/// just before a close": 50 ms sufficed there).
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// How long a copy may wait for its confirm.
@@ -653,7 +654,8 @@ fn rotation_error(dlq: &str, why: &str) -> Error {
         context: format!("stopped: {dlq} refused a rotated copy of a kept message"),
         message: format!(
             "{why}; nothing more was acked and every message is still in {dlq} (a bounded DLQ \
-             needs room for the copies in flight; see README, \"Operating the DLQ\")"
+             needs room for the copies in flight; see docs/dlq.md, \"The rules every DLQ command \
+             keeps\")"
         ),
     }
 }

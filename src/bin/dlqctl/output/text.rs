@@ -123,7 +123,7 @@ pub fn check_headline(file: &str, report: &Report) -> (String, String) {
 /// The hint printed after objects the topology no longer describes.
 pub const RETIRE_HINT: &str =
     "hint: dlqctl never deletes anything. Once a queue that is not in the topology is empty \
-and nothing routes to it, retire it (README, \"Retiring old objects\"); a binding, unbind it.";
+and nothing routes to it, retire it (docs/topology.md, \"Retiring old objects\"); a binding, unbind it.";
 
 /// What `provision` says when existing objects differ from the file.
 pub fn drift_text(file: &str, report: &Report) -> String {
