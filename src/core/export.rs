@@ -78,6 +78,14 @@ pub enum LineError {
         /// What is wrong.
         why: String,
     },
+    /// The line would be longer than [`MAX_LINE_BYTES`].
+    #[error("its line would be {bytes} bytes, over the longest export line ({max} bytes)")]
+    TooLong {
+        /// The line's length.
+        bytes: usize,
+        /// [`MAX_LINE_BYTES`].
+        max: usize,
+    },
 }
 
 fn field(path: &str, why: impl Into<String>) -> LineError {
@@ -392,7 +400,8 @@ fn set_short(p: BasicProperties, name: &str, v: ShortString) -> BasicProperties 
     }
 }
 
-/// Renders one record as one JSON line (no newline). Fails only for
+/// Renders one record as one JSON line (no newline). Fails for a line
+/// over [`MAX_LINE_BYTES`] and for
 /// headers nested deeper than [`MAX_DEPTH`].
 pub fn to_line(r: &Record) -> Result<String, LineError> {
     let mut props = properties_json(&r.properties);
@@ -412,7 +421,14 @@ pub fn to_line(r: &Record) -> Result<String, LineError> {
     if let Ok(t) = std::str::from_utf8(&r.body) {
         line.insert("body_utf8".into(), json!(t));
     }
-    Ok(Value::Object(line).to_string())
+    let line = Value::Object(line).to_string();
+    if line.len() > MAX_LINE_BYTES {
+        return Err(LineError::TooLong {
+            bytes: line.len(),
+            max: MAX_LINE_BYTES,
+        });
+    }
+    Ok(line)
 }
 
 /// Every property but the headers, as the export format writes them:
@@ -520,6 +536,9 @@ fn body(o: &Map<String, Value>) -> Result<Vec<u8>, LineError> {
         }
     }
 }
+
+mod lines;
+pub use lines::{BoundedLines, FileLineError, MAX_LINE_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -50,12 +50,33 @@ impl TokenBucket {
     }
 }
 
-/// Parses `--rate`: a positive, finite number of messages per second.
+/// The slowest `--rate`: one message per 100 s. A slower one would hold
+/// the DLQ's lock for days (`1e-7` is 116 days a message).
+pub const MIN_RATE: f64 = 0.01;
+/// The fastest `--rate` (faster is no pacing at all).
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// Checks a rate: finite, from [`MIN_RATE`] to [`MAX_RATE`] messages per
+/// second.
+pub fn check_rate(r: f64) -> Result<f64, String> {
+    if r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r) {
+        Ok(r)
+    } else {
+        Err(format!(
+            "{r} is not a rate dlqctl paces: give messages per second from {MIN_RATE} (one per \
+             100 s) to {MAX_RATE}"
+        ))
+    }
+}
+
+/// Parses `--rate`: messages per second, from [`MIN_RATE`] to
+/// [`MAX_RATE`].
 pub fn parse_rate(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e9 => Ok(r),
-        _ => Err(format!(
-            "{s:?} is not a rate: give messages per second, a number above 0 (for example 50 or 0.5)"
+        Ok(r) => check_rate(r).map_err(|e| format!("{s:?}: {e}")),
+        Err(_) => Err(format!(
+            "{s:?} is not a rate: give messages per second, a number from {MIN_RATE} to \
+             {MAX_RATE} (for example 50 or 0.5)"
         )),
     }
 }
@@ -116,7 +137,11 @@ mod tests {
     fn rates_parse_and_nonsense_is_refused() {
         assert_eq!(parse_rate("50"), Ok(50.0));
         assert_eq!(parse_rate(" 0.5 "), Ok(0.5));
-        for bad in ["0", "-1", "NaN", "inf", "fast", "", "1e10"] {
+        assert_eq!(parse_rate("0.01"), Ok(0.01));
+        assert_eq!(parse_rate("1e6"), Ok(1e6));
+        for bad in [
+            "0", "-1", "NaN", "inf", "fast", "", "1e10", "1e-7", "0.009", "1000001",
+        ] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
         let mut b = TokenBucket::new(f64::NAN, 0);

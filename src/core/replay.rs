@@ -104,13 +104,23 @@ pub fn rotation_copy(
     }
 }
 
+/// The least a rotation copy keeps, in ms, when the DLQ's retention is
+/// longer: 15 minutes. A read-only command never removes or expires a
+/// message, so a message whose retention is already spent by its
+/// `dlqctl-dead-lettered-at` (an archive replayed `--to` the DLQ, a clock
+/// that moved) is not rotated to its death: its copy keeps this long, time
+/// for the next reader to reach it at the tail. The broker would not have
+/// dropped it either: its own clock (`x-message-ttl`) starts at enqueue.
+pub const ROTATION_FLOOR_MS: u64 = 15 * 60 * 1000;
+
 /// The `expiration` of a rotation copy, in ms: the DLQ's retention
 /// (`dead_letter.ttl`) minus the time since the message was dead-lettered,
-/// so rotating a message never makes it live longer. `None` when the DLQ
-/// keeps messages for ever. A message whose time is unknown keeps the whole
-/// retention (from now); one whose retention is spent gets 1 ms (the
-/// broker drops it, as it would have). The DLQ's `x-message-ttl` applies to
-/// the copy too, counted from its enqueue.
+/// so rotating a message does not make it live longer; but never less
+/// than [`ROTATION_FLOOR_MS`] (or the whole retention, when that is
+/// shorter), so rotating never expires it either. `None` when the DLQ
+/// keeps messages for ever. A message whose time is unknown keeps the
+/// whole retention (from now). The DLQ's `x-message-ttl` applies to the
+/// copy too, counted from its enqueue.
 pub fn remaining_retention(
     ttl_ms: Option<u64>,
     dead_lettered_at_ms: Option<u64>,
@@ -118,7 +128,8 @@ pub fn remaining_retention(
 ) -> Option<u64> {
     let ttl = ttl_ms?;
     let age = dead_lettered_at_ms.map_or(0, |at| now_unix_ms.saturating_sub(at));
-    Some(ttl.saturating_sub(age).max(1))
+    let floor = ttl.clamp(1, ROTATION_FLOOR_MS);
+    Some(ttl.saturating_sub(age).max(floor))
 }
 
 #[cfg(test)]
@@ -255,19 +266,26 @@ mod tests {
     }
 
     #[test]
-    fn remaining_retention_never_extends_a_message_life() {
+    fn remaining_retention_never_extends_a_message_life_nor_ends_it() {
+        const HOUR: u64 = 3_600_000;
         assert_eq!(remaining_retention(None, Some(0), 10), None);
         assert_eq!(
-            remaining_retention(Some(1000), Some(10_000), 10_400),
-            Some(600)
+            remaining_retention(Some(HOUR), Some(10_000), 10_000 + HOUR / 2),
+            Some(HOUR / 2)
         );
-        assert_eq!(
-            remaining_retention(Some(1000), Some(10_000), 11_000),
-            Some(1)
-        );
+        // Spent, or nearly: the floor, never 0 or 1 ms (the broker would
+        // drop the copy).
+        for age in [HOUR - 1, HOUR, 2 * HOUR, 1000 * HOUR] {
+            assert_eq!(
+                remaining_retention(Some(HOUR), Some(10_000), 10_000 + age),
+                Some(ROTATION_FLOOR_MS),
+                "age {age}"
+            );
+        }
+        // A retention shorter than the floor: the whole retention.
         assert_eq!(
             remaining_retention(Some(1000), Some(10_000), 99_999),
-            Some(1)
+            Some(1000)
         );
         assert_eq!(remaining_retention(Some(1000), None, 99_999), Some(1000));
         // A time in the future (clock skew) keeps the whole retention.

@@ -34,12 +34,21 @@ pub struct QueueStatus {
     pub messages_dlx: Option<u64>,
     /// A quorum queue (only those hold messages for their DLX).
     pub quorum: bool,
+    /// Ready plus unacked from one sample of the management API (as stale
+    /// as [`QueueStatus::unacked`]; `None`: unknown).
+    #[serde(skip)]
+    pub listed: Option<u64>,
 }
 
 impl QueueStatus {
-    /// Ready plus unacked, counting unknown unacked as 0.
+    /// The messages the queue holds, ready plus unacked, for thresholds:
+    /// the larger of the fresh ready count and the management API's
+    /// ready + unacked of one sample. Never a fresh count added to a stale
+    /// one: right after a read that held thousands unacked, that sum
+    /// counted them twice.
     pub fn total(&self) -> u64 {
-        self.ready.unwrap_or(0) + self.unacked.unwrap_or(0)
+        let fresh = self.ready.unwrap_or(0);
+        fresh.max(self.listed.or(self.unacked).unwrap_or(0))
     }
 }
 
@@ -203,6 +212,7 @@ pub async fn status(
                 None
             },
             quorum,
+            listed: s.and_then(|s| s.messages),
         }
     };
 
@@ -256,6 +266,7 @@ mod tests {
             unacked,
             messages_dlx: None,
             quorum: true,
+            listed: None,
         }
     }
 
@@ -281,11 +292,13 @@ mod tests {
 
     #[test]
     fn the_threshold_counts_ready_plus_unacked_and_is_strictly_more() {
-        let r = report(vec![
+        let mut r = report(vec![
             q("a.dlq", true, 3, Some(2)),
             q("b.dlq", true, 5, None),
             q("c.dlq", true, 4, Some(0)),
         ]);
+        // The API's sample: 3 ready and 2 unacked.
+        r.pipelines[0].dlq.listed = Some(5);
         assert_eq!(
             r.dlqs_over(4),
             vec![
@@ -301,6 +314,24 @@ mod tests {
         );
         assert_eq!(r.dlqs_over(5), vec![]);
         assert_eq!(r.dlqs_over(0).len(), 3);
+    }
+
+    /// Right after a read of 19,995 held unacked: the API still says 19,995
+    /// unacked (stale) while AMQP says 19,995 ready (fresh).
+    #[test]
+    fn the_threshold_never_adds_a_fresh_count_to_a_stale_one() {
+        let mut dlq = q("a.dlq", true, 19_995, Some(19_995));
+        dlq.listed = Some(19_995);
+        let r = report(vec![dlq.clone()]);
+        assert_eq!(r.dlqs_over(20_000), vec![]);
+        assert_eq!(r.dlqs_over(19_994)[0].messages, 19_995);
+        // Messages held unacked by a reader right now: the API's sample
+        // counts them.
+        dlq.ready = Some(0);
+        assert_eq!(dlq.total(), 19_995);
+        // New dead letters since the sample: the fresh count.
+        dlq.ready = Some(25_000);
+        assert_eq!(dlq.total(), 25_000);
     }
 
     #[test]

@@ -80,3 +80,19 @@ fn a_zero_handler_timeout_is_refused() {
         assert_usage(&out, "is zero");
     }
 }
+
+#[test]
+fn a_rate_or_canary_wait_that_would_hold_the_dlq_for_days_is_refused() {
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", "version: 1\npipelines:\n  - name: rt\n");
+    let f = file.to_str().unwrap();
+    for (flags, wanted) in [
+        (vec!["--rate", "1e-7"], "from 0.01"),
+        (vec!["--rate", "0.009"], "from 0.01"),
+        (vec!["--canary", "1", "--canary-wait", "25h"], "at most 24h"),
+    ] {
+        let mut args = vec!["dlq", "replay", f, "--queue", "rt"];
+        args.extend(flags);
+        assert_usage(&dlqctl(&args), wanted);
+    }
+}

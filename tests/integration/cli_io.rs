@@ -1,5 +1,5 @@
-//! One-shot commands and their output streams: a closed pipe is a normal
-//! end, a full disk is a clear error, and neither is a panic (exit 101).
+//! One-shot commands and their output streams: a closed pipe and a full
+//! disk are each a clear error (exit 1), and neither is a panic (exit 101).
 
 use crate::helpers::Scratch;
 use std::io::{BufRead, BufReader};
@@ -22,7 +22,7 @@ fn dlqctl() -> Command {
 }
 
 #[test]
-fn a_closed_stdout_pipe_ends_a_one_shot_command_quietly() {
+fn a_closed_stdout_pipe_is_exit_1_with_a_report() {
     let dir = Scratch::new();
     let file = big_topology(&dir);
     for args in [
@@ -44,7 +44,11 @@ fn a_closed_stdout_pipe_ends_a_one_shot_command_quietly() {
         let out = child.wait_with_output().expect("wait");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!first.is_empty(), "{args:?}: no first line");
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write to standard output"),
+            "{args:?}: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }

@@ -36,6 +36,8 @@ pub struct Pipe {
     pub exchange: Option<(String, &'static str, Vec<String>)>,
     /// `dead_letter.max_length` (quorum only).
     pub dlq_max_length: Option<u64>,
+    /// `dead_letter.ttl` (`1h`).
+    pub dlq_ttl: Option<&'static str>,
 }
 
 impl Pipe {
@@ -49,6 +51,7 @@ impl Pipe {
             jitter: 0.0,
             exchange: None,
             dlq_max_length: None,
+            dlq_ttl: None,
         }
     }
 
@@ -74,8 +77,18 @@ impl Pipe {
                 keys.join(", ")
             ));
         }
+        let mut dead_letter = Vec::new();
         if let Some(n) = self.dlq_max_length {
-            y.push_str(&format!("    dead_letter: {{ max_length: {n} }}\n"));
+            dead_letter.push(format!("max_length: {n}"));
+        }
+        if let Some(ttl) = self.dlq_ttl {
+            dead_letter.push(format!("ttl: {ttl}"));
+        }
+        if !dead_letter.is_empty() {
+            y.push_str(&format!(
+                "    dead_letter: {{ {} }}\n",
+                dead_letter.join(", ")
+            ));
         }
         y
     }

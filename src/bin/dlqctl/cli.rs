@@ -318,7 +318,7 @@ pub struct ReplayArgs {
     pub canary: Option<u64>,
     /// How long the canary waits [default: the pipeline's summed retry
     /// delays + 30s].
-    #[arg(long, value_name = "D", requires = "canary", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    #[arg(long, value_name = "D", requires = "canary", value_parser = canary_wait)]
     pub canary_wait: Option<std::time::Duration>,
     /// Print the report as JSON.
     #[arg(long)]
@@ -455,6 +455,18 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
             dlqctl::worker::DeadLetterMode::NAMES.join(", ")
         )
     })
+}
+
+/// `--canary-wait`: a duration of at most 24 h (the DLQ stays locked
+/// while the canary waits).
+fn canary_wait(s: &str) -> Result<std::time::Duration, String> {
+    let d = dlqctl::core::duration::parse_cli_duration(s)?;
+    if d > dlqctl::ops::dlq::replay::MAX_CANARY_WAIT {
+        return Err(format!(
+            "`{s}` is over 24h: the DLQ stays locked while the canary waits; give at most 24h"
+        ));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

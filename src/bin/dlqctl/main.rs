@@ -28,8 +28,6 @@ fn main() -> ExitCode {
     let result = rt.block_on(dispatch::run(&args.command));
     match result {
         Ok(outcome) => outcome.into(),
-        // A closed pipe on stdout (`| head`) is a normal end.
-        Err(e) if output::is_broken_pipe(&e) => exit::Outcome::Success.into(),
         Err(e) => {
             match e.downcast_ref::<dlqctl::error::Error>() {
                 // `FILE:LINE:COL: message` lines, as editors and CI parse them.

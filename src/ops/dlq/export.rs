@@ -66,8 +66,9 @@ pub struct ExportReport {
     pub written: u64,
     /// Messages removed from the DLQ (written and fsynced first).
     pub removed: u64,
-    /// Selected messages that cannot be written (headers nested too deep);
-    /// they stay in the DLQ.
+    /// Selected messages that cannot be written (headers nested too deep,
+    /// a line over [`crate::core::export::MAX_LINE_BYTES`]); they stay in
+    /// the DLQ.
     pub failed: u64,
     /// Kept messages rotated to the tail (past the window).
     pub rotated: u64,
@@ -94,8 +95,18 @@ pub async fn export(
     };
     let mut unsynced: Vec<u64> = Vec::new();
     let mut last_sync = Instant::now();
-    let write_err = |e: std::io::Error| Error::Write {
-        what: "the export".into(),
+    // Says how far the export got: the report is lost with the error.
+    let write_err = |p: &Progress, e: std::io::Error| Error::Write {
+        what: format!(
+            "the export (stopped after {} line(s) written of {} read; {})",
+            p.done,
+            p.read,
+            if opts.remove {
+                "only lines written and fsynced before were removed from the DLQ"
+            } else {
+                "nothing was removed from the DLQ"
+            }
+        ),
         source: e,
     };
     let outcome = async {
@@ -123,7 +134,7 @@ pub async fn export(
                         continue;
                     }
                 };
-                sink.write_line(&line).map_err(write_err)?;
+                sink.write_line(&line).map_err(|e| write_err(&p, e))?;
                 p.done += 1;
                 if opts.remove {
                     unsynced.push(m.tag);
@@ -140,7 +151,7 @@ pub async fn export(
                     || unsynced.len() as u64 + 1 >= r.free_slots()
                     || last_sync.elapsed() >= SYNC_EVERY)
             {
-                sink.sync().map_err(write_err)?;
+                sink.sync().map_err(|e| write_err(&p, e))?;
                 for tag in unsynced.drain(..) {
                     r.take(tag);
                 }
@@ -148,7 +159,7 @@ pub async fn export(
             }
             progress(&p);
         }
-        sink.sync().map_err(write_err)?;
+        sink.sync().map_err(|e| write_err(&p, e))?;
         for tag in unsynced.drain(..) {
             r.take(tag);
         }

@@ -23,7 +23,9 @@ pub mod purge;
 pub mod reader;
 pub mod replay;
 
-pub use reader::{lock_name, DlqReader, Message, ReadOptions, ReadStats, DEFAULT_WINDOW};
+pub use reader::{
+    lock_name, DlqReader, Message, ReadOptions, ReadStats, DEFAULT_WINDOW, MAX_IN_FLIGHT,
+};
 
 use crate::core::dlq::Described;
 use crate::core::select::{Candidate, Selector};
@@ -161,6 +163,8 @@ pub struct PeekReport {
     pub read: u64,
     /// The messages that matched, from the head.
     pub messages: Vec<PeekedMessage>,
+    /// Stopped by SIGINT/SIGTERM (or a cancelled page) before the end.
+    pub cancelled: bool,
 }
 
 /// Shows up to `limit` messages matching `selector` from the head of the
@@ -206,6 +210,7 @@ pub async fn peek_from(
         snapshot: stats.snapshot,
         read: stats.read,
         messages,
+        cancelled: stats.cancelled,
     })
 }
 
@@ -225,6 +230,9 @@ pub struct SummaryReport {
     pub rotated: u64,
     /// The groups, largest first.
     pub groups: Vec<crate::core::dlq::Group>,
+    /// Stopped by SIGINT/SIGTERM (or a cancelled page) before the end: the
+    /// groups count what was read.
+    pub cancelled: bool,
 }
 
 /// Groups the whole snapshot of the DLQ (the messages matching `selector`)
@@ -265,5 +273,6 @@ pub async fn summary(
         grouped: p.selected,
         rotated: stats.rotated,
         groups: grouper.finish(),
+        cancelled: stats.cancelled,
     })
 }

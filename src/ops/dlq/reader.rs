@@ -29,9 +29,15 @@ pub const DEFAULT_WINDOW: u32 = 10_000;
 
 /// Copies in one batch (rotations, replays): published whole, then
 /// confirmed whole ([`crate::amqp::batch::BatchPublisher`]).
-pub(crate) const BATCH: usize = 500;
+pub(crate) const BATCH: usize = 250;
 /// Publishing channels, each with a batch in flight.
-pub(crate) const LANES: usize = 8;
+pub(crate) const LANES: usize = 4;
+
+/// Copies in flight at most (published, their originals not yet acked):
+/// every lane's batch. A `kill -9` can leave at most this many duplicates
+/// (a message both copied and still in the DLQ) per publisher, like the
+/// broker's own shovel with its 1,000 unacked.
+pub const MAX_IN_FLIGHT: usize = LANES * BATCH;
 
 /// Messages the broker may send beyond the held window: the copies in
 /// flight (every lane's batch and a partial one), unread deliveries and
@@ -372,6 +378,12 @@ impl DlqReader {
     /// delivery comes for 3 s (others took the rest) or when cancelled.
     /// An error when a rotation copy was refused: nothing more is acked.
     pub async fn next(&mut self) -> Result<Option<Message>> {
+        // Checked first: deliveries already buffered would otherwise be
+        // read to the end of the snapshot before a signal is seen.
+        if self.opts.cancel.is_cancelled() {
+            self.stats.cancelled = true;
+            return Ok(None);
+        }
         if self.lanes.iter().any(|l| l.pending.len() >= 256) {
             self.flush_acks().await?;
         }
@@ -483,7 +495,14 @@ impl DlqReader {
             }
             None => vec![(vec![m.tag], Err("no publishing channel".to_string()))],
         };
-        self.rotated(done)
+        let finished = !done.is_empty();
+        self.rotated(done)?;
+        if finished {
+            // The originals of a confirmed batch are acked at once: what a
+            // kill leaves duplicated stays within the copies in flight.
+            self.flush_acks().await?;
+        }
+        Ok(())
     }
 
     /// The window is full of held messages: the first channel is sent

@@ -76,8 +76,16 @@ pub struct ReplayReport {
     /// replayed by this run already and back again.
     pub skipped: u64,
     /// Selected messages whose copy was refused or too large; they stay in
-    /// the DLQ.
+    /// the DLQ (from a file: they were not published).
     pub failed: u64,
+    /// Why the first of them failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_failed: Option<String>,
+    /// A selected message read but not copied because the run was stopped
+    /// (SIGINT, SIGTERM) while it waited for its turn; it stays in place.
+    pub interrupted: u64,
+    /// The messages came from an export file (`--from-file`), not a DLQ.
+    pub from_file: bool,
     /// Kept messages rotated to the DLQ's tail (past the window).
     pub rotated: u64,
     /// Nothing was published or removed.
@@ -93,7 +101,8 @@ pub struct ReplayReport {
 }
 
 /// The canary's default wait: the pipeline's retry delays summed (the
-/// longest a replayed message can take to fail again) plus 30 s.
+/// longest a replayed message can take to fail again) plus 30 s, at most
+/// [`MAX_CANARY_WAIT`].
 pub fn default_canary_wait(p: &crate::core::topology::Pipeline) -> Duration {
     let delays: u64 = p
         .retry
@@ -101,7 +110,7 @@ pub fn default_canary_wait(p: &crate::core::topology::Pipeline) -> Duration {
         .iter()
         .take(p.retry.max_attempts.saturating_sub(1) as usize)
         .fold(0u64, |a, d| a.saturating_add(*d));
-    Duration::from_millis(delays.saturating_add(30_000))
+    Duration::from_millis(delays.saturating_add(30_000)).min(MAX_CANARY_WAIT)
 }
 
 /// A fresh replay id: 16 random hex digits.
@@ -116,6 +125,7 @@ pub async fn replay(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<ReplayReport> {
     let started = Instant::now();
+    check_options(opts)?;
     check_destination(&t.conn, &opts.to).await?;
     let mut report = ReplayReport {
         from: t.dlq.clone(),
@@ -171,6 +181,25 @@ pub async fn replay(
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// The longest a canary waits: 24 h (the DLQ's lock is held meanwhile).
+pub const MAX_CANARY_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Refuses a rate or a canary wait that would hold the DLQ's lock for days
+/// (bad usage).
+fn check_options(opts: &ReplayOptions) -> Result<()> {
+    if let Some(r) = opts.rate {
+        crate::core::rate::check_rate(r).map_err(|e| Error::Usage(format!("--rate: {e}")))?;
+    }
+    if let Some(c) = opts.canary.filter(|c| c.wait > MAX_CANARY_WAIT) {
+        return Err(Error::Usage(format!(
+            "the canary would wait {} s: at most {} h (the DLQ stays locked meanwhile)",
+            c.wait.as_secs(),
+            MAX_CANARY_WAIT.as_secs() / 3600
+        )));
+    }
+    Ok(())
 }
 
 /// The destination must exist: a copy to a missing queue would only be
@@ -258,7 +287,7 @@ async fn pass(
             let (done, go_on) = pace(&mut bucket, clock, publisher, &t.read.cancel).await;
             settle(&mut r, done, p, report, &opts.to);
             if !go_on {
-                report.skipped += 1;
+                report.interrupted += 1;
                 r.keep(m, now).await?;
                 break;
             }
@@ -268,13 +297,9 @@ async fn pass(
                 Err(too_large) => {
                     report.failed += 1;
                     p.failed += 1;
-                    tracing::warn!(
-                        message_id = m.message_id.as_deref().unwrap_or(""),
-                        "not replayed: its properties ({} bytes) do not fit the broker's frame_max \
-                         ({} bytes allowed) even without its error history; it stays in the DLQ",
-                        too_large.size,
-                        too_large.budget
-                    );
+                    let why = too_large_why(m.message_id.as_deref(), &too_large);
+                    tracing::warn!("not replayed, it stays in the DLQ: {why}");
+                    report.why_failed.get_or_insert(why);
                     r.keep(m, now).await?;
                     progress(p);
                     continue;
@@ -284,7 +309,14 @@ async fn pass(
             let done = publisher
                 .publish("", &opts.to, &m.record.body, props, m.tag)
                 .await;
+            let finished = !done.is_empty();
             settle(&mut r, done, p, report, &opts.to);
+            if finished {
+                // The originals of a confirmed batch are acked at once:
+                // what a kill leaves duplicated stays within the copies in
+                // flight (README, "Operating the DLQ").
+                r.flush_acks().await?;
+            }
             progress(p);
             if report.stopped.is_some() {
                 break;
@@ -349,9 +381,9 @@ fn tally<T>(
                 tokens.into_iter().for_each(&mut ok);
             }
             Err(why) => {
-                report
-                    .stopped
-                    .get_or_insert_with(|| format!("{to} refused a copy: {why}"));
+                let why = format!("{to} refused a copy: {why}");
+                report.why_failed.get_or_insert_with(|| why.clone());
+                report.stopped.get_or_insert(why);
                 report.failed += n;
                 p.failed += n;
                 tokens.into_iter().for_each(&mut refused);
@@ -382,29 +414,43 @@ async fn count_replay_id(t: &Target, replay_id: &str) -> Result<u64> {
     Ok(n)
 }
 
+/// Why a message cannot be copied: its properties do not fit.
+fn too_large_why(message_id: Option<&str>, t: &crate::core::retry::fit::TooLarge) -> String {
+    format!(
+        "message {}: its properties ({} bytes) do not fit the broker's frame_max ({} bytes \
+         allowed, leaving room for what the broker adds) even without its error history",
+        message_id.unwrap_or("without an id"),
+        t.size,
+        t.budget
+    )
+}
+
 /// The messages of an export file, blank lines skipped; a line that does
-/// not read is bad usage naming `FILE:LINE`.
+/// not read, is not UTF-8 or is longer than
+/// [`crate::core::export::MAX_LINE_BYTES`] is bad usage naming `FILE:LINE`
+/// (no line is held in memory beyond that bound).
 fn export_records(
     path: &std::path::Path,
 ) -> Result<impl Iterator<Item = Result<crate::core::export::Record>> + '_> {
-    use std::io::BufRead;
     let shown = path.display().to_string();
     let read_err = move |source| Error::Read {
         path: path.display().to_string(),
         source,
     };
     let file = std::fs::File::open(path).map_err(read_err)?;
-    Ok(std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .filter_map(move |(i, line)| match line {
-            Err(source) => Some(Err(read_err(source))),
-            Ok(line) if line.trim().is_empty() => None,
-            Ok(line) => Some(
-                crate::core::export::from_line(&line)
-                    .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1))),
-            ),
-        }))
+    let lines = crate::core::export::BoundedLines::new(
+        std::io::BufReader::new(file),
+        crate::core::export::MAX_LINE_BYTES,
+    );
+    Ok(lines.enumerate().filter_map(move |(i, line)| match line {
+        Err(crate::core::export::FileLineError::Io(source)) => Some(Err(read_err(source))),
+        Err(e) => Some(Err(Error::Usage(format!("{shown}:{}: {e}", i + 1)))),
+        Ok(line) if line.trim().is_empty() => None,
+        Ok(line) => Some(
+            crate::core::export::from_line(&line)
+                .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1))),
+        ),
+    }))
 }
 
 /// Waits for a token of `bucket` when the replay is paced. What is
@@ -447,6 +493,7 @@ pub async fn replay_file(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<ReplayReport> {
     let started = Instant::now();
+    check_options(opts)?;
     // First pass: every line must read.
     let mut total = 0u64;
     for record in export_records(path)? {
@@ -460,6 +507,7 @@ pub async fn replay_file(
         replay_id: opts.replay_id.clone(),
         snapshot: total,
         dry_run: opts.dry_run,
+        from_file: true,
         ..Default::default()
     };
     let mut p = Progress {
@@ -499,13 +547,21 @@ pub async fn replay_file(
         file_settle(done, &mut report, &mut p, &opts.to);
         if !go_on {
             report.cancelled = true;
+            report.interrupted += 1;
             break;
         }
         let props = replay_copy(&m.record.properties, user, &opts.replay_id, now);
-        let Ok((props, _)) = fit_retry_copy(props, frame_max) else {
-            report.failed += 1;
-            p.failed += 1;
-            continue;
+        let props = match fit_retry_copy(props, frame_max) {
+            Ok((props, _)) => props,
+            Err(too_large) => {
+                report.failed += 1;
+                p.failed += 1;
+                let why = too_large_why(m.message_id.as_deref(), &too_large);
+                tracing::warn!("not replayed: {why}");
+                report.why_failed.get_or_insert(why);
+                progress(&p);
+                continue;
+            }
         };
         let done = publisher
             .publish("", &opts.to, &m.record.body, props, ())

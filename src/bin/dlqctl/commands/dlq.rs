@@ -75,8 +75,13 @@ pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
         dlqctl::ops::dlq::summary(&o.target, &a.select.selector(), &mut |p| bar.update(p)).await;
     bar.finish();
     o.close().await;
-    print_report(a.json, &result?, output::text::summary_text)?;
-    Ok(Outcome::Success)
+    let r = result?;
+    print_report(a.json, &r, output::text::summary_text)?;
+    Ok(if r.cancelled {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    })
 }
 
 /// `dlqctl dlq peek`: shows messages from the head of the DLQ, leaving
@@ -89,8 +94,13 @@ pub async fn peek(a: &PeekArgs) -> Result<Outcome> {
         .ok()
         .and_then(|c| c.parse::<usize>().ok())
         .unwrap_or(100);
-    print_report(a.json, &result?, |r| output::text::peek_text(r, width))?;
-    Ok(Outcome::Success)
+    let r = result?;
+    print_report(a.json, &r, |r| output::text::peek_text(r, width))?;
+    Ok(if r.cancelled {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    })
 }
 
 /// Where an export writes: a new (or, with `--append`, existing) regular
@@ -133,10 +143,84 @@ fn export_sink(a: &ExportArgs) -> Result<Box<dyn dlqctl::ops::dlq::export::Sink>
         ))
         .into());
     }
+    if a.append && is_file {
+        repair_last_line(path)?;
+    }
     Ok(Box::new(WriterSink::new(
         std::io::BufWriter::with_capacity(1 << 16, file),
         |w| w.get_ref().sync_data(),
     )))
+}
+
+/// Before `--append`: a file whose last line has no newline was cut by a
+/// full disk or a kill while writing (its message was never acked: an
+/// archive acks only fsynced lines). A cut line that is a whole export
+/// line gets its newline; any other is truncated away, and said on
+/// standard error. Appending would otherwise glue the next line onto it
+/// and make the archive unreadable.
+fn repair_last_line(path: &std::path::Path) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let shown = path.display();
+    let io_err = |e: std::io::Error| Error::Usage(format!("cannot repair {shown}: {e}"));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err)?;
+    let len = f.metadata().map_err(io_err)?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    // Find the last newline, reading backwards in blocks: the cut line is
+    // at most one export line, so this reads at most that much.
+    let mut end = len;
+    let mut tail: Vec<u8> = Vec::new();
+    let cut_from = loop {
+        let start = end.saturating_sub(64 * 1024);
+        let mut block = vec![0u8; (end - start) as usize];
+        f.seek(SeekFrom::Start(start)).map_err(io_err)?;
+        f.read_exact(&mut block).map_err(io_err)?;
+        if let Some(i) = block.iter().rposition(|b| *b == b'\n') {
+            if start + i as u64 + 1 == len {
+                return Ok(()); // ends with a newline: nothing cut
+            }
+            block.drain(..=i);
+            block.append(&mut tail);
+            tail = block;
+            break start + i as u64 + 1;
+        }
+        block.append(&mut tail);
+        tail = block;
+        if start == 0 {
+            break 0;
+        }
+        if tail.len() > dlqctl::core::export::MAX_LINE_BYTES {
+            return Err(Error::Usage(format!(
+                "{shown} ends with {} bytes and no newline, more than an export line: is this \
+                 an export file? Not appending to it",
+                tail.len()
+            ))
+            .into());
+        }
+        end = start;
+    };
+    let whole = std::str::from_utf8(&tail)
+        .ok()
+        .is_some_and(|t| dlqctl::core::export::from_line(t).is_ok());
+    if whole {
+        f.seek(SeekFrom::End(0)).map_err(io_err)?;
+        f.write_all(b"\n").map_err(io_err)?;
+    } else {
+        f.set_len(cut_from).map_err(io_err)?;
+        output::stderr_line(&format!(
+            "{shown}: its last line was cut ({} bytes with no newline, left by a full disk or a \
+             kill while writing; that message was never removed from the DLQ): truncated it \
+             away before appending",
+            tail.len()
+        ));
+    }
+    f.sync_data().map_err(io_err)?;
+    Ok(())
 }
 
 /// `dlqctl dlq export`: the DLQ as JSON Lines; with `--remove`, an archive.
@@ -245,7 +329,7 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
     Ok(match (&r.canary, &r.stopped) {
         (Some(c), _) if !c.passed && !r.cancelled => Outcome::Difference,
         (_, Some(_)) => Outcome::Failure,
-        _ if r.cancelled => Outcome::Failure,
+        _ if r.cancelled || r.failed > 0 => Outcome::Failure,
         _ => Outcome::Success,
     })
 }

@@ -2,9 +2,10 @@
 //! prints; commands hand typed reports to these, and write through
 //! [`stdout`] and [`stderr`], which return errors instead of panicking.
 //!
-//! A closed pipe (`dlqctl provision --dry-run | head -1`) is a normal end
-//! for a one-shot command: `main` exits 0 quietly on `BrokenPipe`. Other
-//! write errors (`> /dev/full`) are reported and exit 1.
+//! Output that cannot be written is a failure: a closed pipe
+//! (`dlqctl dlq export | head -1`) or a full disk (`> /dev/full`) is
+//! reported on standard error and exits 1, so a script never takes a cut
+//! output for a whole one.
 
 pub mod github;
 pub mod json;
@@ -33,12 +34,4 @@ pub fn stderr_line(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(format!("{text}\n").as_bytes());
     let _ = err.flush();
-}
-
-/// Whether an error (anywhere in its chain) is a write to a closed pipe.
-pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

@@ -250,6 +250,9 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
         report.read,
         report.snapshot
     );
+    if report.cancelled {
+        out += "stopped by a signal before the end\n";
+    }
     for (i, m) in report.messages.iter().enumerate() {
         let d = &m.described;
         let id = match (&m.message_id, &m.message_id_base64) {
@@ -318,6 +321,9 @@ pub fn summary_text(r: &SummaryReport) -> String {
             String::new()
         }
     );
+    if r.cancelled {
+        out += "stopped by a signal before the end: the groups count what was read\n";
+    }
     for g in &r.groups {
         out += &format!(
             "{} {:>6}  {:<10} first {} last {} from {} e.g. {}\n           {}\n",
@@ -372,7 +378,7 @@ pub fn replay_text(r: &ReplayReport) -> String {
         )
     } else {
         format!(
-            "{} message(s) moved from {} to {} in {:.1}s: {} read of {} at the start, {} skipped by the selectors or the limit, {} failed (left in the DLQ); replay id {}\n",
+            "{} message(s) moved from {} to {} in {:.1}s: {} read of {} at the start, {} skipped by the selectors or the limit, {} failed ({}){}; replay id {}\n",
             r.moved,
             r.from,
             r.to,
@@ -381,9 +387,22 @@ pub fn replay_text(r: &ReplayReport) -> String {
             r.snapshot,
             r.skipped,
             r.failed,
+            if r.from_file {
+                "not published"
+            } else {
+                "left in the DLQ"
+            },
+            if r.interrupted > 0 {
+                format!(", {} interrupted by the signal (left in place)", r.interrupted)
+            } else {
+                String::new()
+            },
             r.replay_id
         )
     };
+    if let Some(why) = &r.why_failed {
+        out += &format!("failed: {why}\n");
+    }
     if r.rotated > 0 {
         out += &format!(
             "{} kept message(s) were rotated to the DLQ's tail\n",
@@ -402,7 +421,11 @@ pub fn replay_text(r: &ReplayReport) -> String {
         out += &format!("stopped: {why}\n");
     }
     if r.cancelled {
-        out += "stopped by a signal after the copies in flight; the rest is still in the DLQ\n";
+        out += if r.from_file {
+            "stopped by a signal after the copies in flight; the rest of the file was not published\n"
+        } else {
+            "stopped by a signal after the copies in flight; the rest is still in the DLQ\n"
+        };
     }
     out
 }
