@@ -15,6 +15,7 @@ mod helpers;
 mod jsonl;
 mod permissions;
 mod poison;
+mod policy_support;
 mod provision;
 mod relay;
 mod secrets;
