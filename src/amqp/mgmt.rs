@@ -1,9 +1,12 @@
 //! A small client of RabbitMQ's management HTTP API, for what AMQP cannot
-//! tell: bindings, and the messages a quorum queue holds for its DLX.
+//! tell: bindings, the messages a quorum queue holds for its DLX, and the
+//! policies that apply to each queue.
 
+use crate::core::policy::AppliedPolicies;
 use crate::core::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// A management API endpoint with credentials.
@@ -223,7 +226,8 @@ impl Management {
     }
 
     /// Every queue of the vhost, with its depth where the statistics have
-    /// it.
+    /// it, its type, and the policies that apply to it (without their own
+    /// definitions: see [`Management::policy_definitions`]).
     pub async fn list_queues(&self, vhost: &str) -> Result<Vec<ListedQueue>> {
         #[derive(serde::Deserialize)]
         struct Row {
@@ -231,11 +235,17 @@ impl Management {
             messages: Option<u64>,
             messages_unacknowledged: Option<u64>,
             messages_dlx: Option<u64>,
+            #[serde(rename = "type")]
+            kind: Option<String>,
+            policy: Option<String>,
+            operator_policy: Option<String>,
+            effective_policy_definition: Option<serde_json::Value>,
         }
         let mut url = self.url(&["queues", vhost]);
         url.query_pairs_mut().append_pair(
             "columns",
-            "name,messages,messages_unacknowledged,messages_dlx",
+            "name,messages,messages_unacknowledged,messages_dlx,type,policy,operator_policy,\
+             effective_policy_definition",
         );
         let rows: Vec<Row> = match self.get_url(url.clone()).await? {
             None => vec![],
@@ -251,8 +261,37 @@ impl Management {
                 messages: r.messages,
                 unacked: r.messages_unacknowledged,
                 messages_dlx: r.messages_dlx,
+                kind: r.kind,
+                policies: applied(r.policy, r.operator_policy, r.effective_policy_definition),
             })
             .collect())
+    }
+
+    /// The definitions of the vhost's policies and operator policies, by
+    /// name. Reading them may need more than the `monitoring` tag: a
+    /// refusal is an error the caller may ignore (policies are then named
+    /// without telling which of two set a key).
+    pub async fn policy_definitions(&self, vhost: &str) -> Result<PolicyDefinitions> {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            name: String,
+            #[serde(default)]
+            definition: serde_json::Value,
+        }
+        let by_name = |rows: Vec<Row>| {
+            rows.into_iter()
+                .map(|r| {
+                    (
+                        r.name,
+                        as_definition(Some(r.definition)).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        Ok(PolicyDefinitions {
+            policies: by_name(self.list(&["policies", vhost]).await?),
+            operator_policies: by_name(self.list(&["operator-policies", vhost]).await?),
+        })
     }
 
     /// Every binding of the vhost.
@@ -289,6 +328,57 @@ impl Management {
             }),
         }
     }
+}
+
+/// Policy definitions by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyDefinitions {
+    /// Plain policies.
+    pub policies: HashMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// Operator policies.
+    pub operator_policies: HashMap<String, serde_json::Map<String, serde_json::Value>>,
+}
+
+impl PolicyDefinitions {
+    /// Fills in the definitions of the policies `applied` names.
+    pub fn complete(&self, applied: &mut AppliedPolicies) {
+        if let Some(p) = &applied.policy {
+            applied.policy_definition = self.policies.get(p).cloned();
+        }
+        if let Some(o) = &applied.operator_policy {
+            applied.operator_definition = self.operator_policies.get(o).cloned();
+        }
+    }
+}
+
+/// A definition as the API prints it: an object, or `[]` for an empty one
+/// (an empty Erlang list); `None` for anything else (`null`: not reported
+/// yet).
+fn as_definition(
+    v: Option<serde_json::Value>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match v? {
+        serde_json::Value::Object(m) => Some(m),
+        serde_json::Value::Array(a) if a.is_empty() => Some(serde_json::Map::new()),
+        _ => None,
+    }
+}
+
+/// The policies of a queue row; `None` while the statistics have not
+/// reported them.
+fn applied(
+    policy: Option<String>,
+    operator_policy: Option<String>,
+    effective: Option<serde_json::Value>,
+) -> Option<AppliedPolicies> {
+    let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    Some(AppliedPolicies {
+        policy: nonempty(policy),
+        operator_policy: nonempty(operator_policy),
+        effective: as_definition(effective)?,
+        policy_definition: None,
+        operator_definition: None,
+    })
 }
 
 fn without_url(e: &reqwest::Error) -> String {

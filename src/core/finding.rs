@@ -1,5 +1,6 @@
 //! What a provision or a check found about one object.
 
+use crate::core::policy::PolicyKind;
 use crate::core::topology::plan::BindingSpec;
 
 /// What kind of object a finding is about.
@@ -70,6 +71,45 @@ pub enum Finding {
         #[serde(skip_serializing_if = "Option::is_none")]
         messages: Option<u64>,
     },
+    /// A policy or operator policy makes the queue differ from the
+    /// topology (see [`crate::core::policy`]).
+    PolicyOverrides {
+        /// Object kind (a queue).
+        object: ObjectKind,
+        /// Object name.
+        name: String,
+        /// Which kind of policy set the key.
+        policy_kind: PolicyKind,
+        /// The policy's name.
+        policy: String,
+        /// The policy key (`message-ttl`, `overflow`, ...).
+        key: String,
+        /// What the queue ends up with.
+        effective: String,
+        /// What the topology wants (`none`: no such argument).
+        wanted: String,
+        /// A note on the effect (empty when there is none).
+        #[serde(skip_serializing_if = "String::is_empty")]
+        note: String,
+    },
+    /// A policy key that applies to the queue but changes nothing the
+    /// topology relies on (information, not a difference).
+    PolicyInfo {
+        /// Object kind (a queue).
+        object: ObjectKind,
+        /// Object name.
+        name: String,
+        /// Which kind of policy set the key.
+        policy_kind: PolicyKind,
+        /// The policy's name.
+        policy: String,
+        /// The policy key.
+        key: String,
+        /// Its value, as JSON.
+        value: String,
+        /// Why it changes nothing.
+        note: String,
+    },
     /// The broker refused the operation for another reason (permissions...).
     Failed {
         /// Object kind.
@@ -87,9 +127,17 @@ pub enum Finding {
 
 impl Finding {
     /// True for findings that mean "the broker is not as wanted" (not
-    /// merely unverified).
+    /// merely unverified, nor information).
     pub fn is_difference(&self) -> bool {
-        !matches!(self, Finding::Unverified { .. })
+        !matches!(
+            self,
+            Finding::Unverified { .. } | Finding::PolicyInfo { .. }
+        )
+    }
+
+    /// True for information that is neither a difference nor unverified.
+    pub fn is_info(&self) -> bool {
+        matches!(self, Finding::PolicyInfo { .. })
     }
 }
 
@@ -126,6 +174,41 @@ impl std::fmt::Display for Finding {
                     None => Ok(()),
                 }
             }
+            Finding::PolicyOverrides {
+                object,
+                name,
+                policy_kind,
+                policy,
+                key,
+                effective,
+                wanted,
+                note,
+            } => {
+                write!(
+                    f,
+                    "{} {name}: {} `{policy}` overrides {key}: effective {effective}, wanted {wanted}",
+                    object.as_str(),
+                    policy_kind.as_str()
+                )?;
+                if !note.is_empty() {
+                    write!(f, " ({note})")?;
+                }
+                Ok(())
+            }
+            Finding::PolicyInfo {
+                object,
+                name,
+                policy_kind,
+                policy,
+                key,
+                value,
+                note,
+            } => write!(
+                f,
+                "info: {} {name}: {} `{policy}` sets {key} = {value} ({note})",
+                object.as_str(),
+                policy_kind.as_str()
+            ),
             Finding::Failed {
                 object,
                 name,

@@ -18,6 +18,9 @@ pub const DRIFT_TITLE: &str = "dlqctl drift";
 /// The title of an annotation for something that could not be checked.
 pub const UNVERIFIED_TITLE: &str = "dlqctl unverified";
 
+/// The title of an annotation for a policy key listed as information.
+pub const POLICY_INFO_TITLE: &str = "dlqctl policy";
+
 /// How GitHub shows an annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -25,6 +28,8 @@ pub enum Level {
     Error,
     /// `::warning`.
     Warning,
+    /// `::notice`.
+    Notice,
 }
 
 impl Level {
@@ -33,6 +38,7 @@ impl Level {
         match self {
             Level::Error => "error",
             Level::Warning => "warning",
+            Level::Notice => "notice",
         }
     }
 }
@@ -193,14 +199,17 @@ fn object_of(f: &Finding) -> (ObjectKind, &str) {
         | Finding::Differs { object, name, .. }
         | Finding::Unverified { object, name, .. }
         | Finding::NotInTopology { object, name, .. }
+        | Finding::PolicyOverrides { object, name, .. }
+        | Finding::PolicyInfo { object, name, .. }
         | Finding::Failed { object, name, .. } => (*object, name),
     }
 }
 
 /// Every finding as a workflow command, one per line, in order: a
-/// difference (missing, differing, not in the topology, refused) as an
-/// `::error` titled [`DRIFT_TITLE`], an unverified object as a `::warning`
-/// titled [`UNVERIFIED_TITLE`]. `file` is the topology file as the user
+/// difference (missing, differing, overridden by a policy, not in the
+/// topology, refused) as an `::error` titled [`DRIFT_TITLE`], an unverified
+/// object as a `::warning` titled [`UNVERIFIED_TITLE`], a policy key that
+/// changes nothing as a `::notice` titled [`POLICY_INFO_TITLE`]. `file` is the topology file as the user
 /// named it; each line points at the pipeline the object belongs to
 /// ([`PipelineLines::line_of`]).
 pub fn annotations(file: &str, findings: &[Finding], lines: &PipelineLines<'_>) -> String {
@@ -208,6 +217,8 @@ pub fn annotations(file: &str, findings: &[Finding], lines: &PipelineLines<'_>) 
     for f in findings {
         let (level, title) = if f.is_difference() {
             (Level::Error, DRIFT_TITLE)
+        } else if f.is_info() {
+            (Level::Notice, POLICY_INFO_TITLE)
         } else {
             (Level::Warning, UNVERIFIED_TITLE)
         };
@@ -387,6 +398,40 @@ pipelines:
 "
             );
             assert_eq!(annotations("t.yaml", &[], l), "");
+        });
+    }
+
+    #[test]
+    fn policy_overrides_are_errors_and_policy_information_a_notice() {
+        use crate::core::policy::PolicyKind;
+        with_lines(|l| {
+            let findings = vec![
+                Finding::PolicyOverrides {
+                    object: ObjectKind::Queue,
+                    name: "orders.failed".into(),
+                    policy_kind: PolicyKind::OperatorPolicy,
+                    policy: "cap".into(),
+                    key: "message-ttl".into(),
+                    effective: "1000".into(),
+                    wanted: "1209600000".into(),
+                    note: String::new(),
+                },
+                Finding::PolicyInfo {
+                    object: ObjectKind::Queue,
+                    name: "mail".into(),
+                    policy_kind: PolicyKind::Policy,
+                    policy: "ll".into(),
+                    key: "queue-leader-locator".into(),
+                    value: "\"balanced\"".into(),
+                    note: "changes nothing the topology relies on".into(),
+                },
+            ];
+            assert_eq!(
+                annotations("t.yaml", &findings, l),
+                "::error file=t.yaml,line=5,title=dlqctl drift::queue orders.failed: operator policy `cap` overrides message-ttl: effective 1000, wanted 1209600000
+::notice file=t.yaml,line=9,title=dlqctl policy::info: queue mail: policy `ll` sets queue-leader-locator = \"balanced\" (changes nothing the topology relies on)
+"
+            );
         });
     }
 }

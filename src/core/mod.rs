@@ -2,8 +2,8 @@
 //! plan, the reading of the broker's refusals, attempts, decisions, jitter
 //! and the properties of copies; for the DLQ commands, the description and
 //! grouping of a dead-lettered message, the selectors, the rate, the replay
-//! and rotation copies and the export line; the GitHub Actions
-//! annotations of a check's findings.
+//! and rotation copies and the export line; what a policy changes in a
+//! planned queue; the GitHub Actions annotations of a check's findings.
 //!
 //! Nothing here does I/O: no async runtime, no files, no sockets, no clock
 //! and no random numbers (the current time and random draws are
@@ -24,6 +24,7 @@ pub mod history;
 pub mod jsonl;
 pub mod message;
 pub mod outcome;
+pub mod policy;
 pub mod rate;
 pub mod replay;
 pub mod retry;

@@ -32,6 +32,11 @@ pub struct ListedQueue {
     pub unacked: Option<u64>,
     /// Messages a quorum queue holds for its refused dead-letter target.
     pub messages_dlx: Option<u64>,
+    /// The queue type (`classic`, `quorum`, ...), when the broker said.
+    pub kind: Option<String>,
+    /// The policies that apply to it; `None` until the broker's statistics
+    /// report them (a few seconds after the queue is created).
+    pub policies: Option<crate::core::policy::AppliedPolicies>,
 }
 
 /// A binding as the broker lists it (the management API's
@@ -156,6 +161,8 @@ mod tests {
             messages,
             unacked: None,
             messages_dlx: None,
+            kind: None,
+            policies: None,
         }
     }
 

@@ -1,9 +1,11 @@
 //! `dlqctl status`: every pipeline's queues with their depths and
 //! consumers, fresh from AMQP, plus what only the management API knows
-//! (unacked messages, a quorum queue's `messages_dlx`).
+//! (unacked messages, a quorum queue's `messages_dlx`, and the policies
+//! that override what the topology asked for).
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
+use crate::core::finding::Finding;
 use crate::core::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
@@ -85,6 +87,10 @@ pub struct StatusReport {
     /// Why the management API's numbers are unknown, when they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub management_unavailable: Option<String>,
+    /// Policies and operator policies that make a queue differ from the
+    /// topology ([`Finding::PolicyOverrides`]): a DLQ whose retention a
+    /// policy cuts loses dead letters whatever its depth says.
+    pub policy_overrides: Vec<Finding>,
 }
 
 /// A DLQ over the `--max-dlq` threshold.
@@ -188,6 +194,14 @@ pub async fn status(
         },
     };
     let known = management_unavailable.is_none();
+    let policy_overrides = match mgmt {
+        Some(m) if known => crate::ops::provision::policies_of(m, plan, vhost, &stats)
+            .await
+            .into_iter()
+            .filter(|f| matches!(f, Finding::PolicyOverrides { .. }))
+            .collect(),
+        _ => vec![],
+    };
     let queue = |spec: &QueueSpec| -> QueueStatus {
         let name = spec.name.as_str();
         let quorum = spec.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
@@ -250,6 +264,7 @@ pub async fn status(
         pipelines,
         missing_exchanges,
         management_unavailable,
+        policy_overrides,
     })
 }
 
@@ -287,6 +302,7 @@ mod tests {
                 .collect(),
             missing_exchanges: vec![],
             management_unavailable: None,
+            policy_overrides: vec![],
         }
     }
 

@@ -42,7 +42,12 @@ fn judge<'f>(pipeline: &str, findings: &'f [Finding]) -> Result<Vec<&'f Finding>
                 ..
             } => trusted.push(f),
             Finding::Failed { .. } => differs.push(f.to_string()),
-            Finding::Unverified { .. } | Finding::NotInTopology { .. } => {}
+            // The worker's check has no management API: policies are not
+            // read here (`provision --check` and `status` read them).
+            Finding::Unverified { .. }
+            | Finding::NotInTopology { .. }
+            | Finding::PolicyOverrides { .. }
+            | Finding::PolicyInfo { .. } => {}
         }
     }
     if !missing.is_empty() {

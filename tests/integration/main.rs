@@ -16,6 +16,7 @@ mod helpers;
 mod jsonl;
 mod permissions;
 mod poison;
+mod policy_support;
 mod provision;
 mod relay;
 mod secrets;

@@ -948,3 +948,250 @@ async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
     );
     assert!(run.stderr.contains("hint: "), "{}", run.stderr);
 }
+
+// ---------------------------------------------------------------- policies
+
+use crate::policy_support::{Kind, PolicyGuard};
+
+/// Every queue the fixture's file plans.
+fn planned_queues(file: &Path) -> Vec<String> {
+    plan_of(file).queues.into_iter().map(|q| q.name).collect()
+}
+
+/// The quorum queues the fixture's file plans.
+fn planned_quorum_queues(file: &Path) -> Vec<String> {
+    plan_of(file)
+        .queues
+        .into_iter()
+        .filter(|q| q.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into())))
+        .map(|q| q.name)
+        .collect()
+}
+
+fn json_findings(run: &Run) -> Vec<Value> {
+    let doc: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("--json: {e}\n{}", run.output()));
+    doc["findings"].as_array().cloned().unwrap_or_default()
+}
+
+/// The operator policy of issue 28 (`{"message-ttl":1000,"max-length":5}`,
+/// which made a 14-day DLQ lose a message after 3 s): `--check` names it
+/// and each key it overrides, on every queue it cuts, in every format, and
+/// exits 3. A key the queue's own lower argument beats is information.
+#[tokio::test]
+async fn check_names_an_operator_policy_and_each_key_it_overrides() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let op = PolicyGuard::set(
+        &c,
+        Kind::Operator,
+        "cap",
+        "",
+        json!({"message-ttl": 1000, "max-length": 5}),
+    )
+    .await;
+    op.wait_applied(&b, &planned_queues(&file)).await;
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    let name = &op.name;
+    let dlq = c.name("orders-failed");
+    for line in [
+        format!("queue {dlq}: operator policy `{name}` overrides message-ttl: effective 1000, wanted 3600000"),
+        format!("queue {dlq}: operator policy `{name}` overrides max-length: effective 5, wanted 1000"),
+        // The main queue's own x-max-length is higher: the policy's applies.
+        format!("queue {}: operator policy `{name}` overrides max-length: effective 5, wanted 50000", c.name("orders")),
+        // The classic main queue has no limit at all.
+        format!("queue {}: operator policy `{name}` overrides max-length: effective 5, wanted none (the topology leaves this queue unbounded; when full, overflow drop-head drops its oldest messages", c.name("mail")),
+        // A tier's 200 ms TTL is lower than the policy's: it still applies.
+        format!("info: queue {}: operator policy `{name}` sets message-ttl = 1000 (the queue's argument (200) is lower and applies)", c.name("orders.retry.200ms")),
+    ] {
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    assert!(run.stdout.contains("hint: a policy"), "{}", run.stdout);
+
+    let run = provision(&file, &["--check", "--json"]).await;
+    run.assert_code(3);
+    let findings = json_findings(&run);
+    let on_dlq: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["finding"] == "policy_overrides" && f["name"] == json!(dlq))
+        .collect();
+    assert_eq!(on_dlq.len(), 2, "{findings:#?}");
+    for f in &on_dlq {
+        assert_eq!(f["policy_kind"], "operator_policy", "{f:#}");
+        assert_eq!(f["policy"], json!(name), "{f:#}");
+    }
+
+    let run = provision(&file, &["--check", "--format", "github"]).await;
+    run.assert_code(3);
+    let error = format!(
+        "title=dlqctl drift::queue {dlq}: operator policy `{name}` overrides message-ttl: effective 1000"
+    );
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("::error ") && l.contains(&error)),
+        "no `{error}` in\n{}",
+        run.stdout
+    );
+
+    // Without the management API the policies cannot be seen: one
+    // unverified line for them all, exit 0 (nothing else differs).
+    let run = provision(
+        &file,
+        &["--check", "--management-url", "http://127.0.0.1:1"],
+    )
+    .await;
+    run.assert_code(0);
+    assert_eq!(
+        run.stdout
+            .matches("unverified queue (policies of the")
+            .count(),
+        1,
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("overrides"), "{}", run.stdout);
+}
+
+/// A plain `{"overflow":"drop-head"}` policy beats the quorum queues'
+/// `x-overflow: reject-publish` (their at-least-once dead-lettering falls
+/// back to at-most-once): exit 3, named on each. On the classic pipeline
+/// the argument (or the default) stands: information.
+#[tokio::test]
+async fn check_fails_on_a_drop_head_overflow_policy() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let p = PolicyGuard::set(&c, Kind::Policy, "dh", "", json!({"overflow": "drop-head"})).await;
+    p.wait_applied(&b, &planned_queues(&file)).await;
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    for q in planned_quorum_queues(&file) {
+        let line = format!(
+            "queue {q}: policy `{}` overrides overflow: effective \"drop-head\", wanted \"reject-publish\"",
+            p.name
+        );
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    let classic = format!(
+        "info: queue {}: policy `{}` sets overflow = \"drop-head\" (what the queue does without it)",
+        c.name("mail"),
+        p.name
+    );
+    assert!(
+        run.stdout.contains(&classic),
+        "no `{classic}` in\n{}",
+        run.stdout
+    );
+}
+
+/// A policy whose keys change nothing the contract relies on is listed as
+/// information and the check passes. (On 3.10 a policy holding
+/// `queue-leader-locator` applies to quorum queues only.)
+#[tokio::test]
+async fn check_lists_a_leader_locator_policy_as_information_and_exits_0() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let p = PolicyGuard::set(
+        &c,
+        Kind::Policy,
+        "ll",
+        "",
+        json!({"queue-leader-locator": "balanced"}),
+    )
+    .await;
+    let quorum = planned_quorum_queues(&file);
+    p.wait_applied(&b, &quorum).await;
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains("matches the topology"),
+        "{}",
+        run.stdout
+    );
+    for q in &quorum {
+        let line = format!(
+            "info: queue {q}: policy `{}` sets queue-leader-locator = \"balanced\" (changes nothing the topology relies on)",
+            p.name
+        );
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    let run = provision(&file, &["--check", "--format", "github"]).await;
+    run.assert_code(0);
+    assert_eq!(
+        run.stdout.matches("::notice ").count(),
+        quorum.len(),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("::error"), "{}", run.stdout);
+    let run = provision(&file, &["--check", "--json"]).await;
+    run.assert_code(0);
+    assert!(
+        json_findings(&run)
+            .iter()
+            .all(|f| f["finding"] == "policy_info"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A `max-length` policy on main queues: the classic one has no limit in
+/// the topology, the quorum one a higher one; both are differences. What
+/// the overflow then does differs by type (README): the quorum queue
+/// refuses publishes (`x-overflow: reject-publish`), the classic one drops
+/// its oldest messages into the DLQ as `maxlen` dead letters.
+#[tokio::test]
+async fn check_fails_on_a_max_length_policy_on_main_queues() {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    provision(&file, &[]).await.assert_code(0);
+    let p = PolicyGuard::set(
+        &c,
+        Kind::Policy,
+        "ml",
+        "(orders|mail)$",
+        json!({"max-length": 100}),
+    )
+    .await;
+    p.wait_applied(&b, &[c.name("orders"), c.name("mail")])
+        .await;
+
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(3);
+    for line in [
+        format!(
+            "queue {}: policy `{}` overrides max-length: effective 100, wanted 50000",
+            c.name("orders"),
+            p.name
+        ),
+        format!(
+            "queue {}: policy `{}` overrides max-length: effective 100, wanted none (the topology leaves this queue unbounded; when full, overflow drop-head drops its oldest messages (dead-lettered as `maxlen` where it has a dead-letter exchange))",
+            c.name("mail"),
+            p.name
+        ),
+    ] {
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    // The pattern is anchored: no other queue of the file is named.
+    assert_eq!(
+        run.stdout.matches(" overrides ").count(),
+        2,
+        "{}",
+        run.stdout
+    );
+}

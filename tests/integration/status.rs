@@ -203,3 +203,53 @@ async fn a_message_held_for_a_full_dlq_shows_as_held_for_dlx() {
     let run = status(&file, &[]).await;
     assert!(run.stdout.contains("HELD-FOR-DLX"), "{}", run.stdout);
 }
+
+/// Issue 30, item 7: a policy `{"message-ttl":2000,"max-length":3,
+/// "overflow":"drop-head"}` on the DLQ drops dead letters while the DLQ's
+/// depth stays under any threshold. `status` names the policy and each key
+/// it overrides, and exits 3 even under `--max-dlq 0`.
+#[tokio::test]
+async fn a_policy_that_drops_dead_letters_fails_status() {
+    use crate::policy_support::{Kind, PolicyGuard};
+    let (b, c, _s, pipe, file) = fixture().await;
+    status(&file, &["--max-dlq", "0"]).await.assert_code(0);
+    let dlq_pattern = "orders\\.dlq$";
+    let p = PolicyGuard::set(
+        &c,
+        Kind::Policy,
+        "drops",
+        dlq_pattern,
+        serde_json::json!({"message-ttl": 2000, "max-length": 3, "overflow": "drop-head"}),
+    )
+    .await;
+    p.wait_applied(&b, &[pipe.dlq()]).await;
+
+    let run = status(&file, &["--max-dlq", "0"]).await;
+    run.assert_code(3);
+    let dlq = pipe.dlq();
+    // The DLQ has no overflow argument: drop-head is what a quorum queue
+    // does anyway, so the limit is the override, and its note says that
+    // it drops.
+    for key in [
+        "message-ttl: effective 2000",
+        "max-length: effective 3, wanted none (the topology leaves this queue unbounded; when full, overflow drop-head drops its oldest messages",
+    ] {
+        let line = format!("POLICY queue {dlq}: policy `{}` overrides {key}", p.name);
+        assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
+    }
+    // Only the DLQ is named.
+    assert_eq!(run.stdout.matches("POLICY ").count(), 2, "{}", run.stdout);
+
+    let run = status(&file, &["--json"]).await;
+    run.assert_code(3);
+    let doc = json(&run);
+    assert_eq!(doc["status"], "policy_overrides", "{doc:#}");
+    let overrides = doc["policy_overrides"].as_array().expect("a list");
+    assert_eq!(overrides.len(), 2, "{doc:#}");
+    assert!(
+        overrides
+            .iter()
+            .all(|f| f["name"] == dlq.as_str() && f["policy"] == p.name.as_str()),
+        "{doc:#}"
+    );
+}

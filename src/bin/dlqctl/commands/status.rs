@@ -7,8 +7,8 @@ use crate::output;
 use anyhow::Result;
 use dlqctl::core::topology::plan;
 
-/// Reads every queue of the file; exit 3 on a missing object or a DLQ over
-/// `--max-dlq`.
+/// Reads every queue of the file; exit 3 on a missing object, a DLQ over
+/// `--max-dlq`, or a policy that overrides what the topology asked for.
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load(&a.file)?;
     let p = plan(&t);
@@ -28,7 +28,7 @@ pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let report = result?;
     let missing = report.missing();
     let over = a.max_dlq.map(|n| report.dlqs_over(n)).unwrap_or_default();
-    let outcome = if missing.is_empty() && over.is_empty() {
+    let outcome = if missing.is_empty() && over.is_empty() && report.policy_overrides.is_empty() {
         Outcome::Success
     } else {
         Outcome::Difference

@@ -20,8 +20,10 @@ pub fn report_json(report: &Report, status: &str) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
-/// `status --json`: the report, what is missing and what is over the
-/// threshold; `status` is `ok`, `missing` or `over_threshold`.
+/// `status --json`: the report, what is missing, what is over the
+/// threshold and the policies that override the topology; `status` is
+/// `ok`, `missing`, `over_threshold` or `policy_overrides` (the first that
+/// applies).
 pub fn status_json(
     report: &StatusReport,
     missing: &[String],
@@ -32,6 +34,8 @@ pub fn status_json(
         "missing"
     } else if !over.is_empty() {
         "over_threshold"
+    } else if !report.policy_overrides.is_empty() {
+        "policy_overrides"
     } else {
         "ok"
     };
@@ -43,6 +47,7 @@ pub fn status_json(
         "pipelines": report.pipelines,
         "missing_exchanges": report.missing_exchanges,
         "management_unavailable": report.management_unavailable,
+        "policy_overrides": report.policy_overrides,
     });
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }

@@ -92,12 +92,20 @@ pub fn check_text(file: &str, report: &Report) -> String {
 /// or a line ending in a newline).
 pub fn check_headline(file: &str, report: &Report) -> (String, String) {
     let differences = report.findings.iter().filter(|f| f.is_difference()).count();
-    let unverified = report.findings.len() - differences;
+    let info = report.findings.iter().filter(|f| f.is_info()).count();
+    let unverified = report.findings.len() - differences - info;
     let headline = if differences > 0 {
         format!("{file}: the broker differs from the topology ({differences} finding(s)):")
     } else if unverified > 0 {
         format!(
             "{file}: no difference in the {} objects checked in {:.2}s, but {unverified} could not be verified:",
+            report.ok,
+            report.elapsed.as_secs_f64()
+        )
+    } else if info > 0 {
+        format!(
+            "{file}: the broker matches the topology ({} objects checked in {:.2}s); \
+             policies set {info} key(s) that change nothing it relies on:",
             report.ok,
             report.elapsed.as_secs_f64()
         )
@@ -108,17 +116,29 @@ pub fn check_headline(file: &str, report: &Report) -> (String, String) {
             report.elapsed.as_secs_f64()
         )
     };
-    let hint = if report
+    let mut hint = String::new();
+    if report
         .findings
         .iter()
         .any(|f| matches!(f, Finding::NotInTopology { .. }))
     {
-        format!("{RETIRE_HINT}\n")
-    } else {
-        String::new()
-    };
+        hint += &format!("{RETIRE_HINT}\n");
+    }
+    if report
+        .findings
+        .iter()
+        .any(|f| matches!(f, Finding::PolicyOverrides { .. }))
+    {
+        hint += &format!("{POLICY_HINT}\n");
+    }
     (headline, hint)
 }
+
+/// The hint printed after policies that override the topology.
+pub const POLICY_HINT: &str =
+    "hint: a policy or operator policy changes these queues whatever their arguments say. Narrow the \
+policy's pattern so that it does not match them, or change it (`rabbitmqctl list_policies`, \
+`list_operator_policies`); dlqctl never changes policies.";
 
 /// The hint printed after objects the topology no longer describes.
 pub const RETIRE_HINT: &str =
@@ -219,8 +239,17 @@ pub fn status_text(
     }
     if let Some(why) = &report.management_unavailable {
         out += &format!(
-            "unacked and held-for-DLX counts are unknown (the management API: {why}); \
+            "unacked and held-for-DLX counts and policies are unknown (the management API: {why}); \
              --max-dlq counts ready messages only\n"
+        );
+    }
+    for f in &report.policy_overrides {
+        out += &format!("POLICY {f}\n");
+    }
+    if !report.policy_overrides.is_empty() {
+        out += &format!(
+            "{} policy key(s) override the topology: see `dlqctl provision --check`\n",
+            report.policy_overrides.len()
         );
     }
     if !missing.is_empty() {
