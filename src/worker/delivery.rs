@@ -406,11 +406,9 @@ fn record_settlement(counters: &QueueCounters, done: &Settlement) {
             first_attempt: true,
         } => counters.first_attempt_success(),
         Settlement::Retry { delay_ms, .. } => counters.retry_delay(*delay_ms),
-        Settlement::DeadLetter { reason, .. }
-        | Settlement::Nack {
-            reason: Some(reason),
-            ..
-        } => counters.dead_letter(reason.as_str()),
+        Settlement::DeadLetter { reason, .. } | Settlement::Nack { reason, .. } => {
+            counters.dead_letter(reason.as_str())
+        }
         _ => {}
     }
 }
@@ -423,5 +421,79 @@ fn log_error(error: &str) -> std::borrow::Cow<'_, str> {
         tail.into()
     } else {
         format!("…{tail}").into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::BasicProperties;
+
+    fn copy() -> Copy {
+        Copy {
+            exchange: "orders.retry".into(),
+            routing_key: "1s".into(),
+            properties: BasicProperties::default(),
+        }
+    }
+
+    #[test]
+    fn every_dead_letter_is_counted_by_reason() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        let retry = Settlement::Retry {
+            delay_ms: 1000,
+            copy: copy(),
+        };
+        // The broker refuses the retry copy for its size: nacked to the DLX.
+        record_settlement(
+            &q,
+            &retry.after_publish(PublishEnd::TooLarge("too big".into())),
+        );
+        let dead = Settlement::DeadLetter {
+            reason: DeadLetterReason::Permanent,
+            copy: copy(),
+            nack_if_refused: true,
+        };
+        record_settlement(&q, &dead.clone().after_publish(PublishEnd::Nacked));
+        record_settlement(&q, &dead.after_publish(PublishEnd::Confirmed));
+        let text = m.render();
+        for line in [
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter_nack\"} 2",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter\"} 1",
+            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
+            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"permanent\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn abandoned_and_acked_settlements_count_no_dead_letter() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        let retry = Settlement::Retry {
+            delay_ms: 1000,
+            copy: copy(),
+        };
+        record_settlement(&q, &retry.clone().after_publish(PublishEnd::ShuttingDown));
+        record_settlement(&q, &retry.after_publish(PublishEnd::Confirmed));
+        record_settlement(
+            &q,
+            &Settlement::Ack {
+                first_attempt: true,
+            },
+        );
+        let text = m.render();
+        for line in [
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"abandoned\"} 1",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 1",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"ack\"} 1",
+            "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
+            "dlqctl_retry_delay_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("dlqctl_dead_letters_total{"), "{text}");
     }
 }

@@ -151,8 +151,9 @@ pub enum Settlement {
     },
     /// `basic.nack(requeue=false)`: the main queue's DLX moves the message.
     Nack {
-        /// Why it is dead-lettered; none when the worker meant to retry it.
-        reason: Option<DeadLetterReason>,
+        /// Why it is dead-lettered: the planned dead-letter's reason, or
+        /// `too_large` for a retry copy the broker refuses for its size.
+        reason: DeadLetterReason,
         /// Why by nack rather than by a copy.
         cause: NackCause,
     },
@@ -289,7 +290,7 @@ impl Settlement {
     pub fn reason(&self) -> Option<DeadLetterReason> {
         match self {
             Settlement::DeadLetter { reason, .. } => Some(*reason),
-            Settlement::Nack { reason, .. } => *reason,
+            Settlement::Nack { reason, .. } => Some(*reason),
             _ => None,
         }
     }
@@ -297,14 +298,17 @@ impl Settlement {
     /// What is done once the publish of this settlement's copy ended with
     /// `end`: the same settlement when confirmed (then ack); a nack for
     /// the broker's DLX when the DLQ is full (and the settlement asked for
-    /// it) or the broker refuses the copy for its size; else the delivery
+    /// it) or the broker refuses the copy for its size (a retry's copy then
+    /// counts as `too_large`); else the delivery
     /// stays unacked for the broker to requeue. A settlement without a
     /// copy is returned as it is.
     pub fn after_publish(self, end: PublishEnd) -> Settlement {
         if self.copy().is_none() {
             return self;
         }
-        let reason = self.reason();
+        // Only a retry has no reason yet: refused for its size, it is
+        // dead-lettered as `too_large`, like a retry copy over frame_max.
+        let reason = self.reason().unwrap_or(DeadLetterReason::TooLarge);
         match end {
             PublishEnd::Confirmed => self,
             PublishEnd::Nacked if self.nack_if_refused() => Settlement::Nack {
@@ -434,7 +438,7 @@ fn dead_letter(
         // fit, the copy is published instead.
         if properties_size(d.properties) <= retry_budget(d.properties, rules.frame_max) {
             return Settlement::Nack {
-                reason: Some(reason),
+                reason,
                 cause: NackCause::Chosen,
             };
         }

@@ -254,7 +254,7 @@ fn dead_letter_mode_nack_leaves_the_message_to_the_brokers_dlx() {
         assert_eq!(
             plan.settlement,
             Settlement::Nack {
-                reason: Some(reason),
+                reason,
                 cause: NackCause::Chosen
             }
         );
@@ -287,7 +287,7 @@ fn dead_letter_mode_republish_falls_back_to_nack_only_on_quorum() {
     assert_eq!(
         plan.settlement.after_publish(PublishEnd::Nacked),
         Settlement::Nack {
-            reason: Some(DeadLetterReason::Permanent),
+            reason: DeadLetterReason::Permanent,
             cause: NackCause::DlqFull
         }
     );
@@ -316,13 +316,15 @@ fn a_copy_the_broker_refuses_for_its_size_is_nacked_to_the_dlx() {
     assert_eq!(
         dead.after_publish(PublishEnd::TooLarge("max_message_size".into())),
         Settlement::Nack {
-            reason: Some(DeadLetterReason::Permanent),
+            reason: DeadLetterReason::Permanent,
             cause: NackCause::BrokerRefusesSize("max_message_size".into())
         }
     );
+    // A retry copy refused so goes to the DLX too, and says why.
     let retry = c.settle(1, ran(transient())).settlement;
     let done = retry.after_publish(PublishEnd::TooLarge("max_message_size".into()));
     assert_eq!(done.label(), "dead_letter_nack");
+    assert_eq!(done.reason(), Some(DeadLetterReason::TooLarge));
 }
 
 #[test]
@@ -462,7 +464,7 @@ fn labels_are_the_metric_and_log_values() {
         c.settle(1, ran(transient())).settlement,
         c.settle(4, ran(transient())).settlement,
         Settlement::Nack {
-            reason: None,
+            reason: DeadLetterReason::Exhausted,
             cause: NackCause::Chosen,
         },
         c.settle(1, Run::Interrupted).settlement,
