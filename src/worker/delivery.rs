@@ -1,26 +1,23 @@
-//! One delivery: run the handler, then ack, retry or dead-letter.
+//! One delivery, in four steps: prepare the message, run the handler,
+//! decide ([`crate::core::retry::settle`], pure), and carry the
+//! [`Settlement`] out: ack, publish a copy then ack, or nack.
 
-use super::{DeadLetterMode, Shared, WorkerConfig};
+use super::{Shared, WorkerConfig};
 use crate::amqp::connection::describe_lapin_error;
 use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::backoff::Backoff;
-use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
-use crate::core::retry::fit::{
-    fit_dead_letter_copy, fit_retry_copy, properties_size, retry_budget,
-};
 use crate::core::retry::{
-    count_attempt, dead_letter_copy, decide, headers_to_json, jitter_expiration,
-    original_exchange_and_key, retry_copy, CopyContext, DeadLetterReason, Decision,
+    count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
+    Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
 };
 use crate::core::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
-use crate::core::topology::QueueType;
 use crate::handler::{Handler, HandlerMessage, NotUtf8};
-use crate::worker::metrics::Metrics;
+use crate::worker::metrics::{Metrics, QueueCounters};
 use futures_util::FutureExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
-use lapin::{BasicProperties, Channel};
+use lapin::Channel;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,17 +38,30 @@ pub(super) struct DeliveryTask<H: Handler> {
     pub(super) lost: CancellationToken,
 }
 
-/// What became of a copy after retries.
-enum Published {
-    /// Confirmed.
-    Done,
-    /// A quorum pipeline's DLQ refused it: fall back to nack(requeue=false).
-    FallBackToNack,
-    /// The delivery's channel is gone or we are stopping: the original
-    /// returns to the queue by itself.
-    Abandoned,
-    /// The broker refuses the copy for its size: no retry can pass.
-    TooLarge(String),
+impl<H: Handler> Clone for DeliveryTask<H> {
+    fn clone(&self) -> Self {
+        DeliveryTask {
+            cfg: self.cfg.clone(),
+            handler: self.handler.clone(),
+            metrics: self.metrics.clone(),
+            shared: self.shared.clone(),
+            publisher: self.publisher.clone(),
+            consume: self.consume.clone(),
+            user: self.user.clone(),
+            shutdown: self.shutdown.clone(),
+            lost: self.lost.clone(),
+        }
+    }
+}
+
+/// A delivery made ready for its handler (step 1).
+struct Prepared {
+    /// This run's number, 1 for the first.
+    attempt: u32,
+    /// The message id as a log shows it.
+    message_id: Option<String>,
+    /// What the handler gets; none when the attempts are already used up.
+    msg: Option<HandlerMessage>,
 }
 
 /// Non-UTF-8 short strings named in one log line, at most.
@@ -78,6 +88,37 @@ fn now_unix_ms() -> u64 {
 
 impl<H: Handler> DeliveryTask<H> {
     pub(super) async fn process(self, d: Delivery) {
+        let prepared = self.prepare(&d);
+        let run = self.run_handler(&prepared).await;
+        let rules = Rules {
+            pipeline: &self.cfg.pipeline,
+            dead_letter: self.cfg.dead_letter,
+            frame_max: self.publisher.frame_max(),
+            connection_user: &self.user,
+        };
+        let delivered = Delivered {
+            properties: &d.properties,
+            exchange: d.exchange.as_str(),
+            routing_key: d.routing_key.as_str(),
+            attempt: prepared.attempt,
+        };
+        let plan = settle(
+            &rules,
+            &delivered,
+            &run,
+            now_unix_ms(),
+            rand::random::<f64>(),
+        );
+        for note in &plan.notes {
+            self.log_note(note, &prepared, rules.frame_max);
+        }
+        let planned = plan.settlement.clone();
+        let done = self.carry_out(&d, plan.settlement, &prepared).await;
+        self.record(&prepared, &run, &planned, &done);
+    }
+
+    /// Step 1: counts the attempt and builds what the handler gets.
+    fn prepare(&self, d: &Delivery) -> Prepared {
         let p = &self.cfg.pipeline;
         let headers = d.properties.headers().as_ref();
         let count = count_attempt(headers, &self.shared.retry_queues);
@@ -85,8 +126,6 @@ impl<H: Handler> DeliveryTask<H> {
             self.shared.warn_once(w);
         }
         let attempt = count.attempt;
-        let (orig_exchange, orig_key) =
-            original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
         // Short strings are bytes on the wire, not necessarily UTF-8: the
         // handler gets text or base64, the log says which, copies keep the
         // bytes (see core::shortstr).
@@ -109,236 +148,179 @@ impl<H: Handler> DeliveryTask<H> {
                 not_utf8.join(", ")
             );
         }
+        // A message that arrives with its runs already used up is not run
+        // again (step 3 dead-letters it).
+        let msg = (attempt <= p.retry.max_attempts).then(|| self.handler_message(d, attempt));
+        Prepared {
+            attempt,
+            message_id,
+            msg,
+        }
+    }
 
-        // A message that arrives with its runs already used up (max_attempts
-        // was lowered, or another tool counted them) is not run again.
-        let (outcome, ran) = if attempt > p.retry.max_attempts {
-            (
-                Outcome::transient(format!(
-                    "attempts already used up ({} of {}) when delivered",
-                    attempt - 1,
-                    p.retry.max_attempts
-                )),
-                false,
-            )
-        } else {
-            let (message_id_text, message_id_bytes) =
-                text_or_bytes(d.properties.message_id().as_ref().map(|m| m.as_str()));
-            let (content_type, content_type_bytes) =
-                text_or_bytes(d.properties.content_type().as_ref().map(|c| c.as_str()));
-            let (exchange, exchange_bytes) = text_or_bytes(Some(&orig_exchange));
-            let (routing_key, routing_key_bytes) = text_or_bytes(Some(&orig_key));
-            let msg = HandlerMessage {
-                body: d.data.clone(),
-                queue: p.name.clone(),
-                message_id: message_id_text,
-                content_type,
-                attempt,
-                max_attempts: p.retry.max_attempts,
-                exchange: exchange.unwrap_or_default(),
-                routing_key: routing_key.unwrap_or_default(),
-                headers: headers_to_json(headers),
-                not_utf8: NotUtf8 {
-                    message_id: message_id_bytes,
-                    content_type: content_type_bytes,
-                    exchange: exchange_bytes,
-                    routing_key: routing_key_bytes,
-                },
-            };
-            self.metrics.in_flight.inc();
-            let t0 = Instant::now();
-            let run = AssertUnwindSafe(self.handler.handle(&msg)).catch_unwind();
-            let outcome = tokio::select! {
-                o = run => o.unwrap_or_else(|panic| {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    Outcome::transient(format!("the handler panicked: {what}"))
-                }),
-                _ = self.lost.cancelled() => {
-                    self.metrics.in_flight.dec();
-                    debug!(queue = %p.name, "connection lost during the handler run; its message is redelivered");
-                    return;
+    fn handler_message(&self, d: &Delivery, attempt: u32) -> HandlerMessage {
+        let p = &self.cfg.pipeline;
+        let headers = d.properties.headers().as_ref();
+        let (orig_exchange, orig_key) =
+            original_exchange_and_key(headers, d.exchange.as_str(), d.routing_key.as_str());
+        let (message_id, message_id_bytes) =
+            text_or_bytes(d.properties.message_id().as_ref().map(|m| m.as_str()));
+        let (content_type, content_type_bytes) =
+            text_or_bytes(d.properties.content_type().as_ref().map(|c| c.as_str()));
+        let (exchange, exchange_bytes) = text_or_bytes(Some(&orig_exchange));
+        let (routing_key, routing_key_bytes) = text_or_bytes(Some(&orig_key));
+        HandlerMessage {
+            body: d.data.clone(),
+            queue: p.name.clone(),
+            message_id,
+            content_type,
+            attempt,
+            max_attempts: p.retry.max_attempts,
+            exchange: exchange.unwrap_or_default(),
+            routing_key: routing_key.unwrap_or_default(),
+            headers: headers_to_json(headers),
+            not_utf8: NotUtf8 {
+                message_id: message_id_bytes,
+                content_type: content_type_bytes,
+                exchange: exchange_bytes,
+                routing_key: routing_key_bytes,
+            },
+        }
+    }
+
+    /// Step 2: runs the handler, a panic counted as a transient failure,
+    /// and feeds the breaker. Interrupted when the connection is lost
+    /// meanwhile.
+    async fn run_handler(&self, prepared: &Prepared) -> Run {
+        let p = &self.cfg.pipeline;
+        let Some(msg) = &prepared.msg else {
+            return Run::spent(prepared.attempt, p.retry.max_attempts);
+        };
+        self.metrics.in_flight.inc();
+        let t0 = Instant::now();
+        let run = AssertUnwindSafe(self.handler.handle(msg)).catch_unwind();
+        let outcome = tokio::select! {
+            o = run => o.unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Outcome::transient(format!("the handler panicked: {what}"))
+            }),
+            _ = self.lost.cancelled() => {
+                self.metrics.in_flight.dec();
+                return Run::Interrupted;
+            }
+        };
+        self.metrics
+            .handler_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        self.metrics.in_flight.dec();
+        self.shared.counters.outcome(outcome.label());
+        if let Some(b) = &self.shared.breaker {
+            let transient = matches!(outcome, Outcome::Transient { .. });
+            if let Ok(mut b) = b.lock() {
+                if b.record(self.shared.now_ms(), transient) {
+                    warn!(queue = %p.name, "circuit breaker open: pausing consumption");
                 }
-            };
-            self.metrics
-                .handler_seconds
-                .observe(t0.elapsed().as_secs_f64());
-            self.metrics.in_flight.dec();
-            self.shared.counters.outcome(outcome.label());
-            if let Some(b) = &self.shared.breaker {
-                let transient = matches!(outcome, Outcome::Transient { .. });
-                if let Ok(mut b) = b.lock() {
-                    if b.record(self.shared.now_ms(), transient) {
-                        warn!(queue = %p.name, "circuit breaker open: pausing consumption");
+            }
+        }
+        Run::Ran(outcome)
+    }
+
+    /// Step 4: carries `s` out and returns what was done: `s` itself, or
+    /// what [`Settlement::after_publish`] says when its copy could not be
+    /// published.
+    async fn carry_out(&self, d: &Delivery, s: Settlement, prepared: &Prepared) -> Settlement {
+        let s = match s.copy() {
+            Some(copy) => {
+                let end = self
+                    .publish_until_confirmed(copy, d, s.nack_if_refused())
+                    .await;
+                s.after_publish(end)
+            }
+            None => s,
+        };
+        let queue = &self.cfg.pipeline.name;
+        let message_id = prepared.message_id.as_deref().unwrap_or("");
+        match &s {
+            // A copy, if any, is confirmed.
+            Settlement::Ack { .. } | Settlement::Retry { .. } | Settlement::DeadLetter { .. } => {
+                self.ack(d).await
+            }
+            Settlement::Nack { cause, .. } => {
+                match cause {
+                    NackCause::Chosen => {}
+                    NackCause::DlqFull => warn!(queue = %queue, message_id,
+                        "the DLQ refused the copy; nacking so the broker holds the message for its DLX until the DLQ has room"),
+                    NackCause::BrokerRefusesSize(why) => {
+                        warn!(queue = %queue, refusal = why.as_str(),
+                        "the broker refuses copies of this message for its size; nacking it so the broker dead-letters it (x-death records it, without dlqctl's error history)")
                     }
                 }
+                self.nack_to_dlx(d).await
             }
-            (outcome, true)
+            // Nothing to do: the broker requeues an unacked delivery when
+            // its channel closes.
+            Settlement::Requeue { cause } => match cause {
+                RequeueCause::LostDuringRun => debug!(queue = %queue, message_id,
+                    "connection lost during the handler run; its message is redelivered"),
+                RequeueCause::ChannelClosed => info!(queue = %queue, message_id,
+                    "the channel closed before the copy was confirmed; the message is redelivered"),
+                RequeueCause::ShuttingDown => info!(queue = %queue, message_id,
+                    "stopping before the copy was confirmed; the message returns to the queue"),
+            },
+        }
+        s
+    }
+
+    /// Counts `done` and logs the "message handled" line, with the tier
+    /// and reason of what was `planned` (a copy abandoned still says what
+    /// it was for). A run the lost connection interrupted has no outcome:
+    /// [`Self::carry_out`] said so, and nothing is counted.
+    fn record(&self, prepared: &Prepared, run: &Run, planned: &Settlement, done: &Settlement) {
+        let Some(outcome) = run.outcome() else {
+            return;
         };
-        let mut decision = if ran {
-            decide(&p.retry, attempt, &outcome)
-        } else {
-            Decision::DeadLetter {
-                reason: DeadLetterReason::Exhausted,
-            }
-        };
-        let error = match &outcome {
+        record_settlement(&self.shared.counters, done);
+        let p = &self.cfg.pipeline;
+        let error = match outcome {
             Outcome::Success => "",
             Outcome::Transient { error, .. } | Outcome::Permanent { error } => error.as_str(),
         };
-        let ctx = CopyContext {
-            attempt: if ran { attempt } else { attempt - 1 },
-            error,
-            now_unix_ms: now_unix_ms(),
-            delivery_exchange: d.exchange.as_str(),
-            delivery_routing_key: d.routing_key.as_str(),
-            connection_user: &self.user,
-        };
-        // Every copy must fit the connection's frame_max, a retry copy with
-        // room for what the broker adds when its tier dead-letters it
-        // (core::retry::fit); one that cannot is dead-lettered instead.
-        let frame_max = self.publisher.frame_max();
-        let mut retry_props = None;
-        if let Decision::Retry { delay_ms } = decision {
-            let expiration = jitter_expiration(delay_ms, p.retry.jitter, rand::random::<f64>());
-            match fit_retry_copy(retry_copy(&d.properties, &ctx, expiration), frame_max) {
-                Ok((props, trimmed)) => {
-                    if trimmed.any() {
-                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
-                            "the retry copy was trimmed to fit frame_max with room for the broker's x-death: {}",
-                            trimmed.describe());
-                    }
-                    retry_props = Some(props);
-                }
-                Err(too_large) => {
-                    warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
-                        "the retry copy does not fit frame_max: its properties take {} bytes even without dlqctl's error history and last error, and at most {} leave room for what the broker adds when the retry queue dead-letters it; dead-lettering the message as {} instead",
-                        too_large.size, too_large.budget, DeadLetterReason::TooLarge);
-                    decision = Decision::DeadLetter {
-                        reason: DeadLetterReason::TooLarge,
-                    };
-                }
-            }
-        }
-        // `--dead-letter nack` lets the broker add x-death to the original:
-        // when that would not fit, the copy is published instead.
-        let nack_fits = properties_size(&d.properties) <= retry_budget(&d.properties, frame_max);
-        let label = match decision {
-            Decision::Ack => {
-                self.ack(&d).await;
-                "ack"
-            }
-            Decision::Retry { delay_ms } => {
-                let Some(props) = retry_props.take() else {
-                    // Unreachable: set above for every retry.
-                    return;
-                };
-                match self
-                    .publish_until_confirmed(
-                        &p.retry_exchange(),
-                        &tier_name(delay_ms),
-                        &d,
-                        props,
-                        false,
-                    )
-                    .await
-                {
-                    Published::Done => {
-                        self.ack(&d).await;
-                        "retry"
-                    }
-                    Published::TooLarge(why) => {
-                        self.nack_too_large(&d, &why).await;
-                        "dead_letter_nack"
-                    }
-                    _ => "abandoned",
-                }
-            }
-            Decision::DeadLetter { reason } => match self.cfg.dead_letter {
-                DeadLetterMode::Nack if nack_fits => {
-                    self.nack_to_dlx(&d).await;
-                    "dead_letter_nack"
-                }
-                mode => {
-                    if mode == DeadLetterMode::Nack {
-                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
-                            "the message is too large for the broker to add x-death within frame_max; publishing a copy to the DLX instead of nacking");
-                    }
-                    let props = dead_letter_copy(&d.properties, &ctx, reason, &p.name, ran);
-                    let (props, trimmed, fits) = fit_dead_letter_copy(props, frame_max);
-                    if trimmed.any() {
-                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
-                            "the DLQ copy was trimmed to fit frame_max: {}", trimmed.describe());
-                    }
-                    if let Err(too_large) = fits {
-                        warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""), frame_max,
-                            "the message's own properties take {} bytes, more than the {} that leave room for the delivery count a quorum DLQ adds; the DLQ copy is published as it is and may not be readable from a quorum DLQ",
-                            too_large.size, too_large.budget);
-                    }
-                    let quorum = p.queue_type == QueueType::Quorum;
-                    match self
-                        .publish_until_confirmed(
-                            &p.dead_letter_exchange(),
-                            &p.name,
-                            &d,
-                            props,
-                            quorum,
-                        )
-                        .await
-                    {
-                        Published::Done => {
-                            self.ack(&d).await;
-                            "dead_letter"
-                        }
-                        Published::FallBackToNack => {
-                            warn!(queue = %p.name, message_id = message_id.as_deref().unwrap_or(""),
-                                "the DLQ refused the copy; nacking so the broker holds the message for its DLX until the DLQ has room");
-                            self.nack_to_dlx(&d).await;
-                            "dead_letter_nack"
-                        }
-                        Published::TooLarge(why) => {
-                            self.nack_too_large(&d, &why).await;
-                            "dead_letter_nack"
-                        }
-                        Published::Abandoned => "abandoned",
-                    }
-                }
-            },
-        };
-        self.shared.counters.decision(label);
-        match (decision, label) {
-            (Decision::Ack, "ack") if ran && attempt == 1 => {
-                self.shared.counters.first_attempt_success()
-            }
-            (Decision::Retry { delay_ms }, "retry") => self.shared.counters.retry_delay(delay_ms),
-            (Decision::DeadLetter { reason }, "dead_letter" | "dead_letter_nack") => {
-                self.shared.counters.dead_letter(reason.as_str())
-            }
-            _ => {}
-        }
-        let tier = match decision {
-            Decision::Retry { delay_ms } => tier_name(delay_ms),
-            _ => String::new(),
-        };
-        let reason = match decision {
-            Decision::DeadLetter { reason } => reason.as_str(),
-            _ => "",
-        };
         info!(
             queue = %p.name,
-            message_id = message_id.as_deref().unwrap_or(""),
-            attempt,
+            message_id = prepared.message_id.as_deref().unwrap_or(""),
+            attempt = prepared.attempt,
             max_attempts = p.retry.max_attempts,
             outcome = outcome.label(),
-            decision = label,
-            tier = %tier,
-            reason,
+            decision = done.label(),
+            tier = planned.tier().unwrap_or(""),
+            reason = done.reason().or(planned.reason()).map_or("", DeadLetterReason::as_str),
             error = %log_error(error),
             "message handled"
         );
+    }
+
+    fn log_note(&self, note: &Note, prepared: &Prepared, frame_max: u32) {
+        let queue = &self.cfg.pipeline.name;
+        let message_id = prepared.message_id.as_deref().unwrap_or("");
+        match note {
+            Note::RetryTrimmed(trimmed) => warn!(queue = %queue, message_id, frame_max,
+                "the retry copy was trimmed to fit frame_max with room for the broker's x-death: {}",
+                trimmed.describe()),
+            Note::RetryTooLarge(too_large) => warn!(queue = %queue, message_id, frame_max,
+                "the retry copy does not fit frame_max: its properties take {} bytes even without dlqctl's error history and last error, and at most {} leave room for what the broker adds when the retry queue dead-letters it; dead-lettering the message as {} instead",
+                too_large.size, too_large.budget, DeadLetterReason::TooLarge),
+            Note::NackWouldNotFit => warn!(queue = %queue, message_id, frame_max,
+                "the message is too large for the broker to add x-death within frame_max; publishing a copy to the DLX instead of nacking"),
+            Note::DeadLetterTrimmed(trimmed) => warn!(queue = %queue, message_id, frame_max,
+                "the DLQ copy was trimmed to fit frame_max: {}", trimmed.describe()),
+            Note::DeadLetterUnfit(too_large) => warn!(queue = %queue, message_id, frame_max,
+                "the message's own properties take {} bytes, more than the {} that leave room for the delivery count a quorum DLQ adds; the DLQ copy is published as it is and may not be readable from a quorum DLQ",
+                too_large.size, too_large.budget),
+        }
     }
 
     async fn ack(&self, d: &Delivery) {
@@ -364,37 +346,26 @@ impl<H: Handler> DeliveryTask<H> {
         }
     }
 
-    /// The broker refuses any copy of this message (over its
-    /// `max_message_size`, lowered after the message was queued): nack it
-    /// so that the broker's own dead-lettering, which does not check the
-    /// size, moves it to the DLX. Its error history is not added.
-    async fn nack_too_large(&self, d: &Delivery, why: &str) {
-        warn!(queue = %self.cfg.pipeline.name, refusal = why,
-            "the broker refuses copies of this message for its size; nacking it so the broker dead-letters it (x-death records it, without dlqctl's error history)");
-        self.nack_to_dlx(d).await;
-    }
-
     /// Publishes a copy until the broker confirms it. While it refuses, the
     /// original stays unacked and the worker starts no new handler.
     async fn publish_until_confirmed(
         &self,
-        exchange: &str,
-        routing_key: &str,
+        copy: &Copy,
         d: &Delivery,
-        props: BasicProperties,
-        dlq_fallback: bool,
-    ) -> Published {
+        nack_if_refused: bool,
+    ) -> PublishEnd {
+        let (exchange, routing_key) = (copy.exchange.as_str(), copy.routing_key.as_str());
         let mut backoff = Backoff::new(Duration::from_millis(100), self.cfg.max_publish_backoff);
         let mut refusing = false;
         let result = loop {
             match self
                 .publisher
-                .publish(exchange, routing_key, &d.data, props.clone())
+                .publish(exchange, routing_key, &d.data, copy.properties.clone())
                 .await
             {
-                Ok(()) => break Published::Done,
-                Err(Refusal::Nacked) if dlq_fallback => break Published::FallBackToNack,
-                Err(Refusal::TooLarge(why)) => break Published::TooLarge(why),
+                Ok(()) => break PublishEnd::Confirmed,
+                Err(Refusal::Nacked) if nack_if_refused => break PublishEnd::Nacked,
+                Err(Refusal::TooLarge(why)) => break PublishEnd::TooLarge(why),
                 Err(r) => {
                     self.metrics.publish_refusals.inc();
                     if !refusing {
@@ -408,21 +379,37 @@ impl<H: Handler> DeliveryTask<H> {
                 }
             }
             if !self.consume.status().connected() {
-                break Published::Abandoned;
+                break PublishEnd::ChannelClosed;
             }
             tokio::select! {
-                _ = self.shutdown.cancelled() => break Published::Abandoned,
+                _ = self.shutdown.cancelled() => break PublishEnd::ShuttingDown,
                 _ = tokio::time::sleep(backoff.next_wait()) => {}
             }
         };
         if refusing {
             self.shared.refusing.fetch_sub(1, Ordering::SeqCst);
             self.shared.unblocked.notify_waiters();
-            if matches!(result, Published::Done) {
+            if result == PublishEnd::Confirmed {
                 info!(queue = %self.cfg.pipeline.name, exchange, "the broker accepts copies again");
             }
         }
         result
+    }
+}
+
+/// Counts what was done with a message: its decision, and by kind a
+/// first-attempt success, the retry's delay or the dead-letter's reason.
+fn record_settlement(counters: &QueueCounters, done: &Settlement) {
+    counters.decision(done.label());
+    match done {
+        Settlement::Ack {
+            first_attempt: true,
+        } => counters.first_attempt_success(),
+        Settlement::Retry { delay_ms, .. } => counters.retry_delay(*delay_ms),
+        Settlement::DeadLetter { reason, .. } | Settlement::Nack { reason, .. } => {
+            counters.dead_letter(reason.as_str())
+        }
+        _ => {}
     }
 }
 
@@ -434,5 +421,79 @@ fn log_error(error: &str) -> std::borrow::Cow<'_, str> {
         tail.into()
     } else {
         format!("…{tail}").into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::BasicProperties;
+
+    fn copy() -> Copy {
+        Copy {
+            exchange: "orders.retry".into(),
+            routing_key: "1s".into(),
+            properties: BasicProperties::default(),
+        }
+    }
+
+    #[test]
+    fn every_dead_letter_is_counted_by_reason() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        let retry = Settlement::Retry {
+            delay_ms: 1000,
+            copy: copy(),
+        };
+        // The broker refuses the retry copy for its size: nacked to the DLX.
+        record_settlement(
+            &q,
+            &retry.after_publish(PublishEnd::TooLarge("too big".into())),
+        );
+        let dead = Settlement::DeadLetter {
+            reason: DeadLetterReason::Permanent,
+            copy: copy(),
+            nack_if_refused: true,
+        };
+        record_settlement(&q, &dead.clone().after_publish(PublishEnd::Nacked));
+        record_settlement(&q, &dead.after_publish(PublishEnd::Confirmed));
+        let text = m.render();
+        for line in [
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter_nack\"} 2",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter\"} 1",
+            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
+            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"permanent\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn abandoned_and_acked_settlements_count_no_dead_letter() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        let retry = Settlement::Retry {
+            delay_ms: 1000,
+            copy: copy(),
+        };
+        record_settlement(&q, &retry.clone().after_publish(PublishEnd::ShuttingDown));
+        record_settlement(&q, &retry.after_publish(PublishEnd::Confirmed));
+        record_settlement(
+            &q,
+            &Settlement::Ack {
+                first_attempt: true,
+            },
+        );
+        let text = m.render();
+        for line in [
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"abandoned\"} 1",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 1",
+            "dlqctl_decisions_total{queue=\"orders\",decision=\"ack\"} 1",
+            "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
+            "dlqctl_retry_delay_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("dlqctl_dead_letters_total{"), "{text}");
     }
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics of a worker, in OpenMetrics text.
 
+use crate::core::retry::Settlement;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,7 +14,7 @@ use prometheus_client::registry::Registry;
 pub struct DecisionLabels {
     /// The pipeline.
     pub queue: String,
-    /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`.
+    /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`.
     pub decision: String,
 }
 
@@ -159,14 +160,8 @@ impl Metrics {
     }
 }
 
-/// Decision labels the worker uses.
-pub const DECISIONS: [&str; 5] = [
-    "ack",
-    "retry",
-    "dead_letter",
-    "dead_letter_nack",
-    "abandoned",
-];
+/// Decision labels the worker uses (see [`Settlement::label`]).
+pub const DECISIONS: [&str; 5] = Settlement::LABELS;
 /// Outcome labels.
 pub const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
 

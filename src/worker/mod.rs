@@ -15,6 +15,7 @@ mod delivery;
 pub mod metrics;
 mod verify;
 
+pub use crate::core::retry::DeadLetterMode;
 pub use verify::verify_topology;
 
 use crate::amqp::brokers::Brokers;
@@ -30,7 +31,7 @@ use delivery::DeliveryTask;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::Channel;
+use lapin::{Channel, Connection, Consumer};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,30 +40,6 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
-
-/// How a dead-letter is carried out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadLetterMode {
-    /// Publish a copy with the final diagnosis to the DLX, then ack.
-    Republish,
-    /// `basic.nack(requeue=false)`: the main queue's DLX moves the message
-    /// (the final error is not recorded).
-    Nack,
-}
-
-impl DeadLetterMode {
-    /// The names the command line takes, in order.
-    pub const NAMES: [&'static str; 2] = ["republish", "nack"];
-
-    /// The mode of a command-line name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "republish" => Some(DeadLetterMode::Republish),
-            "nack" => Some(DeadLetterMode::Nack),
-            _ => None,
-        }
-    }
-}
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
@@ -249,7 +226,60 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// One connection's life: connect, check the topology, consume until
+    /// shutdown or a lost connection, then wind down.
     async fn session(&self, shutdown: &CancellationToken) -> Result<SessionEnd> {
+        let (conn, at) = self.connect().await?;
+        let (consume, publisher, mut consumer) = self.open(&conn).await?;
+        let template = DeliveryTask {
+            cfg: self.cfg.clone(),
+            handler: self.handler.clone(),
+            metrics: self.metrics.clone(),
+            shared: self.shared.clone(),
+            publisher,
+            consume: consume.clone(),
+            user: self.cfg.brokers.get(at).user().to_string(),
+            shutdown: shutdown.clone(),
+            // Cancelled when the session is lost: handlers still running
+            // then could neither ack nor publish, and their messages are
+            // already back in the queue; stopping them keeps the
+            // concurrency bound.
+            lost: CancellationToken::new(),
+        };
+        let tracker = TaskTracker::new();
+        let end = self
+            .consume(shutdown, &consume, &mut consumer, &tracker, &template)
+            .await;
+        tracker.close();
+        const NETWORK_STEP: Duration = Duration::from_secs(5);
+        match &end {
+            SessionEnd::Shutdown => {
+                info!(queue = %self.cfg.pipeline.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
+                let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+                let _ = tokio::time::timeout(NETWORK_STEP, cancel).await;
+                if tokio::time::timeout(self.cfg.grace, tracker.wait())
+                    .await
+                    .is_err()
+                {
+                    warn!(queue = %self.cfg.pipeline.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
+                } else {
+                    return_unstarted(&consume).await;
+                }
+            }
+            SessionEnd::Lost(_) => {
+                template.lost.cancel();
+                let _ = tokio::time::timeout(NETWORK_STEP, tracker.wait()).await;
+            }
+        }
+        // Closing returns every unacked delivery to the queue.
+        let close = conn.close(200, "dlqctl worker stopping".into());
+        let _ = tokio::time::timeout(NETWORK_STEP, close).await;
+        Ok(end)
+    }
+
+    /// Connects to the address used last, or to the next one after a lost
+    /// connection; returns the connection and the index of its address.
+    async fn connect(&self) -> Result<(Arc<Connection>, usize)> {
         let p = &self.cfg.pipeline;
         let brokers = &self.cfg.brokers;
         let last = self.shared.address.load(Ordering::SeqCst);
@@ -265,8 +295,14 @@ impl<H: Handler> Worker<H> {
             info!(queue = %p.name, from = %brokers.get(last).endpoint(), to = %brokers.get(at).endpoint(), "switched broker address");
         }
         self.shared.address.store(at, Ordering::SeqCst);
-        let conn = Arc::new(conn);
-        verify_topology(&conn, p).await?;
+        Ok((Arc::new(conn), at))
+    }
+
+    /// Checks the topology, then opens the consuming channel (with its
+    /// prefetch), the publisher and the consumer.
+    async fn open(&self, conn: &Arc<Connection>) -> Result<(Channel, Arc<Publisher>, Consumer)> {
+        let p = &self.cfg.pipeline;
+        verify_topology(conn, p).await?;
         let consume = conn
             .create_channel()
             .await
@@ -284,7 +320,7 @@ impl<H: Handler> Worker<H> {
             context: "cannot open the publishing channel".into(),
             message: e,
         })?;
-        let mut consumer = consume
+        let consumer = consume
             .basic_consume(
                 p.name.as_str().into(),
                 "".into(),
@@ -294,85 +330,57 @@ impl<H: Handler> Worker<H> {
             .await
             .map_err(|e| Error::broker(format!("cannot consume from queue {}", p.name), &e))?;
         info!(queue = %p.name, prefetch = self.cfg.prefetch, concurrency = self.cfg.concurrency, "consuming");
+        Ok((consume, publisher, consumer))
+    }
 
+    /// Takes deliveries, each run by a copy of `template` on `tracker`,
+    /// until shutdown or a lost connection.
+    async fn consume(
+        &self,
+        shutdown: &CancellationToken,
+        consume: &Channel,
+        consumer: &mut Consumer,
+        tracker: &TaskTracker,
+        template: &DeliveryTask<H>,
+    ) -> SessionEnd {
         let permits = Arc::new(Semaphore::new(self.cfg.concurrency.max(1)));
-        let tracker = TaskTracker::new();
-        // Cancelled when the session is lost: handlers still running then
-        // could neither ack nor publish, and their messages are already
-        // back in the queue; stopping them keeps the concurrency bound.
-        let lost = CancellationToken::new();
-        let end = loop {
+        loop {
             // Gates before the next handler may start. Waiting at one of
             // them, the worker is not reading the consumer, which is where
             // a lost connection shows: watch the channel too, so that busy
             // handlers or an open breaker do not delay the reconnection.
             let permit = tokio::select! {
-                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
-                _ = channel_closed(&consume) => break SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
+                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
+                _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
                 p = permits.clone().acquire_owned() => match p {
                     Ok(p) => p,
-                    Err(_) => break SessionEnd::Shutdown,
+                    Err(_) => return SessionEnd::Shutdown,
                 },
             };
-            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
-                break end;
+            if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
+                return end;
             }
             let next = tokio::select! {
-                _ = shutdown.cancelled() => break SessionEnd::Shutdown,
+                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
                 n = consumer.next() => n,
             };
             let delivery = match next {
                 Some(Ok(d)) => d,
-                Some(Err(e)) => break SessionEnd::Lost(describe_lapin_error(&e)),
-                None => break SessionEnd::Lost("the broker cancelled the consumer".into()),
+                Some(Err(e)) => return SessionEnd::Lost(describe_lapin_error(&e)),
+                None => return SessionEnd::Lost("the broker cancelled the consumer".into()),
             };
             // Again: a copy may have been refused (or the breaker opened)
             // while we waited for this delivery. On shutdown the delivery,
             // left unacked, returns to the queue when the channel closes.
-            if let Some(end) = self.wait_gates_or_loss(shutdown, &consume).await {
-                break end;
+            if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
+                return end;
             }
-            let task = DeliveryTask {
-                cfg: self.cfg.clone(),
-                handler: self.handler.clone(),
-                metrics: self.metrics.clone(),
-                shared: self.shared.clone(),
-                publisher: publisher.clone(),
-                consume: consume.clone(),
-                user: self.cfg.brokers.get(at).user().to_string(),
-                shutdown: shutdown.clone(),
-                lost: lost.clone(),
-            };
+            let task = template.clone();
             tracker.spawn(async move {
                 task.process(delivery).await;
                 drop(permit);
             });
-        };
-        tracker.close();
-        const NETWORK_STEP: Duration = Duration::from_secs(5);
-        match &end {
-            SessionEnd::Shutdown => {
-                info!(queue = %p.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
-                let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
-                let _ = tokio::time::timeout(NETWORK_STEP, cancel).await;
-                if tokio::time::timeout(self.cfg.grace, tracker.wait())
-                    .await
-                    .is_err()
-                {
-                    warn!(queue = %p.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
-                } else {
-                    return_unstarted(&consume).await;
-                }
-            }
-            SessionEnd::Lost(_) => {
-                lost.cancel();
-                let _ = tokio::time::timeout(NETWORK_STEP, tracker.wait()).await;
-            }
         }
-        // Closing returns every unacked delivery to the queue.
-        let close = conn.close(200, "dlqctl worker stopping".into());
-        let _ = tokio::time::timeout(NETWORK_STEP, close).await;
-        Ok(end)
     }
 
     /// [`Self::wait_gates`], ending the session when the consuming channel

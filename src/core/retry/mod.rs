@@ -1,5 +1,6 @@
-//! The retry core: deaths and headers → attempt → decision, jitter, and the
-//! properties of the copies the worker publishes.
+//! The retry core: deaths and headers → attempt → decision, jitter, the
+//! properties of the copies the worker publishes, and the whole settle
+//! decision for a delivery as data ([`settle`]).
 //!
 //! Pure: no I/O, no clock, no randomness. The current time and the uniform
 //! random number are parameters, so every rule here is tested without a
@@ -27,6 +28,9 @@ mod decision;
 pub mod fit;
 mod headers_json;
 mod jitter;
+mod settle;
+#[cfg(test)]
+mod settle_tests;
 #[cfg(test)]
 mod tests;
 
@@ -37,6 +41,10 @@ pub use copy::{
 pub use decision::{decide, DeadLetterReason, Decision};
 pub use headers_json::{headers_to_json, BASE64_KEY_PREFIX};
 pub use jitter::jitter_expiration;
+pub use settle::{
+    settle, Copy, DeadLetterMode, Delivered, NackCause, Note, Plan, PublishEnd, RequeueCause,
+    Rules, Run, Settlement,
+};
 
 /// dlqctl's own attempt counter: handler runs already made.
 pub const ATTEMPT_HEADER: &str = "dlqctl-attempt";
