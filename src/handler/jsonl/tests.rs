@@ -216,26 +216,57 @@ async fn messages_after_shutdown_end_as_transient_at_once() {
 }
 
 /// A handler that keeps `hold` messages unanswered until `release` (then
-/// answers them late), and answers `count` with how many messages it has
-/// been sent and not answered, itself included, and its pid.
+/// answers them late), and answers `count` messages once no line came for
+/// 300 ms, with how many messages it then had unanswered (holds and
+/// counts) and its pid.
 const HOLDER: &str = r#"
-import json, sys, os
-sys.stdin.buffer.readline()
-print(json.dumps({"ready": True, "version": 1}), flush=True)
-held = []
-for line in sys.stdin.buffer:
-    m = json.loads(line)
-    b = m["body"]
-    if b == "hold":
-        held.append(m["id"])
-    elif b == "release":
-        for i in held:
-            print(json.dumps({"id": i, "outcome": "success"}), flush=True)
-        held = []
-        print(json.dumps({"id": m["id"], "outcome": "success"}), flush=True)
+import json, os, select
+buf = b""
+def read_lines(timeout):
+    global buf
+    r, _, _ = select.select([0], [], [], timeout)
+    if not r:
+        return None
+    chunk = os.read(0, 65536)
+    if not chunk:
+        os._exit(0)
+    buf += chunk
+    out = []
+    while b"\n" in buf:
+        line, buf = buf.split(b"\n", 1)
+        out.append(line)
+    return out
+def send(o):
+    os.write(1, (json.dumps(o) + "\n").encode())
+ls = []
+while not ls:
+    ls = read_lines(None) or []
+send({"ready": True, "version": 1})
+pending, held, counts = ls[1:], [], []
+while True:
+    for line in pending:
+        if not line.strip():
+            continue
+        m = json.loads(line)
+        b = m["body"]
+        if b == "hold":
+            held.append(m["id"])
+        elif b == "release":
+            for i in held:
+                send({"id": i, "outcome": "success"})
+            held = []
+            send({"id": m["id"], "outcome": "success"})
+        else:
+            counts.append(m["id"])
+    ls = read_lines(0.3)
+    if ls is None:
+        n = len(held) + len(counts)
+        for i in counts:
+            send({"id": i, "outcome": "permanent", "error": "held=%d pid=%d" % (n, os.getpid())})
+        counts = []
+        pending = []
     else:
-        error = "held=%d pid=%d" % (len(held) + 1, os.getpid())
-        print(json.dumps({"id": m["id"], "outcome": "permanent", "error": error}), flush=True)
+        pending = ls
 "#;
 
 fn held_and_pid(o: &Outcome) -> (usize, u32) {
@@ -259,7 +290,7 @@ fn held_and_pid(o: &Outcome) -> (usize, u32) {
 async fn a_timed_out_message_still_counts_against_max_in_flight() {
     let mut c = config(HOLDER);
     c.max_in_flight = 4;
-    c.timeout = Duration::from_millis(400);
+    c.timeout = Duration::from_millis(1500);
     c.timeouts_before_restart = 100;
     let h = JsonlHandler::start(c);
     let (h1, h2) = (msg("hold"), msg("hold"));
@@ -300,7 +331,7 @@ async fn a_timed_out_message_still_counts_against_max_in_flight() {
 async fn a_process_whose_places_all_timed_out_is_restarted() {
     let mut c = config(HOLDER);
     c.max_in_flight = 2;
-    c.timeout = Duration::from_millis(400);
+    c.timeout = Duration::from_millis(1000);
     c.timeouts_before_restart = 100;
     let h = JsonlHandler::start(c);
     let before = held_and_pid(&h.handle(&msg("count")).await).1;
