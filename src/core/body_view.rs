@@ -5,6 +5,40 @@
 /// The most body bytes shown; the rest is counted, not shown.
 pub const MAX_SHOWN: usize = 256 * 1024;
 
+/// The deepest nesting of JSON arrays and objects that is re-indented;
+/// a deeper document shows as text. Indenting grows with the depth, so
+/// this bound with [`MAX_PRETTY`] keeps the page's memory linear.
+pub const MAX_DEPTH: usize = 64;
+
+/// The most bytes a re-indented JSON document may take (its tokens'
+/// text); past it the body shows as text.
+pub const MAX_PRETTY: usize = 4 * MAX_SHOWN;
+
+/// Why a body that parses as JSON is shown as text instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlainReason {
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Re-indented, it would take more than [`MAX_PRETTY`] bytes.
+    TooLarge,
+}
+
+impl PlainReason {
+    /// A sentence for the page.
+    pub fn explain(self) -> String {
+        match self {
+            PlainReason::TooDeep => format!(
+                "JSON nested deeper than {MAX_DEPTH} levels: shown as sent, not re-indented."
+            ),
+            PlainReason::TooLarge => format!(
+                "JSON that would take more than {} KiB re-indented: shown as sent.",
+                MAX_PRETTY / 1024
+            ),
+        }
+    }
+}
+
 /// What a piece of highlighted JSON is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -56,6 +90,10 @@ pub enum BodyView {
     Text {
         /// The text.
         text: String,
+        /// Set when the text is a JSON document past a bound of
+        /// re-indenting.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        plain: Option<PlainReason>,
     },
     /// Bytes that are not UTF-8.
     Hex {
@@ -90,21 +128,26 @@ pub fn view(body: &[u8]) -> (BodyView, usize) {
         }
     };
     let hidden = body.len() - shown.len();
+    let mut plain = None;
     if hidden == 0 {
-        // Parsed first: only a valid document is re-indented.
-        if let Ok(v) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
-            let _ = v;
-            let first = text.trim_start().as_bytes().first();
-            if matches!(first, Some(b'{') | Some(b'[')) {
-                let mut tokens = Vec::new();
-                json_tokens(text.trim(), &mut tokens);
-                return (BodyView::Json { tokens }, 0);
+        // Parsed first: only a valid document is re-indented. (Ignoring a
+        // value has no depth limit in serde_json, and reads in linear
+        // time; the depth is bounded while re-indenting.)
+        let first = text.trim_start().as_bytes().first();
+        if matches!(first, Some(b'{') | Some(b'['))
+            && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+        {
+            let mut tokens = Vec::new();
+            match json_tokens(text.trim(), &mut tokens) {
+                Ok(()) => return (BodyView::Json { tokens }, 0),
+                Err(reason) => plain = Some(reason),
             }
         }
     }
     (
         BodyView::Text {
             text: text.to_string(),
+            plain,
         },
         hidden,
     )
@@ -136,29 +179,40 @@ pub fn hex(bytes: &[u8]) -> Vec<HexLine> {
         .collect()
 }
 
-fn push(out: &mut Vec<Token>, kind: TokenKind, text: impl Into<String>) {
-    let text = text.into();
+fn push(out: &mut Vec<Token>, kind: TokenKind, text: &str) {
     // Runs of punctuation are one token: fewer elements on the page.
     if kind == TokenKind::Punct {
         if let Some(last) = out.last_mut() {
             if last.kind == TokenKind::Punct {
-                last.text.push_str(&text);
+                last.text.push_str(text);
                 return;
             }
         }
     }
-    out.push(Token { kind, text });
+    out.push(Token {
+        kind,
+        text: text.to_string(),
+    });
 }
 
-fn indent(level: usize) -> String {
-    format!("\n{}", "  ".repeat(level))
+/// A newline and `level` indents; `level` is at most [`MAX_DEPTH`].
+fn indent(level: usize) -> &'static str {
+    const SPACES: &str = concat!(
+        "\n",
+        "                                                                ",
+        "                                                                "
+    );
+    &SPACES[..1 + 2 * level.min(MAX_DEPTH)]
 }
 
 /// Pretty-prints a valid JSON document (two spaces an indent, as
 /// `serde_json` does) into tokens, from its own text: keys keep their
 /// order and numbers and strings their spelling (`17.50` stays `17.50`,
-/// `"\u00e9"` stays escaped), so what is shown is what was sent.
-fn json_tokens(text: &str, out: &mut Vec<Token>) {
+/// `"\u00e9"` stays escaped), so what is shown is what was sent. Stops
+/// when the document is nested deeper than [`MAX_DEPTH`] or its tokens
+/// would take more than [`MAX_PRETTY`] bytes: time and memory stay linear
+/// in the input.
+fn json_tokens(text: &str, out: &mut Vec<Token>) -> Result<(), PlainReason> {
     let bytes = text.as_bytes();
     let next_significant = |from: usize| {
         bytes[from..]
@@ -168,41 +222,54 @@ fn json_tokens(text: &str, out: &mut Vec<Token>) {
     };
     let mut level = 0usize;
     let mut i = 0usize;
+    let mut size = 0usize;
+    let mut emit = |out: &mut Vec<Token>, kind: TokenKind, parts: &[&str]| {
+        for part in parts {
+            size += part.len();
+            push(out, kind, part);
+        }
+        if size > MAX_PRETTY {
+            Err(PlainReason::TooLarge)
+        } else {
+            Ok(())
+        }
+    };
     while i < bytes.len() {
         let b = bytes[i];
         match b {
             b' ' | b'\t' | b'\n' | b'\r' => i += 1,
             b'{' | b'[' => {
                 let close = if b == b'{' { b'}' } else { b']' };
+                let open = if b == b'{' { "{" } else { "[" };
                 if next_significant(i + 1) == Some(close) {
-                    push(out, TokenKind::Punct, if b == b'{' { "{}" } else { "[]" });
+                    emit(
+                        out,
+                        TokenKind::Punct,
+                        &[if b == b'{' { "{}" } else { "[]" }],
+                    )?;
                     // Skip to the closing bracket.
                     i += 1 + bytes[i + 1..].iter().position(|&c| c == close).unwrap_or(0) + 1;
                 } else {
                     level += 1;
-                    push(
-                        out,
-                        TokenKind::Punct,
-                        format!("{}{}", b as char, indent(level)),
-                    );
+                    if level > MAX_DEPTH {
+                        return Err(PlainReason::TooDeep);
+                    }
+                    emit(out, TokenKind::Punct, &[open, indent(level)])?;
                     i += 1;
                 }
             }
             b'}' | b']' => {
                 level = level.saturating_sub(1);
-                push(
-                    out,
-                    TokenKind::Punct,
-                    format!("{}{}", indent(level), b as char),
-                );
+                let close = if b == b'}' { "}" } else { "]" };
+                emit(out, TokenKind::Punct, &[indent(level), close])?;
                 i += 1;
             }
             b',' => {
-                push(out, TokenKind::Punct, format!(",{}", indent(level)));
+                emit(out, TokenKind::Punct, &[",", indent(level)])?;
                 i += 1;
             }
             b':' => {
-                push(out, TokenKind::Punct, ": ");
+                emit(out, TokenKind::Punct, &[": "])?;
                 i += 1;
             }
             b'"' => {
@@ -216,7 +283,7 @@ fn json_tokens(text: &str, out: &mut Vec<Token>) {
                 } else {
                     TokenKind::String
                 };
-                push(out, kind, &text[i..end]);
+                emit(out, kind, &[&text[i..end]])?;
                 i = end;
             }
             _ => {
@@ -230,11 +297,12 @@ fn json_tokens(text: &str, out: &mut Vec<Token>) {
                     "null" => TokenKind::Null,
                     _ => TokenKind::Number,
                 };
-                push(out, kind, word);
+                emit(out, kind, &[word])?;
                 i += len.max(1);
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -316,7 +384,8 @@ mod tests {
                 view(body.as_bytes()),
                 (
                     BodyView::Text {
-                        text: body.to_string()
+                        text: body.to_string(),
+                        plain: None,
                     },
                     0
                 )
@@ -350,7 +419,7 @@ mod tests {
         body.extend(b"\"}");
         let (v, hidden) = view(&body);
         assert_eq!(hidden, 12 + 6);
-        assert!(matches!(v, BodyView::Text { ref text } if text.len() == MAX_SHOWN));
+        assert!(matches!(v, BodyView::Text { ref text, .. } if text.len() == MAX_SHOWN));
         assert_eq!(view(b""), (BodyView::Empty, 0));
     }
 
@@ -360,10 +429,66 @@ mod tests {
         body.extend("é".as_bytes());
         let (v, hidden) = view(&body);
         assert_eq!(hidden, 2);
-        assert!(matches!(v, BodyView::Text { ref text } if text.len() == MAX_SHOWN - 1));
+        assert!(matches!(v, BodyView::Text { ref text, .. } if text.len() == MAX_SHOWN - 1));
         // Bytes that are not UTF-8 before the cut are still hex.
         let mut body = vec![0xff; MAX_SHOWN];
         body.push(b'a');
         assert!(matches!(view(&body), (BodyView::Hex { .. }, 1)));
+    }
+
+    /// The bytes the view holds: tokens' or text's length.
+    fn held(v: &BodyView) -> usize {
+        match v {
+            BodyView::Json { tokens } => tokens.iter().map(|t| t.text.len()).sum(),
+            BodyView::Text { text, .. } => text.len(),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn deep_json_shows_as_text_and_the_view_stays_linear_in_the_body() {
+        // 120,000 arrays deep in 240 KB: re-indenting it took about 22 GB.
+        for depth in [3_000, 120_000] {
+            let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let start = std::time::Instant::now();
+            let (v, hidden) = view(body.as_bytes());
+            assert_eq!(hidden, 0);
+            assert!(held(&v) <= body.len(), "{depth}: {} bytes held", held(&v));
+            assert_eq!(
+                v,
+                BodyView::Text {
+                    text: body.clone(),
+                    plain: Some(PlainReason::TooDeep)
+                }
+            );
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        }
+        // At the bound it is still re-indented; one deeper is text.
+        for (depth, json) in [(MAX_DEPTH, true), (MAX_DEPTH + 1, false)] {
+            let body = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            let (v, _) = view(body.as_bytes());
+            assert_eq!(matches!(v, BodyView::Json { .. }), json, "{depth}");
+        }
+        // Wide and as deep as allowed, up to the size cap: what is held
+        // stays within MAX_PRETTY (plus one token), never depth × size.
+        let inner = format!("{}{}", "[".repeat(MAX_DEPTH - 1), "]".repeat(MAX_DEPTH - 1));
+        let mut body = String::from("[");
+        while body.len() + inner.len() + 2 < MAX_SHOWN {
+            body.push_str(&inner);
+            body.push(',');
+        }
+        body.push_str("1]");
+        let (v, _) = view(body.as_bytes());
+        assert!(
+            matches!(
+                v,
+                BodyView::Text {
+                    plain: Some(PlainReason::TooLarge),
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        assert!(held(&v) <= MAX_PRETTY);
     }
 }

@@ -27,6 +27,64 @@ pub fn tail_utf8(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
+/// Whether `c` could change what a terminal shows beyond its own glyph:
+/// C0 and C1 control characters, DEL, and the Unicode bidirectional
+/// overrides and isolates (which reorder the rest of a line).
+fn is_unsafe_on_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_into(out: &mut String, c: char) {
+    use std::fmt::Write as _;
+    let _ = match c {
+        '\n' => write!(out, "\\n"),
+        '\r' => write!(out, "\\r"),
+        '\t' => write!(out, "\\t"),
+        // Every other one is below U+10000: `\uXXXX`, which is also what
+        // it means inside a JSON string (serde_json leaves DEL, C1 and
+        // bidi characters raw), so a JSON output stays the same JSON.
+        c => write!(out, "\\u{:04x}", c as u32),
+    };
+}
+
+/// `s` with every character that a terminal or a line-based log would
+/// act on written as a visible escape: newline `\n`, carriage return
+/// `\r`, tab `\t`, every other C0/C1 control, DEL and bidi override
+/// `\uXXXX` (ESC is `\u001b`). A backslash is kept as it is. For one value
+/// (a message id, a reason, an error) inside a line of text output.
+pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_unsafe_on_terminal) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unsafe_on_terminal(c) {
+            escape_into(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Like [`escape_controls`] but keeps newlines and tabs: for whole
+/// blocks of text output, whose lines the program itself separates.
+pub fn escape_controls_keep_lines(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| is_unsafe_on_terminal(c) && c != '\n' && c != '\t';
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            escape_into(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Formats ms since the Unix epoch as RFC 3339 UTC with milliseconds:
 /// `2023-11-14T22:13:20.123Z`. Years past 9999 get more digits (no panic).
 pub fn rfc3339_millis(unix_ms: u64) -> String {
@@ -145,6 +203,30 @@ mod tests {
             let t = tail_utf8("ééééé", max);
             assert!(t.len() <= max && "ééééé".ends_with(t));
         }
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_is_kept() {
+        assert_eq!(escape_controls("plain é 漢 \\ ok"), "plain é 漢 \\ ok");
+        assert_eq!(
+            escape_controls("a\u{1b}]0;pwned\u{7}b\nc\rd\te\u{0}f\u{7f}\u{9b}g\u{202e}h"),
+            "a\\u001b]0;pwned\\u0007b\\nc\\rd\\te\\u0000f\\u007f\\u009bg\\u202eh"
+        );
+        assert_eq!(
+            escape_controls_keep_lines("one\u{1b}[2J\ntwo\tthree\r\n"),
+            "one\\u001b[2J\ntwo\tthree\\r\n"
+        );
+        for s in ["", "x", "\u{1b}", "\n\n", "é\u{85}"] {
+            assert!(!escape_controls(s).chars().any(|c| c.is_control()), "{s:?}");
+        }
+        // Inside a JSON string the escapes mean the same characters.
+        let json = serde_json::to_string("x\u{7f}\u{9b}\u{202e}y").unwrap();
+        let escaped = escape_controls_keep_lines(&json);
+        assert_ne!(escaped, json);
+        assert_eq!(
+            serde_json::from_str::<String>(&escaped).unwrap(),
+            "x\u{7f}\u{9b}\u{202e}y"
+        );
     }
 
     #[test]

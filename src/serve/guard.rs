@@ -20,6 +20,41 @@ pub struct Authed {
     pub bearer: bool,
 }
 
+/// The address of the client, when the server knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Client(pub Option<std::net::IpAddr>);
+
+/// Takes a try of a token guess for `client` (see
+/// [`web_guard::Throttle`]): `Err(wait)` when it must wait first.
+pub fn take_try(app: &App, client: Option<std::net::IpAddr>) -> Result<(), std::time::Duration> {
+    match app.throttle.lock() {
+        Ok(mut t) => t.take(client, std::time::Instant::now()),
+        // A poisoned lock: refuse guessing rather than allow it unbounded.
+        Err(_) => Err(web_guard::GUESS_EVERY),
+    }
+}
+
+/// Gives back the try of a right token.
+pub fn give_back(app: &App, client: Option<std::net::IpAddr>) {
+    if let Ok(mut t) = app.throttle.lock() {
+        t.give_back(client);
+    }
+}
+
+/// 429 with `Retry-After`.
+pub fn too_many(api: bool, wait: std::time::Duration) -> Response {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut r = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        api,
+        &format!("too many wrong tokens: try again in {secs} s"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    secure(r)
+}
+
 /// The only paths served without the token: the page's two files.
 const ASSETS: [&str; 2] = ["/assets/style.css", "/assets/app.js"];
 
@@ -80,14 +115,29 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
             .unwrap_or_else(|| path.clone());
         return secure(super::pages::continue_page(&target));
     }
-    let bearer = header_str(headers, header::AUTHORIZATION)
-        .and_then(web_guard::bearer)
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    let given_bearer = header_str(headers, header::AUTHORIZATION).and_then(web_guard::bearer);
+    let given_cookie = header_str(headers, header::COOKIE)
+        .and_then(|c| web_guard::cookie(c, web_guard::TOKEN_COOKIE));
+    // A token given is a guess: it takes a try of the throttle before it
+    // is compared, and a right one gives it back.
+    if token.is_some() && (given_bearer.is_some() || given_cookie.is_some()) {
+        if let Err(wait) = take_try(&app, client) {
+            return too_many(api, wait);
+        }
+    }
+    let bearer = given_bearer
         .zip(token)
         .is_some_and(|(given, t)| web_guard::same_secret(given, t));
-    if let Some(t) = token {
-        let cookie = header_str(headers, header::COOKIE)
-            .and_then(|c| web_guard::cookie(c, web_guard::TOKEN_COOKIE))
-            .is_some_and(|given| web_guard::same_secret(given, &web_guard::cookie_value(t)));
+    if let Some(expected_cookie) = app.login_cookie.as_deref() {
+        let cookie =
+            given_cookie.is_some_and(|given| web_guard::same_secret(given, expected_cookie));
+        if bearer || cookie {
+            give_back(&app, client);
+        }
         let open = path == "/login" || is_asset;
         if !bearer && !cookie && !open {
             if api || req.method() != Method::GET {
@@ -123,6 +173,7 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
         ));
     }
     req.extensions_mut().insert(Authed { bearer });
+    req.extensions_mut().insert(Client(client));
     secure(next.run(req).await)
 }
 

@@ -49,6 +49,8 @@ pub async fn run(
     let app = Arc::new(App::new(opts, stop.clone()));
     let sampler = tokio::spawn(state::sample(app.clone()));
     let router = router(app.clone());
+    // With the client's address, which the token throttle is kept by.
+    let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, router)
         .with_graceful_shutdown({
             let stop = stop.clone();

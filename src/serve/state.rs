@@ -128,6 +128,11 @@ pub struct App {
     pub opts: ServeOptions,
     /// The CSRF token every POST of the page carries (one per server run).
     pub csrf: String,
+    /// The login cookie's value with `--auth-token` (one per server run:
+    /// a cookie of an earlier run is not taken).
+    pub login_cookie: Option<String>,
+    /// Throttles token guesses.
+    pub throttle: Mutex<crate::core::web_guard::Throttle>,
     plan: Plan,
     status_conn: tokio::sync::Mutex<Option<StatusConn>>,
     history: Mutex<HashMap<String, History>>,
@@ -145,6 +150,12 @@ impl App {
         let plan = crate::core::topology::plan(&opts.topology);
         App {
             csrf: format!("{:032x}", rand::random::<u128>()),
+            login_cookie: opts.auth_token.as_deref().map(|t| {
+                crate::core::web_guard::cookie_value(t, &crate::core::web_guard::random_token())
+            }),
+            throttle: Mutex::new(crate::core::web_guard::Throttle::new(
+                std::time::Instant::now(),
+            )),
             plan,
             status_conn: tokio::sync::Mutex::new(None),
             history: Mutex::new(HashMap::new()),

@@ -397,7 +397,11 @@ async fn a_poison_message_reaches_the_dlq_with_the_crash() {
 #[tokio::test]
 async fn timeouts_then_a_restart() {
     let f = Fixture::new(&[100], 5).await;
-    let mut w = f.consuming(&["--handler-timeout", "1s"], &[]).await;
+    // Four places: a timed-out message keeps its place (the process may
+    // still work on it), so with one place each timeout would restart it.
+    let mut w = f
+        .consuming(&["--handler-timeout", "1s", "--concurrency", "4"], &[])
+        .await;
     f.publish_json("hang", json!({"do": "hang"})).await;
     let d = w.wait_decisions(3, SECS_30).await;
     for e in &d[..2] {

@@ -24,6 +24,7 @@ mod serve;
 mod serve_browser;
 mod serve_support;
 mod status;
+mod terminal;
 mod tls;
 mod worker;
 mod worker_chaos;

@@ -129,3 +129,87 @@ fn tls_to_a_plain_port_and_a_refused_frame_max_are_named() {
         assert!(!text.contains("is RabbitMQ running"), "{url}: {text}");
     }
 }
+
+/// Every form a password could take in a log line: as it is, as lapin's
+/// byte list of the SASL PLAIN response (`[0, 103, 117, ...]`), as hex,
+/// and in base64 (of itself, of `user:password` as Basic auth sends it,
+/// and of the SASL response).
+fn password_forms(user: &str, pw: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+    let list = |s: &[u8]| {
+        s.iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sasl = format!("\0{user}\0{pw}");
+    let hex: String = pw.bytes().map(|b| format!("{b:02x}")).collect();
+    vec![
+        pw.to_string(),
+        list(pw.as_bytes()),
+        hex.clone(),
+        hex.to_uppercase(),
+        b64(pw.as_bytes()).trim_end_matches('=').to_string(),
+        b64(format!("{user}:{pw}").as_bytes())
+            .trim_end_matches('=')
+            .to_string(),
+        b64(sasl.as_bytes()).trim_end_matches('=').to_string(),
+    ]
+}
+
+/// With `RUST_LOG=trace` lapin logs the `connection.start-ok` frame, whose
+/// SASL response is the user and password as a byte list. That record
+/// never reaches the log, in text or JSON, from a one-shot command or the
+/// worker, and the logs are still there (trace records of the handshake).
+#[test]
+fn credentials_never_reach_a_trace_log() {
+    let dir = Scratch::new();
+    let p = unique_prefix();
+    let file = dir.write(
+        "t.yaml",
+        &format!("version: 1\npipelines:\n  - name: {p}orders\n"),
+    );
+    let file = file.to_str().expect("utf-8 path");
+    // A password no other text contains; the broker refuses it (guest's
+    // password is guest), after dlqctl has sent it.
+    let pw = "Zq8Wv3Kx9PmRt7Ly";
+    let with_password = |url: String| {
+        let mut url = reqwest::Url::parse(&url).expect("a URL");
+        url.set_username("guest").expect("a user");
+        url.set_password(Some(pw)).expect("a password");
+        url.to_string()
+    };
+    let url = with_password(crate::helpers::amqp_url());
+    let mgmt = with_password(crate::helpers::management_url());
+    let queue = format!("{p}orders");
+    for filter in [
+        "trace",
+        "lapin=trace,amq_protocol=trace,reqwest=trace,hyper=trace",
+    ] {
+        for format in ["text", "json"] {
+            for args in [
+                vec!["status", file, "--url", &url, "--management-url", &mgmt],
+                vec!["work", file, "--queue", &queue, "--url", &url, "--", "true"],
+            ] {
+                let mut all = args.clone();
+                all.extend(["--log-format", format]);
+                let (code, text) = run(&all, &[("RUST_LOG", filter)]);
+                assert!(
+                    matches!(code, Some(1 | 2)),
+                    "{all:?}: exit {code:?}\n{text}"
+                );
+                assert!(
+                    text.contains("TRACE") || text.contains("\"TRACE\""),
+                    "{all:?} {filter}: no trace records at all:\n{text}"
+                );
+                for form in password_forms("guest", pw) {
+                    assert!(
+                        !text.contains(&form),
+                        "{all:?} RUST_LOG={filter}: the password as {form:?} is in the log:\n{text}"
+                    );
+                }
+            }
+        }
+    }
+}

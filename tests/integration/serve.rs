@@ -867,3 +867,143 @@ async fn a_cancelled_export_offers_no_download() {
     }
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(n as u32));
 }
+
+/// Logs in with `token`: the cookie pair it sets.
+async fn login(s: &Served, token: &str) -> String {
+    let ok = s
+        .send(Method::POST, "/login", |r| {
+            r.header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("token={token}"))
+        })
+        .await
+        .expect(303);
+    let cookie = ok.headers["set-cookie"].to_str().unwrap().to_string();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn weak_tokens_are_refused_guesses_are_throttled_and_cookies_die_with_the_server() {
+    let f = Fixture::new(3, |_| {}, vec![]).await;
+    let file = f.file.display().to_string();
+    // A blank, a one-character and a 15-character token: exit 2, on any
+    // address, from the flag or the environment.
+    for weak in [" ", "x", "fifteen-chars-x", "a token w/ space"] {
+        for listen in ["0.0.0.0:0", "127.0.0.1:0"] {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
+                .args(["serve", &file, "--listen", listen])
+                .env("DLQCTL_AUTH_TOKEN", weak)
+                .env("AMQP_URL", crate::helpers::amqp_url())
+                .env_remove("RUST_LOG")
+                .kill_on_drop(true)
+                .output();
+            let out = tokio::time::timeout(RUN_TIMEOUT, out)
+                .await
+                .expect("serve exits")
+                .expect("run serve");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{weak:?} on {listen}: {stderr}");
+            assert!(stderr.contains("at least 16"), "{weak:?}: {stderr}");
+        }
+        let run = dlqctl(
+            &[
+                "serve",
+                &file,
+                "--listen",
+                "127.0.0.1:0",
+                "--auth-token",
+                weak,
+            ],
+            RUN_TIMEOUT,
+        )
+        .await;
+        run.assert_code(2);
+    }
+    let token = "right-token-for-the-throttle-test";
+    let s = Served::start(&f.file, &["--auth-token", token]).await;
+    // 100 wrong guesses at once: only the first few are even compared.
+    let guesses = (0..100).map(|k| {
+        let s = &s;
+        async move {
+            s.send(Method::GET, "/api/overview", |r| {
+                r.bearer_auth(format!("wrong-guess-number-{k:04}"))
+            })
+            .await
+            .status
+            .as_u16()
+        }
+    });
+    let codes = futures_util::future::join_all(guesses).await;
+    let refused = codes.iter().filter(|&&c| c == 401).count();
+    let throttled = codes.iter().filter(|&&c| c == 429).count();
+    assert_eq!(refused + throttled, 100, "{codes:?}");
+    assert!(refused <= 15, "{refused} wrong tokens compared: {codes:?}");
+    // Wrong cookies and login forms are guesses too.
+    s.send(Method::GET, "/", |r| r.header("cookie", "dlqctl_token=00"))
+        .await
+        .expect(429);
+    s.send(Method::POST, "/login", |r| {
+        r.header("content-type", "application/x-www-form-urlencoded")
+            .body("token=wrong")
+    })
+    .await
+    .expect(429);
+    // The right token is taken again once the client has waited.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let first = login(&s, token).await;
+    s.send(Method::GET, "/", |r| r.header("cookie", &first))
+        .await
+        .expect(200);
+    drop(s);
+    // Another run of the server with the same token: the old cookie is a
+    // wrong one, and the new one differs.
+    let s = Served::start(&f.file, &["--auth-token", token]).await;
+    let old = s
+        .send(Method::GET, "/", |r| r.header("cookie", &first))
+        .await;
+    assert_eq!(old.status.as_u16(), 303, "{}", old.text);
+    let second = login(&s, token).await;
+    assert_ne!(first, second);
+    s.send(Method::GET, "/", |r| r.header("cookie", &second))
+        .await
+        .expect(200);
+}
+
+/// A JSON body nested 120,000 arrays deep (240 KB) took about 22 GB to
+/// re-indent. Past the depth bound the page shows it as sent and says so,
+/// in memory and time linear in the body.
+#[tokio::test]
+async fn a_deeply_nested_json_body_shows_as_text_and_says_so() {
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let json =
+        |id: &str| dead(id, "permanent", "e", "a").with_content_type("application/json".into());
+    let f = Fixture::new(
+        3,
+        |_| {},
+        vec![
+            (nested(3_000).into_bytes(), json("deep-3k")),
+            (nested(120_000).into_bytes(), json("deep-120k")),
+        ],
+    )
+    .await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    for (id, depth) in [("deep-3k", 3_000), ("deep-120k", 120_000)] {
+        let start = std::time::Instant::now();
+        let page = s
+            .get(&format!("/pipelines/{}/message?id={id}", f.pipe.name))
+            .await
+            .expect(200);
+        assert!(
+            page.text.contains("nested deeper than 64 levels"),
+            "{id}: {} bytes, no word of the depth",
+            page.text.len()
+        );
+        assert!(page.text.contains("data-as=\"text\""), "{id}");
+        // The body once, and the page around it.
+        assert!(
+            page.text.len() < 2 * depth + 64 * 1024,
+            "{id}: a page of {} bytes",
+            page.text.len()
+        );
+        assert!(start.elapsed() < Duration::from_secs(20), "{id}");
+    }
+}

@@ -22,7 +22,12 @@
 //!   to another process (or waits for one): it costs no attempt.
 //! - A message unanswered after `timeout` is transient; after
 //!   `timeouts_before_restart` timeouts in a row (no answer in between) the
-//!   process is killed and started again.
+//!   process is killed and started again. The process may still be
+//!   working on it, so it still counts against `max_in_flight` until the
+//!   process answers it (a late answer: logged as a protocol error and
+//!   otherwise ignored) or ends; a process whose every place is held by
+//!   timed-out messages is restarted. A process thus never has more than
+//!   `max_in_flight` messages it has not answered.
 //! - Malformed lines, answers over [`MAX_ANSWER_BYTES`], unknown ids and
 //!   duplicate answers are logged (at most 20 a minute per process) and
 //!   ignored; the message they were meant for times out.
@@ -142,7 +147,10 @@ enum Reply {
 }
 
 struct Entry {
-    reply: oneshot::Sender<Reply>,
+    /// `None` once the message timed out: the process may still work on
+    /// it, so the entry stays (it counts against `max_in_flight`) until
+    /// the process answers it (a late answer, logged) or ends.
+    reply: Option<oneshot::Sender<Reply>>,
     sent: bool,
 }
 
@@ -159,6 +167,7 @@ struct Live {
     pid: u32,
     lines: mpsc::Sender<(u64, Vec<u8>)>,
     pending: Mutex<Pending>,
+    max_in_flight: usize,
     next_id: AtomicU64,
     timeouts_in_a_row: AtomicU32,
     /// Cancelled to have the supervisor end the process (with `why`).
@@ -203,6 +212,23 @@ impl Live {
     /// Takes the entry of `id`, if it still waits.
     fn take(&self, id: u64) -> Option<Entry> {
         self.pending.lock().ok()?.map.remove(&id)
+    }
+
+    /// The message of `id` timed out: an entry whose line was sent stays,
+    /// without its reply, until the process answers it or ends; an unsent
+    /// one goes. `Some(sent)` when it still waited, with whether every
+    /// place of the process is now held by timed-out messages.
+    fn expire(&self, id: u64) -> Option<(bool, bool)> {
+        let mut p = self.pending.lock().ok()?;
+        let e = p.map.get_mut(&id)?;
+        e.reply.as_ref()?;
+        if !e.sent {
+            p.map.remove(&id);
+            return Some((false, false));
+        }
+        e.reply = None;
+        let expired = p.map.values().filter(|e| e.reply.is_none()).count();
+        Some((true, expired >= self.max_in_flight))
     }
 
     fn load(&self) -> usize {
@@ -301,11 +327,11 @@ impl JsonlHandler {
                     continue;
                 }
                 Err(_) => {
-                    let sent = live.take(id).map(|e| e.sent);
+                    let expired = live.expire(id);
                     guard.id = u64::MAX;
                     pool.changed.notify_waiters();
-                    let sent = match sent {
-                        Some(sent) => sent,
+                    let (sent, all_expired) = match expired {
+                        Some(e) => e,
                         // The reader or the supervisor took the entry just
                         // as the time ran out: its reply is on the way.
                         None => match rx.await {
@@ -336,6 +362,15 @@ impl JsonlHandler {
                     );
                     if n >= limit {
                         live.ask_restart(format!("{n} messages in a row got no answer in time"));
+                        error.push_str("; the process is restarted");
+                    } else if all_expired {
+                        // Every place is held by a message the process
+                        // may still work on: none can be sent until it
+                        // answers, so it is restarted.
+                        live.ask_restart(format!(
+                            "all its {} places are held by messages that timed out",
+                            pool.cfg.max_in_flight
+                        ));
                         error.push_str("; the process is restarted");
                     }
                     return Outcome::transient(error);
@@ -405,7 +440,7 @@ impl Pool {
                 p.map.insert(
                     id,
                     Entry {
-                        reply: tx,
+                        reply: Some(tx),
                         sent: false,
                     },
                 );

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::limits::{Limiter, RecentIds};
-use super::{Live, Pool, Reply, STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
+use super::{Entry, Live, Pool, Reply, STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
 use crate::core::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::handler::process::{io_error_text, TailBuffer};
 
@@ -134,11 +134,24 @@ impl Answers<'_> {
             }
         };
         match live.take(answer.id) {
-            Some(entry) => {
+            Some(Entry {
+                reply: Some(reply), ..
+            }) => {
                 live.timeouts_in_a_row.store(0, Ordering::SeqCst);
                 self.recent.insert(answer.id);
-                let _ = entry.reply.send(Reply::Done(answer.outcome));
+                let _ = reply.send(Reply::Done(answer.outcome));
                 self.pool.changed.notify_waiters();
+            }
+            Some(Entry { reply: None, .. }) => {
+                // Its place is free again.
+                self.recent.insert(answer.id);
+                self.pool.changed.notify_waiters();
+                self.complain(format!(
+                    "a late answer for id {} ({}), ignored: the message had timed out and \
+                     was already failed as transient",
+                    answer.id,
+                    answer.outcome.label()
+                ));
             }
             None if self.recent.contains(answer.id) => {
                 self.complain(format!("a second answer for id {}, ignored", answer.id));

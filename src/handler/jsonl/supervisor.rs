@@ -205,6 +205,7 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
         pid,
         lines: tx,
         pending: Mutex::new(Pending::default()),
+        max_in_flight: pool.cfg.max_in_flight,
         next_id: AtomicU64::new(1),
         timeouts_in_a_row: AtomicU32::new(0),
         restart: CancellationToken::new(),
@@ -304,13 +305,14 @@ impl Running {
             .map(|mut p| p.map.drain().map(|(_, e)| e).collect())
             .unwrap_or_default();
         let (mut failed, mut resent) = (0usize, 0usize);
-        for e in entries {
-            if e.sent {
+        // Entries without a reply had timed out: already failed.
+        for (sent, reply) in entries.into_iter().filter_map(|e| Some((e.sent, e.reply?))) {
+            if sent {
                 failed += 1;
-                let _ = e.reply.send(Reply::Done(Outcome::transient(error.clone())));
+                let _ = reply.send(Reply::Done(Outcome::transient(error.clone())));
             } else {
                 resent += 1;
-                let _ = e.reply.send(Reply::NotSent);
+                let _ = reply.send(Reply::NotSent);
             }
         }
         pool.changed.notify_waiters();

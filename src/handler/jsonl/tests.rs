@@ -214,3 +214,135 @@ async fn messages_after_shutdown_end_as_transient_at_once() {
     }
     assert!(t.elapsed() < Duration::from_secs(1));
 }
+
+/// A handler that keeps `hold` messages unanswered until `release` (then
+/// answers them late), and answers `count` messages once no line came for
+/// 300 ms, with how many messages it then had unanswered (holds and
+/// counts) and its pid.
+const HOLDER: &str = r#"
+import json, os, select
+buf = b""
+def read_lines(timeout):
+    global buf
+    r, _, _ = select.select([0], [], [], timeout)
+    if not r:
+        return None
+    chunk = os.read(0, 65536)
+    if not chunk:
+        os._exit(0)
+    buf += chunk
+    out = []
+    while b"\n" in buf:
+        line, buf = buf.split(b"\n", 1)
+        out.append(line)
+    return out
+def send(o):
+    os.write(1, (json.dumps(o) + "\n").encode())
+ls = []
+while not ls:
+    ls = read_lines(None) or []
+send({"ready": True, "version": 1})
+pending, held, counts = ls[1:], [], []
+while True:
+    for line in pending:
+        if not line.strip():
+            continue
+        m = json.loads(line)
+        b = m["body"]
+        if b == "hold":
+            held.append(m["id"])
+        elif b == "release":
+            for i in held:
+                send({"id": i, "outcome": "success"})
+            held = []
+            send({"id": m["id"], "outcome": "success"})
+        else:
+            counts.append(m["id"])
+    ls = read_lines(0.3)
+    if ls is None:
+        n = len(held) + len(counts)
+        for i in counts:
+            send({"id": i, "outcome": "permanent", "error": "held=%d pid=%d" % (n, os.getpid())})
+        counts = []
+        pending = []
+    else:
+        pending = ls
+"#;
+
+fn held_and_pid(o: &Outcome) -> (usize, u32) {
+    let Outcome::Permanent { error } = o else {
+        panic!("{o:?}")
+    };
+    let field = |name: &str| {
+        error
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("{error}"))
+    };
+    (field("held=") as usize, field("pid="))
+}
+
+/// A timed-out message still counts against `max_in_flight`: the process
+/// may still work on it. It once got new messages at once (6 unanswered
+/// with `max_in_flight` 4).
+#[tokio::test]
+async fn a_timed_out_message_still_counts_against_max_in_flight() {
+    let mut c = config(HOLDER);
+    c.max_in_flight = 4;
+    c.timeout = Duration::from_millis(1500);
+    c.timeouts_before_restart = 100;
+    let h = JsonlHandler::start(c);
+    let (h1, h2) = (msg("hold"), msg("hold"));
+    let (a, b) = tokio::join!(h.handle(&h1), h.handle(&h2));
+    for o in [a, b] {
+        assert!(
+            matches!(o, Outcome::Transient { ref error, .. } if error.contains("no answer")),
+            "{o:?}"
+        );
+    }
+    let counts: Vec<HandlerMessage> = (0..6).map(|_| msg("count")).collect();
+    let answers = futures_util::future::join_all(counts.iter().map(|m| h.handle(m))).await;
+    let pid = held_and_pid(&answers[0]).1;
+    for o in &answers {
+        let (held, p) = held_and_pid(o);
+        assert!(held <= 4, "the process held {held} unanswered: {answers:?}");
+        assert_eq!(p, pid, "not restarted");
+    }
+    // The late answers free the places.
+    assert_eq!(h.handle(&msg("release")).await, Outcome::Success);
+    let counts: Vec<HandlerMessage> = (0..4).map(|_| msg("count")).collect();
+    let t = StdInstant::now();
+    let answers = futures_util::future::join_all(counts.iter().map(|m| h.handle(m))).await;
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    for o in &answers {
+        assert!(held_and_pid(o).0 <= 4, "{answers:?}");
+    }
+    h.shutdown().await;
+}
+
+/// When every place of a process is held by timed-out messages, nothing
+/// could be sent to it again: it is restarted.
+#[tokio::test]
+async fn a_process_whose_places_all_timed_out_is_restarted() {
+    let mut c = config(HOLDER);
+    c.max_in_flight = 2;
+    c.timeout = Duration::from_millis(1000);
+    c.timeouts_before_restart = 100;
+    let h = JsonlHandler::start(c);
+    let before = held_and_pid(&h.handle(&msg("count")).await).1;
+    let (h1, h2) = (msg("hold"), msg("hold"));
+    let (a, b) = tokio::join!(h.handle(&h1), h.handle(&h2));
+    assert!(matches!(a, Outcome::Transient { .. }) && matches!(b, Outcome::Transient { .. }));
+    let after = tokio::time::timeout(Duration::from_secs(10), h.handle(&msg("count")))
+        .await
+        .expect("a new process takes the message");
+    let (held, pid) = held_and_pid(&after);
+    assert_eq!(held, 1);
+    assert_ne!(pid, before);
+    h.shutdown().await;
+}

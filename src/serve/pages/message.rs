@@ -32,7 +32,12 @@ fn body_markup(bytes: &[u8]) -> Markup {
     html! {
         @match &view {
             BodyView::Json { tokens } => pre.body data-test="body" data-as="json" { (json_tokens(tokens)) },
-            BodyView::Text { text } => pre.body data-test="body" data-as="text" { (text) },
+            BodyView::Text { text, plain } => {
+                @if let Some(reason) = plain {
+                    p.muted data-test="body-plain" { (reason.explain()) }
+                }
+                pre.body data-test="body" data-as="text" { (text) }
+            },
             BodyView::Hex { lines } => table.hex data-test="body" data-as="hex" {
                 @for l in lines {
                     tr { td.muted { (format!("{:08x}", l.offset)) } td { (l.hex) } td { (l.ascii) } }

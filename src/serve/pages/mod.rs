@@ -199,15 +199,29 @@ pub async fn login_form() -> Response {
 }
 
 /// `POST /login`: sets the token cookie when the token is right.
-pub async fn login(State(app): Shared, body: Bytes) -> Response {
-    let Some(expected) = app.opts.auth_token.as_deref() else {
+pub async fn login(
+    State(app): Shared,
+    client: Option<axum::Extension<super::guard::Client>>,
+    body: Bytes,
+) -> Response {
+    let (Some(expected), Some(cookie_value)) =
+        (app.opts.auth_token.as_deref(), app.login_cookie.as_deref())
+    else {
         return Redirect::to("/").into_response();
     };
     let given = form_urlencoded::parse(&body)
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
-    if !crate::core::web_guard::same_secret(&given, expected) {
+    let client = client.and_then(|c| c.0 .0);
+    if let Err(wait) = super::guard::take_try(&app, client) {
+        return super::guard::too_many(false, wait);
+    }
+    let right = crate::core::web_guard::same_secret(&given, expected);
+    if right {
+        super::guard::give_back(&app, client);
+    }
+    if !right {
         let content = html! {
             h1 { "Wrong token" }
             p { a href="/login" { "Try again" } }
@@ -221,7 +235,7 @@ pub async fn login(State(app): Shared, body: Bytes) -> Response {
     let cookie = format!(
         "{}={}; Path=/; HttpOnly; SameSite=Strict",
         crate::core::web_guard::TOKEN_COOKIE,
-        crate::core::web_guard::cookie_value(&given)
+        cookie_value
     );
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }

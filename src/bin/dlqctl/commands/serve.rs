@@ -10,9 +10,12 @@ use tokio_util::sync::CancellationToken;
 /// copies in flight.
 pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
     let topology = super::load(&a.file)?;
-    let token = a.auth_token.clone().filter(|t| !t.is_empty());
-    if a.auth_token.is_some() && token.is_none() {
-        return Err(Error::Usage("--auth-token is empty: give a token, or none".into()).into());
+    let token = a.auth_token.clone();
+    if let Some(why) = token
+        .as_deref()
+        .and_then(dlqctl::core::web_guard::refuse_token)
+    {
+        return Err(Error::Usage(why).into());
     }
     if let Some(why) = dlqctl::core::web_guard::refuse_listen(a.listen, token.is_some()) {
         return Err(Error::Usage(why).into());

@@ -14,8 +14,12 @@ pub mod text;
 
 use std::io::Write;
 
-/// Writes `text` to standard output and flushes it.
+/// Writes `text` to standard output and flushes it. Control characters
+/// other than newlines and tabs are written as visible escapes: no
+/// message, file or broker string quoted in a report can drive the
+/// terminal.
 pub fn stdout(text: &str) -> std::io::Result<()> {
+    let text = dlqctl::core::text::escape_controls_keep_lines(text);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
@@ -27,10 +31,11 @@ pub fn stdout_line(text: &str) -> std::io::Result<()> {
     stdout(&format!("{text}\n"))
 }
 
-/// Writes `text` to standard error with a newline. A failed write to
-/// standard error cannot be reported anywhere: it is ignored, never a
-/// panic.
+/// Writes `text` to standard error with a newline, its control
+/// characters escaped as [`stdout`] does. A failed write to standard
+/// error cannot be reported anywhere: it is ignored, never a panic.
 pub fn stderr_line(text: &str) {
+    let text = dlqctl::core::text::escape_controls_keep_lines(text);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(format!("{text}\n").as_bytes());
     let _ = err.flush();

@@ -1,6 +1,7 @@
 //! What a person sees: plans, findings and reports as text.
 
 use dlqctl::core::finding::Finding;
+use dlqctl::core::text::escape_controls as esc;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
 use dlqctl::ops::dlq::export::ExportReport;
@@ -271,7 +272,9 @@ pub fn status_text(
 
 /// `dlq peek` as text: a block per message, its body cut to `width`.
 pub fn peek_text(report: &PeekReport, width: usize) -> String {
-    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    // Values from a message are escaped: a message id or reason must not
+    // retitle the operator's terminal or forge a line of output.
+    let or = |v: &Option<String>| v.as_deref().map_or("-".into(), |s| esc(s).into_owned());
     let mut out = format!(
         "{}: {} message(s) shown ({} read of {} ready at the start); nothing was removed\n",
         report.queue,
@@ -285,7 +288,7 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
     for (i, m) in report.messages.iter().enumerate() {
         let d = &m.described;
         let id = match (&m.message_id, &m.message_id_base64) {
-            (Some(id), _) => id.clone(),
+            (Some(id), _) => esc(id).into_owned(),
             (None, Some(b)) => format!("base64:{b}"),
             (None, None) => "-".into(),
         };
@@ -298,7 +301,7 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
         );
         out += &format!(
             "   group={} from exchange={} key={} queue={}\n",
-            m.group,
+            esc(&m.group),
             or(&d.original_exchange),
             or(&d.original_routing_key),
             or(&d.source_queue)
@@ -333,7 +336,9 @@ fn base64_body(b64: &str) -> Vec<u8> {
 
 /// `dlq summary` as a table, largest group first.
 pub fn summary_text(r: &SummaryReport) -> String {
-    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    // Values from a message are escaped: a message id or reason must not
+    // retitle the operator's terminal or forge a line of output.
+    let or = |v: &Option<String>| v.as_deref().map_or("-".into(), |s| esc(s).into_owned());
     let mut out = format!(
         "{}: {} message(s) in {} group(s), of {} read ({} ready at the start){}; nothing was removed\n",
         r.queue,
@@ -356,7 +361,7 @@ pub fn summary_text(r: &SummaryReport) -> String {
     for g in &r.groups {
         out += &format!(
             "{} {:>6}  {:<10} first {} last {} from {} e.g. {}\n           {}\n",
-            g.id,
+            esc(&g.id),
             g.count,
             or(&g.reason),
             or(&g.first_dead_lettered_at),
@@ -364,9 +369,9 @@ pub fn summary_text(r: &SummaryReport) -> String {
             or(&g.source_queue),
             or(&g.example_message_id),
             if g.fingerprint.is_empty() {
-                "(no error recorded)"
+                "(no error recorded)".into()
             } else {
-                &g.fingerprint
+                esc(&g.fingerprint)
             }
         );
     }
