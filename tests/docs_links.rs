@@ -7,11 +7,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// Pages another change adds: a link to one of them is allowed while the
-/// file is missing, and checked like any other once it exists.
-/// (`docs/benchmarks.md` is written on another branch.)
-const PENDING: &[&str] = &["docs/benchmarks.md"];
-
 const README_MAX_LINES: usize = 300;
 
 fn root() -> PathBuf {
@@ -217,10 +212,7 @@ fn broken_links(
                     }
                 };
                 if !exists(&resolved) {
-                    let pending = PENDING.iter().any(|p| Path::new(p) == resolved);
-                    if !pending {
-                        problems.push(format!("{at}: {} does not exist", resolved.display()));
-                    }
+                    problems.push(format!("{at}: {} does not exist", resolved.display()));
                     continue;
                 }
                 let Some(anchor) = anchor else { continue };
@@ -279,8 +271,7 @@ fn docs_link_checker_reports_each_broken_link() {
             "# T\n\n## Go `here`, now\n\n[ok](docs/a.md#a-title) [self](#go-here-now)\n\
              [gone](docs/missing.md) [bad anchor](docs/a.md#nope)\n\
              `[code](nowhere.md)`\n```\n[fenced](nowhere.md)\n```\n\
-             [up](../outside.md) [abs](/docs/a.md) [web](https://example.com/x.md)\n\
-             [pending](docs/benchmarks.md)\n",
+             [up](../outside.md) [abs](/docs/a.md) [web](https://example.com/x.md)\n",
         ),
         (
             "docs/a.md",
