@@ -299,6 +299,20 @@ impl Cx {
             );
             ok = false;
         }
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            // A NUL, an escape or a newline in a queue name passes the
+            // broker, then breaks every log, terminal and script that
+            // prints or matches it.
+            self.err(
+                pos,
+                format!(
+                    "{what} `{}` contains the control character U+{:04X}; names are printable text",
+                    name.escape_debug(),
+                    c as u32
+                ),
+            );
+            ok = false;
+        }
         ok
     }
 

@@ -351,6 +351,30 @@ fn names_over_255_bytes_or_reserved() {
             .any(|m| m.contains("retry exchange name") && m.contains("256 bytes")),
         "{e:#?}"
     );
+    // Control characters (issue 30: a NUL validated), in the pipeline's
+    // name and so in every name made from it, and in an exchange's.
+    for (name, code) in [
+        ("a\\0b", "0000"),
+        ("a\\tb", "0009"),
+        ("a\\eb", "001B"),
+        ("a\\x7fb", "007F"),
+    ] {
+        let e = errs(&format!("version: 1\npipelines:\n  - name: \"{name}\"\n"));
+        assert!(
+            !e.is_empty()
+                && e.iter().all(|m| m.starts_with("3:11: ")
+                    && m.contains(&format!("control character U+{code}"))),
+            "{name}: {e:#?}"
+        );
+    }
+    let e = errs(
+        "version: 1\npipelines:\n  - name: a\n    exchange: {name: \"x\\ny\", type: topic, bindings: [k]}\n",
+    );
+    assert!(
+        e.iter()
+            .any(|m| m.contains("exchange name `x\\ny`") && m.contains("U+000A")),
+        "{e:#?}"
+    );
     assert_one(
         "version: 1\npipelines:\n  - name: amq.orders\n",
         "3:11",
