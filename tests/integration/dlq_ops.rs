@@ -784,9 +784,16 @@ async fn a_refused_replay_copy_stops_the_run_and_keeps_the_messages() {
     );
     // What was confirmed moved (the queue takes 3); the rest stays. A
     // refused batch fails whole: its copies that the queue took before it
-    // was full are duplicates, never losses.
+    // was full are duplicates, never losses. With the batches of four lanes
+    // in flight at once, every batch may hold a refused copy (seen on
+    // RabbitMQ 4.3: moved 0, the queue's 3 all duplicates).
     let moved = r["moved"].as_u64().unwrap();
-    assert!((1..=3).contains(&moved), "{r:#}");
+    assert!(moved <= 3, "{r:#}");
+    assert_eq!(
+        r["moved"].as_u64().unwrap() + r["failed"].as_u64().unwrap(),
+        r["read"].as_u64().unwrap(),
+        "{r:#}"
+    );
     b.wait_for_count(&pipe.dlq(), 10 - moved as u32, Duration::from_secs(10))
         .await;
     let mut all = ids(&drain(b, &pipe.dlq()).await);
