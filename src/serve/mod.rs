@@ -13,6 +13,7 @@
 
 mod api;
 mod assets;
+mod flight;
 mod guard;
 pub mod jobs;
 mod pages;

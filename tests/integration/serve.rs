@@ -1007,3 +1007,47 @@ async fn a_deeply_nested_json_body_shows_as_text_and_says_so() {
         assert!(start.elapsed() < Duration::from_secs(20), "{id}");
     }
 }
+
+#[tokio::test]
+async fn concurrent_reads_of_one_dlq_share_one_read() {
+    // Robustness finding 14: 88 page reads of one DLQ, asked at once, ran
+    // one after the other and shared nothing (the last answered after 95 s).
+    let n = 2_000;
+    let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let path = format!("/api/pipelines/{}/summary", f.pipe.name);
+    let asks = 30;
+    let answers = futures_util::future::join_all(
+        (0..asks).map(|_| async { s.get(&path).await.expect(200).json() }),
+    )
+    .await;
+    let mut reads: Vec<u64> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a["fresh"], true, "{a}");
+            assert_eq!(a["read"], n as u64, "{a}");
+            a["at_ms"].as_u64().expect("at_ms")
+        })
+        .collect();
+    reads.sort_unstable();
+    reads.dedup();
+    // A read of 2,000 messages takes far longer than the 30 requests take to
+    // arrive: they share the first read, or the second when a few came just
+    // after it ended. Read one by one, they would show 30 times.
+    assert!(
+        reads.len() <= 3,
+        "{asks} concurrent summaries made {} reads",
+        reads.len()
+    );
+    // Pages of messages asked at once all answer, and every read left the
+    // DLQ as it was.
+    let messages = format!("/api/pipelines/{}/messages?limit=5", f.pipe.name);
+    let pages = futures_util::future::join_all(
+        (0..10).map(|_| async { s.get(&messages).await.expect(200).json() }),
+    )
+    .await;
+    for p in &pages {
+        assert_eq!(p["messages"].as_array().map(Vec::len), Some(5), "{p}");
+    }
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(n as u32));
+}
