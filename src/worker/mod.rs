@@ -181,12 +181,25 @@ impl<H: Handler> Worker<H> {
     /// topology check must succeed (else the error is returned); after that,
     /// a lost connection is retried with capped exponential backoff.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
+        self.run_with_hurry(shutdown, CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Worker::run`]; when `hurry` is cancelled after `shutdown`,
+    /// the grace period ends at once: handlers still running are stopped
+    /// and their messages return to the queue (the binary cancels it on a
+    /// second SIGTERM or SIGINT).
+    pub async fn run_with_hurry(
+        &self,
+        shutdown: CancellationToken,
+        hurry: CancellationToken,
+    ) -> Result<()> {
         let mut backoff = Backoff::new(Duration::from_millis(200), self.cfg.max_reconnect_backoff);
         let mut first = true;
         let mut last_error: Option<String> = None;
         loop {
             let started = Instant::now();
-            let end = self.session(&shutdown).await;
+            let end = self.session(&shutdown, &hurry).await;
             let end = match end {
                 Ok(SessionEnd::Shutdown) => return Ok(()),
                 Err(e) if first => return Err(e),
@@ -228,7 +241,11 @@ impl<H: Handler> Worker<H> {
 
     /// One connection's life: connect, check the topology, consume until
     /// shutdown or a lost connection, then wind down.
-    async fn session(&self, shutdown: &CancellationToken) -> Result<SessionEnd> {
+    async fn session(
+        &self,
+        shutdown: &CancellationToken,
+        hurry: &CancellationToken,
+    ) -> Result<SessionEnd> {
         let (conn, at) = self.connect().await?;
         let (consume, publisher, mut consumer) = self.open(&conn).await?;
         let template = DeliveryTask {
@@ -257,11 +274,17 @@ impl<H: Handler> Worker<H> {
                 info!(queue = %self.cfg.pipeline.name, in_flight = tracker.len(), "stopping: no new messages; waiting for handlers in flight");
                 let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
                 let _ = tokio::time::timeout(NETWORK_STEP, cancel).await;
-                if tokio::time::timeout(self.cfg.grace, tracker.wait())
-                    .await
-                    .is_err()
-                {
-                    warn!(queue = %self.cfg.pipeline.name, left = tracker.len(), "grace period over; unfinished messages return to the queue");
+                let finished = tokio::select! {
+                    r = tokio::time::timeout(self.cfg.grace, tracker.wait()) => r.is_ok(),
+                    _ = hurry.cancelled() => false,
+                };
+                if !finished {
+                    let why = if hurry.is_cancelled() {
+                        "asked to hurry"
+                    } else {
+                        "grace period over"
+                    };
+                    warn!(queue = %self.cfg.pipeline.name, left = tracker.len(), "{why}; unfinished messages return to the queue");
                 } else {
                     return_unstarted(&consume).await;
                 }

@@ -670,3 +670,60 @@ async fn serial_close_all_connections_worker_reconnects_and_finishes() {
     assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
     assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
 }
+
+/// A second SIGTERM (or SIGINT) during the grace period ends it at once:
+/// the handler is stopped and its message returns to the queue, as when the
+/// grace runs out, without waiting for the rest of a long `--grace`.
+#[tokio::test]
+async fn a_second_sigterm_ends_the_grace_period_at_once() {
+    let f = Fixture::new(&[100], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let secs = format!("30.{:04}", uuid::Uuid::new_v4().as_u128() % 10_000);
+    let script = ChaosScript::new(
+        &f.scratch,
+        "h",
+        &format!("log start\nsleep {secs}\nlog done\nexit 0"),
+    );
+    let lines = sink();
+    let mut w = Proc::spawn(
+        &file,
+        &f.pipe.name,
+        &["--grace", "60s"],
+        &script.path,
+        lines.clone(),
+    );
+    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
+    let started = script.wait_for("start", 1, Duration::from_secs(20)).await;
+    let handler_pid = started[0].pid;
+    w.signal(libc::SIGTERM);
+    // The first signal waits for the handler (60 s of grace)...
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        w.exited().is_none(),
+        "stopped before the grace: {}",
+        w.output()
+    );
+    // ...the second does not.
+    let sent = Instant::now();
+    w.signal(libc::SIGTERM);
+    let status = w
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("still running 10 s after a second SIGTERM: {}", w.output()));
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", w.output());
+    assert!(took < Duration::from_secs(5), "took {took:?} to stop");
+    assert!(w.output().contains("SIGTERM again"), "{}", w.output());
+    f.broker
+        .wait_for_count(&f.pipe.name, 1, Duration::from_secs(5))
+        .await;
+    assert!(decisions(&lines).is_empty(), "{}", w.output());
+    assert!(script.named("done").is_empty(), "the handler finished");
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(handler_pid)
+            && processes_with_cmdline(&["sleep", &secs]).is_empty())
+        .await,
+        "left behind: handler {handler_pid} alive {}",
+        alive(handler_pid),
+    );
+}

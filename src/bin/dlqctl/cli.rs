@@ -420,7 +420,8 @@ pub struct WorkArgs {
     #[arg(long, default_value = "republish", value_parser = dead_letter_mode)]
     pub dead_letter: dlqctl::worker::DeadLetterMode,
     /// At shutdown, how long in-flight handlers may take before their
-    /// messages are left to return to the queue.
+    /// messages are left to return to the queue (a second SIGINT or
+    /// SIGTERM ends it at once).
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090).

@@ -87,20 +87,69 @@ pub fn spawn_signal_handler(
     token: tokio_util::sync::CancellationToken,
     doing: &'static str,
 ) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    spawn_signal_handlers(token, None).map(|signals| drop(tokio::spawn(signals.first(doing))))
+}
+
+/// Like [`spawn_signal_handler`], and a second signal cancels `hurry`
+/// too (logging `hurrying`): an operator who asks twice does not want to
+/// wait for the rest of the grace period.
+pub fn spawn_signal_handler_twice(
+    token: tokio_util::sync::CancellationToken,
+    hurry: tokio_util::sync::CancellationToken,
+    doing: &'static str,
+    hurrying: &'static str,
+) -> std::io::Result<()> {
+    let signals = spawn_signal_handlers(token, Some(hurry))?;
     tokio::spawn(async move {
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-            _ = hup.recv() => "SIGHUP",
-        };
-        // Stop first, then say so: nothing the log does can keep the stop
-        // from happening.
-        token.cancel();
-        tracing::info!("{name}: {doing}");
+        let mut signals = signals.first(doing).await;
+        let name = signals.next().await;
+        if let Some(hurry) = signals.hurry.take() {
+            hurry.cancel();
+        }
+        tracing::warn!("{name} again: {hurrying}");
     });
     Ok(())
+}
+
+/// The signals that stop a command.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    token: tokio_util::sync::CancellationToken,
+    hurry: Option<tokio_util::sync::CancellationToken>,
+}
+
+fn spawn_signal_handlers(
+    token: tokio_util::sync::CancellationToken,
+    hurry: Option<tokio_util::sync::CancellationToken>,
+) -> std::io::Result<Signals> {
+    use tokio::signal::unix::{signal, SignalKind};
+    Ok(Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+        hup: signal(SignalKind::hangup())?,
+        token,
+        hurry,
+    })
+}
+
+impl Signals {
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+            _ = self.hup.recv() => "SIGHUP",
+        }
+    }
+
+    /// Waits for the first signal, cancels the token, says `doing`.
+    async fn first(mut self, doing: &'static str) -> Self {
+        let name = self.next().await;
+        // Stop first, then say so: nothing the log does can keep the stop
+        // from happening.
+        self.token.cancel();
+        tracing::info!("{name}: {doing}");
+        self
+    }
 }

@@ -74,8 +74,13 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
 }
 
 async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Result<Outcome> {
-    let shutdown = CancellationToken::new();
-    super::spawn_signal_handler(shutdown.clone(), "finishing messages in flight")?;
+    let (shutdown, hurry) = (CancellationToken::new(), CancellationToken::new());
+    super::spawn_signal_handler_twice(
+        shutdown.clone(),
+        hurry.clone(),
+        "finishing messages in flight (a second signal stops without waiting for them)",
+        "not waiting for the messages in flight; they return to the queue",
+    )?;
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = a.metrics_addr {
         // Bound once and served on that listener: no window in which
@@ -93,7 +98,7 @@ async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Resul
         info!(addr = %bound, "serving metrics on /metrics");
     }
     let worker = Worker::with_metrics(cfg, handler, metrics);
-    worker.run(shutdown).await?;
+    worker.run_with_hurry(shutdown, hurry).await?;
     info!("stopped");
     Ok(Outcome::Success)
 }
