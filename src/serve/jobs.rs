@@ -155,8 +155,9 @@ pub struct Request {
 
 impl Request {
     /// Refuses what the page must not start: a purge of the whole DLQ (the
-    /// CLI's `dlq purge --yes` does that), a purge count of 0, a rate or a
-    /// canary that is no number.
+    /// CLI's `dlq purge --yes` does that), a purge count of 0, a rate
+    /// outside the CLI's bounds (`--rate`), a canary of 0 or waiting longer
+    /// than the CLI's `--canary-wait` may.
     pub fn check(&self) -> Result<(), Fail> {
         match &self.action {
             Action::Purge { expected } => {
@@ -175,8 +176,9 @@ impl Request {
                 canary,
                 canary_wait_ms,
             } => {
-                if rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-                    return Err(Fail::bad_request("the rate must be a number above 0"));
+                if let Some(r) = rate {
+                    crate::core::rate::check_rate(*r)
+                        .map_err(|e| Fail::bad_request(format!("rate: {e}")))?;
                 }
                 if *canary == Some(0) {
                     return Err(Fail::bad_request("the canary must be at least 1 message"));

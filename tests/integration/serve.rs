@@ -1051,3 +1051,36 @@ async fn concurrent_reads_of_one_dlq_share_one_read() {
     }
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(n as u32));
 }
+
+#[tokio::test]
+async fn a_replay_job_takes_the_rates_and_waits_the_cli_takes() {
+    // The CLI refuses `--rate 1e-7` (the lock held for 116 days); the page
+    // refused only rates of 0 or less, and the job then failed later.
+    let f = Fixture::new(3, |_| {}, dead_many(3, |_| "exhausted", |_| "t")).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let path = format!("/api/pipelines/{}/replay", f.pipe.name);
+    for (body, says) in [
+        (json!({ "all": true, "rate": 1e-7 }), "rate"),
+        (json!({ "all": true, "rate": 2e6 }), "rate"),
+        (json!({ "all": true, "rate": 0 }), "rate"),
+        (json!({ "all": true, "rate": -5 }), "rate"),
+        (json!({ "all": true, "canary": 0 }), "canary"),
+        (
+            json!({ "all": true, "canary": 1, "canary_wait_ms": 90_000_000u64 }),
+            "canary",
+        ),
+    ] {
+        let a = s.post_json(&path, body.clone()).await.expect(400);
+        assert!(a.text.contains(says), "{body}: {}", a.text);
+    }
+    assert_eq!(
+        s.get("/api/jobs")
+            .await
+            .expect(200)
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(3));
+}
