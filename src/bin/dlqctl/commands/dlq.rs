@@ -146,10 +146,78 @@ fn export_sink(a: &ExportArgs) -> Result<Box<dyn dlqctl::ops::dlq::export::Sink>
     if a.append && is_file {
         repair_last_line(path)?;
     }
-    Ok(Box::new(WriterSink::new(
-        std::io::BufWriter::with_capacity(1 << 16, file),
-        |w| w.get_ref().sync_data(),
-    )))
+    if !is_file {
+        return Ok(Box::new(WriterSink::new(
+            std::io::BufWriter::with_capacity(1 << 16, file),
+            |w| w.get_ref().sync_data(),
+        )));
+    }
+    let synced_len = file
+        .metadata()
+        .map(|m| m.len())
+        .map_err(|e| Error::Usage(format!("cannot read the length of {shown}: {e}")))?;
+    Ok(Box::new(FileSink {
+        writer: Some(std::io::BufWriter::with_capacity(1 << 16, file)),
+        synced_len,
+    }))
+}
+
+/// An export file that never keeps a cut line: when a write or a sync
+/// fails (a full disk), the file is truncated back to its length at the
+/// last sync, so it ends with a whole line. An archive acks only synced
+/// lines, so the messages of the lines cut away are still in the DLQ.
+struct FileSink {
+    /// `None` once a write failed: the buffer is dropped unwritten.
+    writer: Option<std::io::BufWriter<std::fs::File>>,
+    /// The file's length at the last sync (or at the start).
+    synced_len: u64,
+}
+
+impl FileSink {
+    fn failed(&mut self, e: std::io::Error) -> std::io::Error {
+        if let Some(w) = self.writer.take() {
+            // The buffer is dropped, not flushed: what it holds is past the
+            // last sync anyway.
+            let (file, _unwritten) = w.into_parts();
+            // Best effort: a truncation frees space, so it should succeed
+            // on a full disk.
+            if file.set_len(self.synced_len).is_ok() {
+                let _ = file.sync_data();
+            }
+        }
+        e
+    }
+}
+
+impl dlqctl::ops::dlq::export::Sink for FileSink {
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let Some(w) = self.writer.as_mut() else {
+            return Err(std::io::Error::other("an earlier write failed"));
+        };
+        let r = w
+            .write_all(line.as_bytes())
+            .and_then(|()| w.write_all(b"\n"));
+        r.map_err(|e| self.failed(e))
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        let Some(w) = self.writer.as_mut() else {
+            return Err(std::io::Error::other("an earlier write failed"));
+        };
+        let r = w
+            .flush()
+            .and_then(|()| w.get_ref().sync_data())
+            .and_then(|()| w.get_ref().metadata().map(|m| m.len()));
+        match r {
+            Ok(len) => {
+                self.synced_len = len;
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
 }
 
 /// Before `--append`: a file whose last line has no newline was cut by a
