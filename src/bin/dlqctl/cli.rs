@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// Delayed retries and a dead-letter queue for RabbitMQ consumers.
 #[derive(Debug, Parser)]
-#[command(name = "dlqctl", version, about, long_about = None)]
+#[command(name = "dlqctl", version = crate::VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -104,6 +104,20 @@ pub enum Command {
     /// A web page for DLQ triage: overview, groups, messages, and replay,
     /// export and purge as jobs with live progress.
     Serve(Box<ServeArgs>),
+    /// Print a shell completion script, e.g.
+    /// `dlqctl completions bash > /etc/bash_completion.d/dlqctl`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print a man page (roff), e.g. `dlqctl man | man -l -`, or
+    /// `dlqctl man dlq replay` for a subcommand's own page.
+    Man {
+        /// The subcommand whose page to print (`work`, `dlq replay`, ...);
+        /// none for the page of dlqctl itself.
+        command: Vec<String>,
+    },
 }
 
 /// `dlqctl serve`.

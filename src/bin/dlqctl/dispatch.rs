@@ -13,6 +13,8 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
         Command::Serve(a) => commands::serve::serve(a).await,
+        Command::Completions { shell } => commands::manual::completions(*shell),
+        Command::Man { command } => commands::manual::man(command),
         Command::Dlq(d) => match d.as_ref() {
             crate::cli::DlqCommand::Peek(a) => commands::dlq::peek(a).await,
             crate::cli::DlqCommand::Summary(a) => commands::dlq::summary(a).await,

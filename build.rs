@@ -1,0 +1,50 @@
+//! Sets `DLQCTL_VERSION` for `dlqctl --version`: the crate's version, with
+//! the git commit (and `-modified` for uncommitted changes) when built
+//! from a git checkout. Built from a package (`cargo install` of a
+//! `.crate`), it is the version alone.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(String::from_utf8(out.stdout).ok()?.trim().to_string())
+}
+
+fn main() {
+    let version = env!("CARGO_PKG_VERSION");
+    // Only a checkout of this crate counts, not a git repository the
+    // package was unpacked into.
+    let here = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let top = git(&["-C", &here, "rev-parse", "--show-toplevel"]);
+    let ours = top
+        .as_deref()
+        .is_some_and(|t| std::path::Path::new(t) == std::path::Path::new(&here));
+    let commit = if ours {
+        git(&["-C", &here, "rev-parse", "--short=12", "HEAD"])
+    } else {
+        None
+    };
+    let full = match commit {
+        Some(c) => {
+            let dirty = git(&["-C", &here, "status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            format!("{version} ({c}{})", if dirty { "-modified" } else { "" })
+        }
+        None => version.to_string(),
+    };
+    println!("cargo:rustc-env=DLQCTL_VERSION={full}");
+    // A new commit or checkout changes HEAD or the ref it points at.
+    if ours {
+        if let Some(dir) = git(&["-C", &here, "rev-parse", "--absolute-git-dir"]) {
+            println!("cargo:rerun-if-changed={dir}/HEAD");
+            println!("cargo:rerun-if-changed={dir}/index");
+            if let Some(r) = git(&["-C", &here, "symbolic-ref", "-q", "HEAD"]) {
+                println!("cargo:rerun-if-changed={dir}/{r}");
+            }
+        }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
