@@ -1,6 +1,6 @@
 //! Sets `DLQCTL_VERSION` for `dlqctl --version`: the crate's version, with
-//! the git commit (and `-modified` for uncommitted changes) when built
-//! from a git checkout. Built from a package (`cargo install` of a
+//! the git commit when built from a git checkout (uncommitted changes are
+//! not tracked: that would rebuild the crate at every `git add`). Built from a package (`cargo install` of a
 //! `.crate`), it is the version alone.
 
 use std::process::Command;
@@ -28,11 +28,7 @@ fn main() {
         None
     };
     let full = match commit {
-        Some(c) => {
-            let dirty = git(&["-C", &here, "status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
-            format!("{version} ({c}{})", if dirty { "-modified" } else { "" })
-        }
+        Some(c) => format!("{version} ({c})"),
         None => version.to_string(),
     };
     println!("cargo:rustc-env=DLQCTL_VERSION={full}");
@@ -40,7 +36,6 @@ fn main() {
     if ours {
         if let Some(dir) = git(&["-C", &here, "rev-parse", "--absolute-git-dir"]) {
             println!("cargo:rerun-if-changed={dir}/HEAD");
-            println!("cargo:rerun-if-changed={dir}/index");
             if let Some(r) = git(&["-C", &here, "symbolic-ref", "-q", "HEAD"]) {
                 println!("cargo:rerun-if-changed={dir}/{r}");
             }
