@@ -2,7 +2,7 @@
 //! do: topology files that are missing, directories, not UTF-8 or huge, and
 //! flags whose zero makes no sense. No broker is contacted.
 
-use crate::helpers::Scratch;
+use crate::support::Scratch;
 use std::process::{Command, Output, Stdio};
 
 fn dlqctl(args: &[&str]) -> Output {

@@ -1,7 +1,7 @@
 //! One-shot commands and their output streams: a closed pipe and a full
 //! disk are each a clear error (exit 1), and neither is a panic (exit 101).
 
-use crate::helpers::Scratch;
+use crate::support::Scratch;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 

@@ -2,8 +2,8 @@
 //! with what the headers say, and leaves every message in place, in order;
 //! a second reader of the same DLQ is told it is busy.
 
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe};
+use crate::support::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde_json::Value;

@@ -2,9 +2,9 @@
 //! and import, the snapshot, selectors, rate, canary, rotation past the
 //! window, SIGKILL, and no duplicates left on quorum DLQs.
 
-use crate::dlq_support::{dead, dead_many, publish_many, Fixture};
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe, Script, WorkerProc};
+use crate::support::dlq::{dead, dead_many, publish_many, Fixture};
+use crate::support::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, Script, WorkerProc};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
@@ -544,7 +544,7 @@ fn spawn_replay(
         .arg(file)
         .args(["--queue", queue, "--to", to])
         .args(extra)
-        .envs(crate::helpers::broker_env())
+        .envs(crate::support::broker_env())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -961,7 +961,7 @@ async fn target_for(
     cancel: tokio_util::sync::CancellationToken,
 ) -> dlqctl::ops::dlq::Target {
     let conn = lapin::Connection::connect(
-        &crate::helpers::amqp_url(),
+        &crate::support::amqp_url(),
         lapin::ConnectionProperties::default(),
     )
     .await

@@ -3,9 +3,9 @@
 //! addresses are relays to the one local broker, so that a test can take
 //! one path away (see `relay`); the cluster tests kill real nodes.
 
-use crate::helpers::{amqp_url, dlqctl, Cleanup, Scratch, RUN_TIMEOUT};
+use crate::support::{amqp_url, dlqctl, Cleanup, Scratch, RUN_TIMEOUT};
 use crate::relay::Relay;
-use crate::worker_support::*;
+use crate::support::worker::*;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! the example handlers) speaking the JSON-lines protocol; the tests read
 //! the handler's event log, the worker's JSON log lines and the queues.
 
-use crate::worker_support::*;
+use crate::support::worker::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -495,7 +495,7 @@ async fn stderr_is_logged_bounded_per_line_and_in_rate() {
 #[tokio::test]
 async fn processes_options_are_checked() {
     let f = Fixture::new(&[100], 2).await;
-    let run = crate::helpers::dlqctl(
+    let run = crate::support::dlqctl(
         &[
             "work",
             f.file.to_str().unwrap(),
@@ -506,12 +506,12 @@ async fn processes_options_are_checked() {
             "--",
             "true",
         ],
-        crate::helpers::RUN_TIMEOUT,
+        crate::support::RUN_TIMEOUT,
     )
     .await;
     run.assert_code(2);
     assert!(run.stderr.contains("--jsonl"), "{}", run.stderr);
-    let run = crate::helpers::dlqctl(
+    let run = crate::support::dlqctl(
         &[
             "work",
             f.file.to_str().unwrap(),
@@ -525,7 +525,7 @@ async fn processes_options_are_checked() {
             "--",
             "true",
         ],
-        crate::helpers::RUN_TIMEOUT,
+        crate::support::RUN_TIMEOUT,
     )
     .await;
     run.assert_code(2);

@@ -3,8 +3,8 @@
 //! a missing permission is reported. The tests change users and
 //! permissions, so they are `serial_` (run alone; .config/nextest.toml).
 
-use crate::helpers::{dlqctl, management_url, unique_prefix, Scratch, RUN_TIMEOUT};
-use crate::worker_support::*;
+use crate::support::{dlqctl, management_url, unique_prefix, Scratch, RUN_TIMEOUT};
+use crate::support::worker::*;
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `dlqctl provision`, `--check`, `--dry-run` and `validate`, run as a user
 //! runs them, against a real broker.
 
-use crate::helpers::*;
+use crate::support::*;
 use dlqctl::core::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -951,7 +951,7 @@ async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
 
 // ---------------------------------------------------------------- policies
 
-use crate::policy_support::{Kind, PolicyGuard};
+use crate::support::policy::{Kind, PolicyGuard};
 
 /// Every queue the fixture's file plans.
 fn planned_queues(file: &Path) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! Passwords never appear in output, whatever they contain and however
 //! the URL reaches dlqctl (`--url`, `AMQP_URL`, `--management-url`).
 
-use crate::helpers::{unique_prefix, Scratch};
+use crate::support::{unique_prefix, Scratch};
 use std::process::Command;
 
 /// Passwords with every URL delimiter, percent signs, and very short ones.
@@ -180,8 +180,8 @@ fn credentials_never_reach_a_trace_log() {
         url.set_password(Some(pw)).expect("a password");
         url.to_string()
     };
-    let url = with_password(crate::helpers::amqp_url());
-    let mgmt = with_password(crate::helpers::management_url());
+    let url = with_password(crate::support::amqp_url());
+    let mgmt = with_password(crate::support::management_url());
     let queue = format!("{p}orders");
     for filter in [
         "trace",

@@ -2,9 +2,9 @@
 //! what it shows matches the DLQ commands, its jobs keep their rules, and
 //! its guard refuses what it must.
 
-use crate::dlq_support::{dead, dead_many, Fixture};
-use crate::helpers::{dlqctl, RUN_TIMEOUT};
-use crate::serve_support::Served;
+use crate::support::dlq::{dead, dead_many, Fixture};
+use crate::support::{dlqctl, RUN_TIMEOUT};
+use crate::support::serve::Served;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -71,7 +71,7 @@ async fn the_overview_shows_each_pipeline_with_its_health_and_samples_its_dlq() 
     assert_eq!(o["warn_dlq"], 1);
     assert_eq!(o["max_dlq"], 10);
     // The sampler has drawn some of the hour.
-    let o = crate::helpers::eventually("two samples", Duration::from_secs(10), || async {
+    let o = crate::support::eventually("two samples", Duration::from_secs(10), || async {
         let o = s.get("/api/overview").await.expect(200).json();
         (o["pipelines"][0]["history"].as_array().map_or(0, Vec::len) >= 2).then_some(o)
     })
@@ -364,7 +364,7 @@ async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_su
     let moved = j["report"]["moved"].as_u64().unwrap();
     assert!(moved > 0 && moved < n as u64, "{j}");
     let main = f.b.message_count(&f.pipe.name).await.unwrap() as u64;
-    let dlq = crate::helpers::eventually("the DLQ to settle", Duration::from_secs(10), || async {
+    let dlq = crate::support::eventually("the DLQ to settle", Duration::from_secs(10), || async {
         let d = f.b.message_count(&f.pipe.dlq()).await.unwrap() as u64;
         (d + main == n as u64).then_some(d)
     })
@@ -389,7 +389,7 @@ async fn sigterm_stops_a_running_job_after_its_copies_in_flight_and_exits_0() {
         "{}",
         s.output()
     );
-    let total = crate::helpers::eventually("nothing lost", Duration::from_secs(10), || async {
+    let total = crate::support::eventually("nothing lost", Duration::from_secs(10), || async {
         let main = f.b.message_count(&f.pipe.name).await.unwrap();
         let dlq = f.b.message_count(&f.pipe.dlq()).await.unwrap();
         (main + dlq == n as u32 && main > 0 && dlq > 0).then_some(main + dlq)
@@ -408,7 +408,7 @@ async fn headers_and_bodies_holding_script_render_as_text() {
             ("dlqctl-last-error", evil),
             ("<img src=x onerror=alert(1)>", evil),
         ] {
-            t.insert(k.into(), crate::worker_support::s(v));
+            t.insert(k.into(), crate::support::worker::s(v));
         }
         t
     });
@@ -803,7 +803,7 @@ async fn a_browser_leaving_a_page_mid_load_leaves_the_dlq_as_it_was() {
             .await;
     }
     // Every read ends; then the DLQ holds each message once.
-    let summary = crate::helpers::eventually("a summary", Duration::from_secs(30), || async {
+    let summary = crate::support::eventually("a summary", Duration::from_secs(30), || async {
         let a = s
             .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
             .await;
@@ -892,7 +892,7 @@ async fn weak_tokens_are_refused_guesses_are_throttled_and_cookies_die_with_the_
             let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
                 .args(["serve", &file, "--listen", listen])
                 .env("DLQCTL_AUTH_TOKEN", weak)
-                .env("AMQP_URL", crate::helpers::amqp_url())
+                .env("AMQP_URL", crate::support::amqp_url())
                 .env_remove("RUST_LOG")
                 .kill_on_drop(true)
                 .output();

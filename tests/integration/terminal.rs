@@ -3,9 +3,9 @@
 //! character of a message id, reason, source queue or error as a visible
 //! escape.
 
-use crate::dlq_support::{dead, Fixture};
-use crate::helpers::{dlqctl, RUN_TIMEOUT};
-use crate::worker_support::{s, table};
+use crate::support::dlq::{dead, Fixture};
+use crate::support::{dlqctl, RUN_TIMEOUT};
+use crate::support::worker::{s, table};
 use lapin::types::AMQPValue;
 
 /// ESC sequences that retitle and clear a terminal, BEL, a newline that

@@ -3,7 +3,7 @@
 //! certificate is signed by a CA made at test time; its management API
 //! speaks https with the same certificate.
 
-use crate::helpers::{dlqctl, Run, Scratch, RUN_TIMEOUT};
+use crate::support::{dlqctl, Run, Scratch, RUN_TIMEOUT};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,7 +36,7 @@ fn file(dir: &Path, name: &str) -> String {
 
 /// A one-pipeline topology with a unique name.
 fn topology(scratch: &Scratch) -> (String, String) {
-    let name = format!("tls-{}", crate::helpers::unique_prefix());
+    let name = format!("tls-{}", crate::support::unique_prefix());
     let path = scratch.write(
         "t.yaml",
         &format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{delays: [100ms], max_attempts: 2, jitter: 0}}\n"),
@@ -73,7 +73,7 @@ fn amqps_target() -> (String, PathBuf, String) {
         Ok(url) => {
             let ca = std::env::var("DLQCTL_TLS_CA")
                 .expect("DLQCTL_TLS_CA: the CA of the broker named by DLQCTL_AMQPS_URL");
-            (url, PathBuf::from(ca), crate::helpers::management_url())
+            (url, PathBuf::from(ca), crate::support::management_url())
         }
         Err(_) => (AMQPS.into(), node().join("ca.pem"), MGMT.into()),
     }
@@ -141,7 +141,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
     // The worker: a message published over TLS is handled and acked.
     let script = scratch.write("ok.sh", "#!/bin/sh\nexit 0\n");
     Scratch::write_executable(&script, "#!/bin/sh\nexit 0\n");
-    let mut w = crate::worker_support::WorkerProc::spawn(
+    let mut w = crate::support::worker::WorkerProc::spawn(
         Path::new(&t),
         &name,
         &[
@@ -295,7 +295,7 @@ async fn an_expired_certificate_fails_saying_so() {
         .kill_on_drop(true)
         .spawn()
         .expect("openssl s_server");
-    crate::helpers::eventually(
+    crate::support::eventually(
         "openssl s_server listening",
         Duration::from_secs(10),
         || async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() },
@@ -474,7 +474,7 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
     let _limit = SizeLimit::set(1_000_000);
     let script = scratch.path().join("fail.sh");
     Scratch::write_executable(&script, "#!/bin/sh\nexit 1\n");
-    let mut w = crate::worker_support::WorkerProc::spawn(
+    let mut w = crate::support::worker::WorkerProc::spawn(
         Path::new(&t),
         &name,
         &["--url", AMQP_PLAIN, "--", script.to_str().unwrap()],

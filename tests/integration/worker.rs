@@ -2,8 +2,8 @@
 //! (or POSTs to an HTTP server in the test) per message; the tests read the
 //! handler's call log, the worker's JSON log lines and the queues.
 
-use crate::helpers::{dlqctl, Scratch, RUN_TIMEOUT};
-use crate::worker_support::*;
+use crate::support::{dlqctl, Scratch, RUN_TIMEOUT};
+use crate::support::worker::*;
 use lapin::types::AMQPValue;
 use lapin::BasicProperties;
 use serde_json::Value;
@@ -155,7 +155,7 @@ async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history()
     );
     let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
     w.wait_consuming().await;
-    let before = crate::worker_support::now_rfc3339();
+    let before = crate::support::worker::now_rfc3339();
     publish(&f.broker, &exchange, "order.created", b"{}", with_id("m-2")).await;
 
     let dlq = the_dlq_message(&f).await;
@@ -1337,7 +1337,7 @@ async fn a_failing_log_sink_neither_panics_nor_deafens_the_worker() {
             .arg(&file)
             .args(["--queue", &f.pipe.name, "--"])
             .arg(&script.path)
-            .envs(crate::helpers::broker_env())
+            .envs(crate::support::broker_env())
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,12 +1,12 @@
-//! Fixtures for the worker robustness tests, beyond `helpers` and
-//! `worker_support`: a worker process that can be SIGKILLed and restarted,
+//! Fixtures for the worker robustness tests, beyond `support` and
+//! `support::worker`: a worker process that can be SIGKILLed and restarted,
 //! handler scripts safe under concurrency (one appended line per event),
 //! bulk publishing, the worker's connection in the management API, and
 //! `rabbitmqctl` with a guard that always leaves the broker running.
 
 #![allow(dead_code)] // each test uses its own part
 
-use crate::helpers::{Broker, Mgmt, Scratch};
+use crate::support::{Broker, Mgmt, Scratch};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Confirmation};
 use serde_json::Value;
@@ -49,7 +49,7 @@ impl Proc {
             .args(args)
             .arg("--")
             .arg(script)
-            .envs(crate::helpers::broker_env())
+            .envs(crate::support::broker_env())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -405,7 +405,7 @@ pub async fn wait_broker_up(deadline: Duration) {
     let start = Instant::now();
     loop {
         let amqp = lapin::Connection::connect(
-            &crate::helpers::amqp_url(),
+            &crate::support::amqp_url(),
             lapin::ConnectionProperties::default(),
         )
         .await;

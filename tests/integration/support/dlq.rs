@@ -2,8 +2,8 @@
 //! a provisioned pipeline whose DLQ holds messages as the worker writes
 //! them.
 
-use crate::helpers::{Broker, Cleanup, Scratch};
-use crate::worker_support::{i, s, table, with_id, Pipe};
+use crate::support::{Broker, Cleanup, Scratch};
+use crate::support::worker::{i, s, table, with_id, Pipe};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldArray};
 use lapin::BasicProperties;

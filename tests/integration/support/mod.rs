@@ -1,4 +1,4 @@
-//! Shared fixtures for the integration tests: the broker (AMQP and the
+//! What the integration tests share: the broker (AMQP and the
 //! management API), unique names, scratch files, running the built binary,
 //! and a guard that deletes what a test made.
 //!
@@ -13,7 +13,11 @@
 //! [`Cleanup`] that deletes every queue and exchange under that prefix when
 //! it is dropped, also when the test panics.
 
-#![allow(dead_code)] // each test module uses its own part of the helpers
+pub mod chaos;
+pub mod dlq;
+pub mod policy;
+pub mod serve;
+pub mod worker;
 
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,

@@ -5,7 +5,7 @@
 //! anything else (999), and is deleted by a [`PolicyGuard`] when the test
 //! ends, also when it panics.
 
-use crate::helpers::{amqp_url, Broker, Cleanup, Mgmt};
+use crate::support::{amqp_url, Broker, Cleanup, Mgmt};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

@@ -58,7 +58,7 @@ impl Served {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(args)
-            .envs(crate::helpers::broker_env())
+            .envs(crate::support::broker_env())
             .env_remove("DLQCTL_AUTH_TOKEN")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -66,7 +66,7 @@ impl Served {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn dlqctl serve");
-        let lines = crate::helpers::collect_output(&mut child);
+        let lines = crate::support::collect_output(&mut child);
         let start = Instant::now();
         let base = loop {
             let found = lines.lock().unwrap().iter().find_map(|l| {
@@ -186,7 +186,7 @@ impl Served {
 
     /// Waits until job `id` has done some of its work (it holds the DLQ).
     pub async fn wait_moving(&self, id: u64) {
-        crate::helpers::eventually("the job to move some", Duration::from_secs(20), || async {
+        crate::support::eventually("the job to move some", Duration::from_secs(20), || async {
             let j = self
                 .get(&format!("/api/jobs/{id}"))
                 .await

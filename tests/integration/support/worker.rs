@@ -1,4 +1,4 @@
-//! Fixtures for the worker tests, beyond `helpers`: a pipeline described in
+//! Fixtures for the worker tests, beyond `support`: a pipeline described in
 //! a scratch YAML and provisioned with the binary, handler scripts that log
 //! every call, a `dlqctl work` process whose JSON log lines are collected,
 //! publishing with properties and headers, and reading queue statistics
@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each test uses its own part
 
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::support::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 use lapin::BasicProperties;
@@ -306,7 +306,7 @@ impl WorkerProc {
             .arg("--queue")
             .arg(queue)
             .args(args)
-            .envs(crate::helpers::broker_env())
+            .envs(crate::support::broker_env())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -314,7 +314,7 @@ impl WorkerProc {
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn dlqctl work");
         let pid = child.id().expect("a pid") as i32;
-        let lines = crate::helpers::collect_output(&mut child);
+        let lines = crate::support::collect_output(&mut child);
         WorkerProc { child, pid, lines }
     }
 
@@ -449,7 +449,7 @@ impl WorkerProc {
 
 // ---------------------------------------------------------------- publishing
 
-pub use crate::helpers::NotAccepted;
+pub use crate::support::NotAccepted;
 
 /// Publishes `body` with `props` (persistent forced), `mandatory`, and
 /// waits for the confirm: `Err` when nacked or returned.
