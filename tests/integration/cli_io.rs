@@ -1,7 +1,7 @@
 //! One-shot commands and their output streams: a closed pipe and a full
 //! disk are each a clear error (exit 1), and neither is a panic (exit 101).
 
-use crate::support::Scratch;
+use crate::support::{Dlqctl, Scratch};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -15,10 +15,9 @@ fn big_topology(dir: &Scratch) -> String {
     path.to_str().expect("utf-8 path").to_string()
 }
 
-fn dlqctl() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-    c.env_remove("RUST_LOG").stdin(Stdio::null());
-    c
+/// `dlqctl ARGS` as a blocking command, its streams still to be set.
+fn dlqctl(args: &[&str]) -> Command {
+    Dlqctl::new(args[0]).args(&args[1..]).into_std()
 }
 
 #[test]
@@ -29,8 +28,7 @@ fn a_closed_stdout_pipe_is_exit_1_with_a_report() {
         vec!["provision", file.as_str(), "--dry-run"],
         vec!["provision", file.as_str(), "--dry-run", "--json"],
     ] {
-        let mut child = dlqctl()
-            .args(&args)
+        let mut child = dlqctl(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -65,8 +63,7 @@ fn a_full_stdout_is_an_error_not_a_panic() {
             .write(true)
             .open("/dev/full")
             .expect("/dev/full");
-        let out = dlqctl()
-            .args(&args)
+        let out = dlqctl(&args)
             .stdout(full)
             .stderr(Stdio::piped())
             .output()
@@ -89,8 +86,7 @@ fn a_full_stderr_does_not_make_a_failing_command_panic() {
         .write(true)
         .open("/dev/full")
         .expect("/dev/full");
-    let out = dlqctl()
-        .args(["validate", bad.to_str().expect("utf-8")])
+    let out = dlqctl(&["validate", bad.to_str().expect("utf-8")])
         .stdout(Stdio::null())
         .stderr(full)
         .output()

@@ -195,10 +195,12 @@ fn topology(pipelines: &[String]) -> String {
 /// `dlqctl provision FILE EXTRA... --url NODE1 --management-url NODE1`
 /// (the default management URL would be the default broker's port).
 async fn provision(file: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["provision".to_string(), file.display().to_string()];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args.extend(["--url", NODE1_URL, "--management-url", NODE1_MGMT].map(String::from));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("provision")
+        .arg(file)
+        .args(extra)
+        .args(["--url", NODE1_URL, "--management-url", NODE1_MGMT])
+        .run()
+        .await
 }
 
 fn all_nodes() -> Vec<String> {

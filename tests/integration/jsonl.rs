@@ -4,6 +4,7 @@
 //! the handler's event log, the worker's JSON log lines and the queues.
 
 use crate::support::worker::*;
+use crate::support::Dlqctl;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -495,26 +496,16 @@ async fn stderr_is_logged_bounded_per_line_and_in_rate() {
 #[tokio::test]
 async fn processes_options_are_checked() {
     let f = Fixture::new(&[100], 2).await;
-    let run = crate::support::dlqctl(
-        &[
-            "work",
-            f.file.to_str().unwrap(),
-            "--queue",
-            &f.pipe.name,
-            "--processes",
-            "2",
-            "--",
-            "true",
-        ],
-        crate::support::RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("work")
+        .arg(&f.file)
+        .args(["--queue", &f.pipe.name, "--processes", "2", "--", "true"])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(run.stderr.contains("--jsonl"), "{}", run.stderr);
-    let run = crate::support::dlqctl(
-        &[
-            "work",
-            f.file.to_str().unwrap(),
+    let run = Dlqctl::new("work")
+        .arg(&f.file)
+        .args([
             "--queue",
             &f.pipe.name,
             "--jsonl",
@@ -524,10 +515,9 @@ async fn processes_options_are_checked() {
             "2",
             "--",
             "true",
-        ],
-        crate::support::RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(
         run.stderr

@@ -5,8 +5,8 @@
 //! with pika too, byte for byte. Each test puts one such message ahead of
 //! ordinary ones and wants all of them handled within seconds.
 
-use crate::support::{amqp_url, Broker, Cleanup, Scratch};
 use crate::support::worker::*;
+use crate::support::{amqp_url, Broker, Cleanup, Scratch};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;

@@ -1,8 +1,7 @@
 //! Passwords never appear in output, whatever they contain and however
 //! the URL reaches dlqctl (`--url`, `AMQP_URL`, `--management-url`).
 
-use crate::support::{unique_prefix, Scratch};
-use std::process::Command;
+use crate::support::{unique_prefix, Dlqctl, Scratch};
 
 /// Passwords with every URL delimiter, percent signs, and very short ones.
 const PASSWORDS: [&str; 9] = [
@@ -17,16 +16,17 @@ const PASSWORDS: [&str; 9] = [
     "ab",
 ];
 
+/// `dlqctl ARGS` with only `env` of the broker's variables: each test says
+/// how the URL reaches dlqctl.
 fn run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-    cmd.args(args)
+    let mut cmd = Dlqctl::new(args[0])
+        .args(&args[1..])
         .env_remove("AMQP_URL")
-        .env_remove("DLQCTL_MANAGEMENT_URL")
-        .env_remove("RUST_LOG");
+        .env_remove("DLQCTL_MANAGEMENT_URL");
     for (k, v) in env {
-        cmd.env(k, v);
+        cmd = cmd.env(k, v);
     }
-    let out = cmd.output().expect("run dlqctl");
+    let out = cmd.into_std().output().expect("run dlqctl");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -3,8 +3,8 @@
 //! its guard refuses what it must.
 
 use crate::support::dlq::{dead, dead_many, Fixture};
-use crate::support::{dlqctl, RUN_TIMEOUT};
 use crate::support::serve::Served;
+use crate::support::Dlqctl;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -95,18 +95,16 @@ async fn summary_and_messages_are_what_the_dlq_commands_report_and_leave_the_dlq
         .await
         .expect(200)
         .json();
-    let cli = dlqctl(
-        &[
-            "dlq",
+    let cli = Dlqctl::new("dlq")
+        .args([
             "summary",
             &f.file.display().to_string(),
             "--queue",
             &f.pipe.name,
             "--json",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     cli.assert_code(0);
     let cli: Value = serde_json::from_str(&cli.stdout).expect("summary JSON");
     assert_eq!(api["groups"], cli["groups"], "API {api}\nCLI {cli}");
@@ -593,41 +591,34 @@ async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
 async fn listening_beyond_loopback_needs_a_token_and_bad_flags_exit_2() {
     let f = Fixture::new(3, |_| {}, vec![]).await;
     let file = f.file.display().to_string();
-    let run = dlqctl(&["serve", &file, "--listen", "0.0.0.0:0"], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "0.0.0.0:0"])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(run.stderr.contains("--auth-token"), "{}", run.output());
-    let run = dlqctl(
-        &[
-            "serve",
-            &file,
-            "--listen",
-            "127.0.0.1:0",
-            "--auth-token",
-            "",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "127.0.0.1:0", "--auth-token", ""])
+        .run()
+        .await;
     run.assert_code(2);
-    let run = dlqctl(&["serve", &file, "--listen", "not-an-address"], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "not-an-address"])
+        .run()
+        .await;
     run.assert_code(2);
-    let run = dlqctl(
-        &[
-            "serve",
-            &file,
-            "--listen",
-            "127.0.0.1:0",
-            "--sample-every",
-            "0s",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "127.0.0.1:0", "--sample-every", "0s"])
+        .run()
+        .await;
     run.assert_code(2);
     // A port in use is a runtime failure, named.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let run = dlqctl(&["serve", &file, "--listen", &addr], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", &addr])
+        .run()
+        .await;
     run.assert_code(1);
     assert!(run.stderr.contains(&addr), "{}", run.output());
 }
@@ -889,33 +880,19 @@ async fn weak_tokens_are_refused_guesses_are_throttled_and_cookies_die_with_the_
     // address, from the flag or the environment.
     for weak in [" ", "x", "fifteen-chars-x", "a token w/ space"] {
         for listen in ["0.0.0.0:0", "127.0.0.1:0"] {
-            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-                .args(["serve", &file, "--listen", listen])
+            let out = Dlqctl::new("serve")
+                .args([&file, "--listen", listen])
                 .env("DLQCTL_AUTH_TOKEN", weak)
-                .env("AMQP_URL", crate::support::amqp_url())
-                .env_remove("RUST_LOG")
-                .kill_on_drop(true)
-                .output();
-            let out = tokio::time::timeout(RUN_TIMEOUT, out)
-                .await
-                .expect("serve exits")
-                .expect("run serve");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "{weak:?} on {listen}: {stderr}");
+                .run()
+                .await;
+            let stderr = &out.stderr;
+            assert_eq!(out.code, Some(2), "{weak:?} on {listen}: {stderr}");
             assert!(stderr.contains("at least 16"), "{weak:?}: {stderr}");
         }
-        let run = dlqctl(
-            &[
-                "serve",
-                &file,
-                "--listen",
-                "127.0.0.1:0",
-                "--auth-token",
-                weak,
-            ],
-            RUN_TIMEOUT,
-        )
-        .await;
+        let run = Dlqctl::new("serve")
+            .args([&file, "--listen", "127.0.0.1:0", "--auth-token", weak])
+            .run()
+            .await;
         run.assert_code(2);
     }
     let token = "right-token-for-the-throttle-test";

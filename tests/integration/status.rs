@@ -2,17 +2,15 @@
 //! contents, `--max-dlq` exit codes, unacked messages held by a reader, and
 //! missing objects.
 
-use crate::support::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
 use crate::support::worker::Pipe;
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::BasicGetOptions;
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 async fn status(file: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["status".to_string(), file.display().to_string()];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("status").arg(file).args(extra).run().await
 }
 
 fn json(run: &Run) -> Value {

@@ -3,7 +3,7 @@
 //! certificate is signed by a CA made at test time; its management API
 //! speaks https with the same certificate.
 
-use crate::support::{dlqctl, Run, Scratch, RUN_TIMEOUT};
+use crate::support::{Dlqctl, Run, Scratch};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -45,7 +45,7 @@ fn topology(scratch: &Scratch) -> (String, String) {
 }
 
 async fn run(args: &[&str]) -> Run {
-    dlqctl(args, RUN_TIMEOUT).await
+    Dlqctl::new(args[0]).args(&args[1..]).run().await
 }
 
 /// The TLS node's AMQPS address, trusting its CA.
@@ -223,14 +223,11 @@ async fn a_certificate_from_an_unknown_ca_fails_saying_to_give_the_ca() {
         vec![],
         vec!["--tls-ca".to_string(), file(&dir, "other-ca.pem")],
     ] {
-        let mut args = vec![
-            "status".to_string(),
-            t.clone(),
-            "--url".into(),
-            AMQPS.into(),
-        ];
-        args.extend(extra);
-        let r = dlqctl(&args, RUN_TIMEOUT).await;
+        let r = Dlqctl::new("status")
+            .args([&t, "--url", AMQPS])
+            .args(extra)
+            .run()
+            .await;
         r.assert_code(1);
         assert!(
             r.stderr

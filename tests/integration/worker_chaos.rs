@@ -5,10 +5,10 @@
 //! not come back.
 
 use crate::support::chaos::*;
-use crate::support::Broker;
 use crate::support::worker::{
     drain, header, header_str, processes_with_cmdline, provision_file, PipeFixture,
 };
+use crate::support::Broker;
 use lapin::types::AMQPValue;
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};

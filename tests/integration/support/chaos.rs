@@ -6,13 +6,13 @@
 
 #![allow(dead_code)] // each test uses its own part
 
-use crate::support::{Broker, Mgmt, Scratch};
+use crate::support::{Broker, Dlqctl, Mgmt, Scratch};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Confirmation};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -39,24 +39,13 @@ impl Proc {
         script: &Path,
         lines: Arc<Mutex<Vec<String>>>,
     ) -> Proc {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-            .arg("--log-format")
-            .arg("json")
-            .arg("work")
+        let mut child = Dlqctl::json_log("work")
             .arg(file)
-            .arg("--queue")
-            .arg(queue)
+            .args(["--queue", queue])
             .args(args)
             .arg("--")
             .arg(script)
-            .envs(crate::support::broker_env())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn dlqctl work");
+            .spawn();
         let pid = child.id().expect("a pid") as i32;
         let mut readers = Vec::new();
         for stream in [

@@ -2,8 +2,8 @@
 //! a provisioned pipeline whose DLQ holds messages as the worker writes
 //! them.
 
-use crate::support::{Broker, Cleanup, Scratch};
 use crate::support::worker::{i, s, table, with_id, Pipe};
+use crate::support::{Broker, Cleanup, Scratch};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldArray};
 use lapin::BasicProperties;

@@ -26,6 +26,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use serde_json::Value;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -326,10 +327,6 @@ pub struct QueueInfo {
     pub durable: bool,
     /// `quorum` or `classic`.
     pub kind: String,
-    /// Total messages. The management API's counts lag (statistics are
-    /// emitted every few seconds): to wait for a count, use
-    /// [`Broker::message_count`].
-    pub messages: Option<u64>,
     /// The whole document.
     pub raw: Value,
 }
@@ -419,7 +416,6 @@ impl Mgmt {
             arguments: raw["arguments"].as_object().cloned().unwrap_or_default(),
             durable: raw["durable"].as_bool().unwrap_or(false),
             kind: raw["type"].as_str().unwrap_or_default().to_string(),
-            messages: raw["messages"].as_u64(),
             raw,
         })
     }
@@ -636,38 +632,129 @@ impl Run {
     }
 }
 
-/// Runs the built `dlqctl` with `args` as a user would, with the broker
-/// under test ([`broker_env`]; a `--url` in `args` wins) and `RUST_LOG`
-/// unset.
-/// Kills it and panics after `timeout`.
-pub async fn dlqctl<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Run {
-    let start = Instant::now();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(args)
-        .envs(broker_env())
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the dlqctl binary");
-    let shown: Vec<String> = args
-        .iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(r) => r.expect("wait for dlqctl"),
-        Err(_) => panic!(
-            "dlqctl {} did not finish within {timeout:?}",
-            shown.join(" ")
-        ),
-    };
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: start.elapsed(),
+/// One run of the built `dlqctl`, described step by step and then run or
+/// started (after ripgrep's `TestCommand`):
+///
+/// ```ignore
+/// let run = Dlqctl::new("work").arg(&file).args(["--queue", &q, "--", "true"]).run().await;
+/// let child = Dlqctl::json_log("work").arg(&file).args(["--queue", &q]).spawn();
+/// ```
+///
+/// Every child gets the broker under test ([`broker_env`]: `AMQP_URL` and
+/// `DLQCTL_MANAGEMENT_URL`, never the defaults, which may belong to another
+/// broker; a `--url` in the arguments wins), `RUST_LOG` unset, stdin from
+/// `/dev/null`, stdout and stderr piped, and is killed when dropped.
+pub struct Dlqctl {
+    args: Vec<OsString>,
+    env: Vec<(OsString, Option<OsString>)>,
+    stdout: Option<std::process::Stdio>,
+    stderr: Option<std::process::Stdio>,
+}
+
+impl Dlqctl {
+    /// `dlqctl FIRST` (a command such as `work`, or a global option).
+    pub fn new(first: impl AsRef<OsStr>) -> Dlqctl {
+        Dlqctl {
+            args: vec![first.as_ref().to_owned()],
+            env: Vec::new(),
+            stdout: None,
+            stderr: None,
+        }
+    }
+
+    /// `dlqctl --log-format json COMMAND`: the log lines are JSON.
+    pub fn json_log(command: &str) -> Dlqctl {
+        Dlqctl::new("--log-format").args(["json", command])
+    }
+
+    /// One more argument.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Dlqctl {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// More arguments.
+    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Dlqctl {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Sets a variable of the child's environment (after [`broker_env`],
+    /// so it may replace them).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Dlqctl {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Removes a variable from the child's environment.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Dlqctl {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Where stdout goes (piped unless said).
+    pub fn stdout(mut self, to: impl Into<std::process::Stdio>) -> Dlqctl {
+        self.stdout = Some(to.into());
+        self
+    }
+
+    /// Where stderr goes (piped unless said).
+    pub fn stderr(mut self, to: impl Into<std::process::Stdio>) -> Dlqctl {
+        self.stderr = Some(to.into());
+        self
+    }
+
+    /// The command line, for messages.
+    fn shown(&self) -> String {
+        let args: Vec<_> = self.args.iter().map(|a| a.to_string_lossy()).collect();
+        format!("dlqctl {}", args.join(" "))
+    }
+
+    /// The process to start, as described, for a test that does not run
+    /// in a runtime (it may still change the standard streams).
+    pub fn into_std(self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
+        cmd.args(&self.args)
+            .envs(broker_env())
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(self.stdout.unwrap_or_else(std::process::Stdio::piped))
+            .stderr(self.stderr.unwrap_or_else(std::process::Stdio::piped));
+        for (key, value) in &self.env {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+        cmd
+    }
+
+    /// Starts it and leaves it running (killed when the child is dropped).
+    pub fn spawn(self) -> tokio::process::Child {
+        let shown = self.shown();
+        tokio::process::Command::from(self.into_std())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {shown}: {e}"))
+    }
+
+    /// Runs it to the end; kills it and panics after [`RUN_TIMEOUT`].
+    pub async fn run(self) -> Run {
+        let start = Instant::now();
+        let (shown, timeout) = (self.shown(), RUN_TIMEOUT);
+        let child = self.spawn();
+        let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(r) => r.expect("wait for dlqctl"),
+            Err(_) => panic!("{shown} did not finish within {timeout:?}"),
+        };
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed: start.elapsed(),
+        }
     }
 }
 

@@ -6,13 +6,12 @@
 
 #![allow(dead_code)] // each test uses its own part
 
-use crate::support::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -137,7 +136,7 @@ impl Pipe {
 
 /// `dlqctl provision FILE`, which must succeed.
 pub async fn provision_file(file: &Path) -> Run {
-    let run = dlqctl(&[Path::new("provision"), file], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("provision").arg(file).run().await;
     run.assert_code(0);
     run
 }
@@ -298,21 +297,11 @@ impl WorkerProc {
     /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS...`
     /// (`ARGS` include `-- HANDLER` or `--http URL`).
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(file: &Path, queue: &str, args: &[S]) -> WorkerProc {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-        cmd.arg("--log-format")
-            .arg("json")
-            .arg("work")
+        let mut child = Dlqctl::json_log("work")
             .arg(file)
-            .arg("--queue")
-            .arg(queue)
+            .args(["--queue", queue])
             .args(args)
-            .envs(crate::support::broker_env())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn dlqctl work");
+            .spawn();
         let pid = child.id().expect("a pid") as i32;
         let lines = crate::support::collect_output(&mut child);
         WorkerProc { child, pid, lines }
