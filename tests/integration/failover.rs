@@ -3,7 +3,7 @@
 //! addresses are relays to the one local broker, so that a test can take
 //! one path away (see `relay`); the cluster tests kill real nodes.
 
-use crate::relay::Relay;
+use crate::support::relay::Relay;
 use crate::support::worker::*;
 use crate::support::{amqp_url, Cleanup, Dlqctl, Scratch};
 use std::net::SocketAddr;

@@ -38,7 +38,7 @@ impl Fixture {
     fn worker(&self, opts: &[&str], handler_args: &[&str]) -> WorkerProc {
         let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
         args.extend(["--jsonl".into(), "--".into(), python()]);
-        args.push(script("tests/integration/jsonl_handler.py"));
+        args.push(script("tests/integration/support/jsonl_handler.py"));
         args.extend(["--log".into(), self.log.display().to_string()]);
         args.extend(handler_args.iter().map(|s| s.to_string()));
         WorkerProc::spawn(&self.file, &self.pipe.name, &args)

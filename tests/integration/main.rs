@@ -16,7 +16,6 @@ mod jsonl;
 mod permissions;
 mod poison;
 mod provision;
-mod relay;
 mod secrets;
 mod serve;
 mod serve_browser;

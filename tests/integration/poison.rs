@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 /// Runs `pika_tool.py URL ARGS...` with `stdin`; panics unless it exits 0.
 /// Returns its stdout.
 async fn pika(args: &[&str], stdin: &str) -> String {
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/pika_tool.py");
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/support/pika_tool.py");
     let mut child = tokio::process::Command::new("/usr/bin/python3")
         .arg(&tool)
         .arg(amqp_url())

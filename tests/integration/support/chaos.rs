@@ -4,8 +4,6 @@
 //! bulk publishing, the worker's connection in the management API, and
 //! `rabbitmqctl` with a guard that always leaves the broker running.
 
-#![allow(dead_code)] // each test uses its own part
-
 use crate::support::{Broker, Dlqctl, Mgmt, Scratch};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Confirmation};

@@ -16,6 +16,7 @@
 pub mod chaos;
 pub mod dlq;
 pub mod policy;
+pub mod relay;
 pub mod serve;
 pub mod worker;
 

@@ -4,8 +4,6 @@
 //! publishing with properties and headers, and reading queue statistics
 //! from the management API.
 
-#![allow(dead_code)] // each test uses its own part
-
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
@@ -313,11 +311,6 @@ impl WorkerProc {
         args.push("--".into());
         args.push(script.path.clone().into());
         WorkerProc::spawn(file, queue, &args)
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> i32 {
-        self.pid
     }
 
     /// Every output line so far.
