@@ -10,6 +10,7 @@
 //! (`worker_chaos::quorum_crash_loop_ends_in_the_dlq_by_delivery_limit`
 //! runs on both); these tests show what a worker's stop does.
 
+use crate::support::script::Script;
 use crate::support::worker::*;
 use crate::support::{Broker, Cleanup};
 use lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};

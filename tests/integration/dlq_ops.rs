@@ -3,7 +3,8 @@
 //! window, SIGKILL, and no duplicates left on quorum DLQs.
 
 use crate::support::dlq::{dead, dead_many, publish_many, Fixture};
-use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, Script, WorkerProc};
+use crate::support::script::Script;
+use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, WorkerProc};
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};

@@ -4,6 +4,7 @@
 //! one path away (see `relay`); the cluster tests kill real nodes.
 
 use crate::support::relay::Relay;
+use crate::support::script::Script;
 use crate::support::worker::*;
 use crate::support::{amqp_url, Cleanup, Dlqctl, Scratch};
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! `dlqctl work --jsonl` against a real broker: long-running handler
-//! processes (`jsonl_handler.py`, whose message bodies say what to do, and
+//! processes (`support/jsonl_handler.py`, whose message bodies say what to do, and
 //! the example handlers) speaking the JSON-lines protocol; the tests read
 //! the handler's event log, the worker's JSON log lines and the queues.
 

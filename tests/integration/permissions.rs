@@ -3,6 +3,7 @@
 //! a missing permission is reported. The tests change users and
 //! permissions, so they are `serial_` (run alone; .config/nextest.toml).
 
+use crate::support::script::Script;
 use crate::support::worker::*;
 use crate::support::{management_url, unique_prefix, Dlqctl, Scratch};
 use serde_json::json;

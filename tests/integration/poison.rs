@@ -5,6 +5,7 @@
 //! with pika too, byte for byte. Each test puts one such message ahead of
 //! ordinary ones and wants all of them handled within seconds.
 
+use crate::support::script::Script;
 use crate::support::worker::*;
 use crate::support::{amqp_url, Broker, Cleanup, Scratch};
 use serde_json::{json, Value};

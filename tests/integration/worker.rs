@@ -2,6 +2,7 @@
 //! (or POSTs to an HTTP server in the test) per message; the tests read the
 //! handler's call log, the worker's JSON log lines and the queues.
 
+use crate::support::script::{Call, Script};
 use crate::support::worker::*;
 use crate::support::{Dlqctl, Scratch};
 use lapin::types::AMQPValue;

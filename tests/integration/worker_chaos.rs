@@ -5,6 +5,7 @@
 //! not come back.
 
 use crate::support::chaos::*;
+use crate::support::script::{ChaosScript, Event};
 use crate::support::worker::{
     drain, header, header_str, processes_with_cmdline, provision_file, PipeFixture,
 };

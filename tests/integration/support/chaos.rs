@@ -1,15 +1,14 @@
 //! Fixtures for the worker robustness tests, beyond `support` and
 //! `support::worker`: a worker process that can be SIGKILLed and restarted,
-//! handler scripts safe under concurrency (one appended line per event),
-//! bulk publishing, the worker's connection in the management API, and
+//! whether a process is alive, bulk publishing, the worker's connection in the management API, and
 //! `rabbitmqctl` with a guard that always leaves the broker running.
 
-use crate::support::{Broker, Dlqctl, Mgmt, Scratch};
+use crate::support::{Broker, Dlqctl, Mgmt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Confirmation};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -162,99 +161,7 @@ pub async fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> b
     }
 }
 
-// ---------------------------------------------------------------- handler scripts
-
-/// A handler script whose events are lines appended to `calls.log`:
-/// `ID ATTEMPT PPID PID EVENT`. Each line is one `printf >>` (O_APPEND),
-/// so concurrent runs do not mix them up. The script body calls
-/// `log EVENT`; `$id`, `$a` (the attempt) and `$d` (its directory) are set.
-pub struct ChaosScript {
-    /// The directory holding the script and its log.
-    pub dir: PathBuf,
-    /// The script.
-    pub path: PathBuf,
-}
-
-/// One logged event of a [`ChaosScript`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub id: String,
-    pub attempt: u32,
-    /// `$PPID`: the worker that started the handler.
-    pub worker_pid: i32,
-    /// `$$`: the handler's own process.
-    pub pid: i32,
-    pub what: String,
-}
-
-impl ChaosScript {
-    /// Writes the script into its own subdirectory `name` of `scratch`.
-    pub fn new(scratch: &Scratch, name: &str, body: &str) -> ChaosScript {
-        let dir = scratch.path().join(name);
-        std::fs::create_dir_all(&dir).expect("a handler directory");
-        let text = format!(
-            r#"#!/bin/sh
-d='{dir}'
-id="$DLQCTL_MESSAGE_ID"
-a="$DLQCTL_ATTEMPT"
-log() {{ printf '%s %s %s %s %s\n' "$id" "$a" "$PPID" "$$" "$1" >> "$d/calls.log"; }}
-{body}
-"#,
-            dir = dir.display()
-        );
-        let path = dir.join("handler.sh");
-        Scratch::write_executable(&path, &text);
-        ChaosScript { dir, path }
-    }
-
-    /// Every event so far (a torn last line, being written, is left out).
-    pub fn events(&self) -> Vec<Event> {
-        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                if f.len() != 5 {
-                    return None;
-                }
-                Some(Event {
-                    id: f[0].to_string(),
-                    attempt: f[1].parse().ok()?,
-                    worker_pid: f[2].parse().ok()?,
-                    pid: f[3].parse().ok()?,
-                    what: f[4].to_string(),
-                })
-            })
-            .collect()
-    }
-
-    /// The events named `what`.
-    pub fn named(&self, what: &str) -> Vec<Event> {
-        self.events()
-            .into_iter()
-            .filter(|e| e.what == what)
-            .collect()
-    }
-
-    /// Waits until `n` events named `what` are logged; panics after
-    /// `deadline`.
-    pub async fn wait_for(&self, what: &str, n: usize, deadline: Duration) -> Vec<Event> {
-        let start = Instant::now();
-        loop {
-            let ev = self.named(what);
-            if ev.len() >= n {
-                return ev;
-            }
-            if start.elapsed() > deadline {
-                panic!(
-                    "wanted {n} handler event(s) {what:?} within {deadline:?}, got {}: {:#?}",
-                    ev.len(),
-                    self.events()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
+// ---------------------------------------------------------------- processes
 
 /// Whether process `pid` is still alive (a zombie counts as gone).
 pub fn alive(pid: i32) -> bool {

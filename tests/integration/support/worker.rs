@@ -1,9 +1,9 @@
 //! Fixtures for the worker tests, beyond `support`: a pipeline described in
-//! a scratch YAML and provisioned with the binary, handler scripts that log
-//! every call, a `dlqctl work` process whose JSON log lines are collected,
+//! a scratch YAML and provisioned with the binary, a `dlqctl work` process whose JSON log lines are collected,
 //! publishing with properties and headers, and reading queue statistics
 //! from the management API.
 
+use crate::support::script::Script;
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
@@ -177,108 +177,6 @@ impl PipeFixture {
         let mut q = vec![self.pipe.name.clone()];
         q.extend(self.pipe.retry_queues());
         q
-    }
-}
-
-// ---------------------------------------------------------------- handler scripts
-
-/// A handler script that appends one line per call to `calls.log` (start
-/// time in ns, then the `DLQCTL_*` values), saves the body to `body.N` and
-/// `DLQCTL_HEADERS` to `headers.N` (N = the call's number from 1), then
-/// runs `behaviour` (sh code; the body is in `$body_file`, the call number
-/// in `$n`).
-pub struct Script {
-    /// The directory holding the script and what it writes.
-    pub dir: PathBuf,
-    /// The script.
-    pub path: PathBuf,
-}
-
-/// One logged call of a [`Script`].
-#[derive(Debug, Clone)]
-pub struct Call {
-    /// Start, ns since the Unix epoch.
-    pub t_ns: u128,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub exchange: String,
-    pub routing_key: String,
-    pub message_id: String,
-    pub queue: String,
-}
-
-impl Script {
-    /// Writes the script into `scratch` (its own subdirectory `name`).
-    pub fn new(scratch: &Scratch, name: &str, behaviour: &str) -> Script {
-        let dir = scratch.path().join(name);
-        std::fs::create_dir_all(&dir).expect("a handler directory");
-        let text = format!(
-            r#"#!/bin/sh
-t=$(date +%s%N)
-d='{dir}'
-n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
-echo "$n" > "$d/count"
-body_file="$d/body.$n"
-cat > "$body_file"
-printf '%s' "$DLQCTL_HEADERS" > "$d/headers.$n"
-printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$DLQCTL_ATTEMPT" "$DLQCTL_MAX_ATTEMPTS" "$DLQCTL_EXCHANGE" "$DLQCTL_ROUTING_KEY" "$DLQCTL_MESSAGE_ID" "$DLQCTL_QUEUE" >> "$d/calls.log"
-{behaviour}
-"#,
-            dir = dir.display()
-        );
-        let path = dir.join("handler.sh");
-        Scratch::write_executable(&path, &text);
-        Script { dir, path }
-    }
-
-    /// The calls so far, in order.
-    pub fn calls(&self) -> Vec<Call> {
-        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
-        text.lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split('\t').collect();
-                assert_eq!(f.len(), 7, "a malformed handler log line: {l:?}");
-                Call {
-                    t_ns: f[0].parse().expect("a time in ns"),
-                    attempt: f[1].parse().expect("DLQCTL_ATTEMPT"),
-                    max_attempts: f[2].parse().expect("DLQCTL_MAX_ATTEMPTS"),
-                    exchange: f[3].into(),
-                    routing_key: f[4].into(),
-                    message_id: f[5].into(),
-                    queue: f[6].into(),
-                }
-            })
-            .collect()
-    }
-
-    /// The body call `n` (from 1) read on stdin.
-    pub fn body(&self, n: usize) -> Vec<u8> {
-        std::fs::read(self.dir.join(format!("body.{n}"))).expect("a saved body")
-    }
-
-    /// `DLQCTL_HEADERS` of call `n` (from 1).
-    pub fn headers(&self, n: usize) -> Value {
-        let text =
-            std::fs::read_to_string(self.dir.join(format!("headers.{n}"))).expect("saved headers");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("DLQCTL_HEADERS {text:?}: {e}"))
-    }
-
-    /// Waits until at least `n` calls are logged; returns them.
-    pub async fn wait_calls(&self, n: usize, deadline: Duration) -> Vec<Call> {
-        let start = Instant::now();
-        loop {
-            let calls = self.calls();
-            if calls.len() >= n {
-                return calls;
-            }
-            if start.elapsed() > deadline {
-                panic!(
-                    "wanted {n} handler call(s) within {deadline:?}, got {}: {calls:#?}",
-                    calls.len()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
     }
 }
 
