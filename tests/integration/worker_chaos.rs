@@ -9,7 +9,7 @@ use crate::support::script::{ChaosScript, Event};
 use crate::support::worker::{
     drain, header, header_str, processes_with_cmdline, provision_file, PipeFixture,
 };
-use crate::support::Broker;
+use crate::support::{events, Broker};
 use lapin::types::AMQPValue;
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};

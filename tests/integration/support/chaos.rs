@@ -3,7 +3,7 @@
 //! whether a process is alive, bulk publishing, the worker's connection in the management API, and
 //! `rabbitmqctl` with a guard that always leaves the broker running.
 
-use crate::support::{Broker, Dlqctl, Mgmt};
+use crate::support::{collect_output_into, events, Broker, Dlqctl, Mgmt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Confirmation};
 use serde_json::Value;
@@ -12,7 +12,6 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 // ---------------------------------------------------------------- worker process
 
@@ -44,20 +43,7 @@ impl Proc {
             .arg(script)
             .spawn();
         let pid = child.id().expect("a pid") as i32;
-        let mut readers = Vec::new();
-        for stream in [
-            Box::new(child.stderr.take().expect("stderr"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stdout.take().expect("stdout")),
-        ] {
-            let lines = lines.clone();
-            readers.push(tokio::spawn(async move {
-                let mut r = BufReader::new(stream).lines();
-                while let Ok(Some(l)) = r.next_line().await {
-                    lines.lock().unwrap().push(l);
-                }
-            }));
-        }
+        let readers = collect_output_into(&mut child, &lines);
         Proc {
             child,
             pid,
@@ -122,18 +108,6 @@ impl Proc {
     pub fn output(&self) -> String {
         self.lines.lock().unwrap().join("\n")
     }
-}
-
-/// The `fields` of the JSON log lines whose message is `message`.
-pub fn events(lines: &Mutex<Vec<String>>, message: &str) -> Vec<Value> {
-    lines
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["fields"]["message"] == message)
-        .map(|v| v["fields"].clone())
-        .collect()
 }
 
 /// `message handled` events as (message id, outcome, decision).

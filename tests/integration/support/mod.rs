@@ -30,6 +30,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProper
 use serde_json::Value;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The broker URL the tests use.
@@ -765,23 +766,45 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Every line a child writes on stdout and stderr (both piped), gathered
 /// as they come by two tasks.
-pub fn collect_output(
+pub fn collect_output(child: &mut tokio::process::Child) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    collect_output_into(child, &lines);
+    lines
+}
+
+/// As [`collect_output`], into `lines` (a sink several processes may
+/// share); the tasks, which end at the streams' end.
+pub fn collect_output_into(
     child: &mut tokio::process::Child,
-) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    lines: &Arc<Mutex<Vec<String>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let streams: [Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>; 2] = [
         child.stderr.take().map(|s| Box::new(s) as Box<_>),
         child.stdout.take().map(|s| Box::new(s) as Box<_>),
     ];
+    let mut readers = Vec::new();
     for stream in streams.into_iter().flatten() {
         let lines = lines.clone();
-        tokio::spawn(async move {
+        readers.push(tokio::spawn(async move {
             let mut r = BufReader::new(stream).lines();
             while let Ok(Some(l)) = r.next_line().await {
                 lines.lock().unwrap().push(l);
             }
-        });
+        }));
     }
+    readers
+}
+
+/// The `fields` of the JSON log lines (`--log-format json`) in `lines`
+/// whose message is `message`.
+pub fn events(lines: &Mutex<Vec<String>>, message: &str) -> Vec<Value> {
     lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .map(|v| v["fields"].clone())
+        .collect()
 }

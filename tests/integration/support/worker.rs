@@ -223,12 +223,7 @@ impl WorkerProc {
 
     /// The JSON log lines whose `fields.message` is `message`.
     pub fn events(&self, message: &str) -> Vec<Value> {
-        self.lines()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == message)
-            .map(|v| v["fields"].clone())
-            .collect()
+        crate::support::events(&self.lines, message)
     }
 
     /// The `message handled` events (attempt, outcome, decision, tier,
