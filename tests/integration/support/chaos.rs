@@ -4,8 +4,8 @@
 //! `rabbitmqctl` with a guard that always leaves the broker running.
 
 use crate::support::{collect_output_into, events, Broker, Dlqctl, Mgmt};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{BasicProperties, Confirmation};
+
+use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -155,36 +155,11 @@ pub fn alive(pid: i32) -> bool {
 /// confirm-mode channel, `mandatory`, all confirms in flight at once;
 /// panics unless every one is acked and routed.
 pub async fn publish_ids(broker: &Broker, exchange: &str, routing_key: &str, ids: &[String]) {
-    let ch = broker.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirm.select");
-    let mut pending = Vec::with_capacity(ids.len());
-    for id in ids {
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                id.as_bytes(),
-                BasicProperties::default()
-                    .with_delivery_mode(2)
-                    .with_message_id(id.as_str().into()),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("publish {id}: {e}"));
-        pending.push((id, confirm));
-    }
-    for (id, confirm) in pending {
-        match confirm.await {
-            Ok(Confirmation::Ack(None)) => {}
-            other => panic!("publish of {id} not accepted: {other:?}"),
-        }
-    }
-    let _ = ch.close(200, "bye".into()).await;
+    let msgs = ids.iter().map(|id| {
+        let props = BasicProperties::default().with_message_id(id.as_str().into());
+        (id.as_bytes().to_vec(), props)
+    });
+    broker.publish_all(exchange, routing_key, msgs).await;
 }
 
 /// The message ids of deliveries (`""` when absent).

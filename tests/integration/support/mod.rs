@@ -202,6 +202,50 @@ impl Broker {
         }
     }
 
+    /// Publishes each (body, properties) persistent and `mandatory` on one
+    /// confirm-mode channel, all confirms in flight at once; panics unless
+    /// every one is acked and routed.
+    pub async fn publish_all(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        msgs: impl IntoIterator<Item = (Vec<u8>, BasicProperties)>,
+    ) {
+        let ch = self.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let mut pending = Vec::new();
+        for (body, props) in msgs {
+            let id = props
+                .message_id()
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            let confirm = ch
+                .basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    &body,
+                    props.with_delivery_mode(2),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("publish {id}: {e}"));
+            pending.push((id, confirm));
+        }
+        for (id, confirm) in pending {
+            match confirm.await {
+                Ok(Confirmation::Ack(None)) => {}
+                other => panic!("publish of {id} not accepted: {other:?}"),
+            }
+        }
+        let _ = ch.close(200, "bye".into()).await;
+    }
+
     /// Publishes `body` with `props` (persistent forced), `mandatory`, and
     /// waits for the confirm: `Err` when nacked or returned.
     pub async fn try_publish(
