@@ -1,10 +1,10 @@
 //! Fixtures for the worker robustness tests, beyond `support` and
 //! `support::worker`: a worker process that can be SIGKILLed and restarted,
-//! whether a process is alive, bulk publishing, the worker's connection in the management API, and
-//! `rabbitmqctl` with a guard that always leaves the broker running.
+//! whether a process is alive, bulk publishing, the worker's connection in
+//! the management API, and `rabbitmqctl` with a guard that always leaves
+//! the broker running.
 
 use crate::support::{collect_output_into, events, Broker, Dlqctl, Mgmt};
-
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::HashSet;
