@@ -147,10 +147,7 @@ impl Broker {
     /// larger than configured max size M"), and M is returned. RabbitMQ 4.x
     /// defaults to 16 MiB, 3.10 to 128 MiB.
     pub async fn largest_body(&self, want: usize) -> usize {
-        let ch = self.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm.select");
+        let ch = self.confirm_channel().await;
         let body = vec![0u8; want];
         let outcome = match ch
             .basic_publish(
@@ -191,6 +188,15 @@ impl Broker {
         self.conn.create_channel().await.expect("open a channel")
     }
 
+    /// A fresh channel in confirm mode.
+    async fn confirm_channel(&self) -> Channel {
+        let ch = self.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        ch
+    }
+
     /// Publishes `body` persistent and `mandatory`, waits for the broker's
     /// confirm, and panics if it was nacked or returned as unroutable.
     pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8]) {
@@ -211,10 +217,7 @@ impl Broker {
         routing_key: &str,
         msgs: impl IntoIterator<Item = (Vec<u8>, BasicProperties)>,
     ) {
-        let ch = self.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm.select");
+        let ch = self.confirm_channel().await;
         let mut pending = Vec::new();
         for (body, props) in msgs {
             let id = props
@@ -222,19 +225,7 @@ impl Broker {
                 .as_ref()
                 .map(|m| m.to_string())
                 .unwrap_or_default();
-            let confirm = ch
-                .basic_publish(
-                    exchange.into(),
-                    routing_key.into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        immediate: false,
-                    },
-                    &body,
-                    props.with_delivery_mode(2),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("publish {id}: {e}"));
+            let confirm = start_publish(&ch, exchange, routing_key, &body, props).await;
             pending.push((id, confirm));
         }
         for (id, confirm) in pending {
@@ -255,23 +246,9 @@ impl Broker {
         body: &[u8],
         props: BasicProperties,
     ) -> Result<(), NotAccepted> {
-        let ch = self.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
+        let ch = self.confirm_channel().await;
+        let confirm = start_publish(&ch, exchange, routing_key, body, props)
             .await
-            .expect("confirm.select");
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                body,
-                props.with_delivery_mode(2),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
             .await
             .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
         let _ = ch.close(200, "bye".into()).await;
@@ -352,6 +329,29 @@ impl Broker {
         let _ = ch.close(200, "bye".into()).await;
         Some(m.delivery)
     }
+}
+
+/// Publishes `body` persistent and `mandatory` on `ch` (in confirm mode);
+/// the broker's confirm is still to come.
+async fn start_publish(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> lapin::PublisherConfirm {
+    ch.basic_publish(
+        exchange.into(),
+        routing_key.into(),
+        BasicPublishOptions {
+            mandatory: true,
+            immediate: false,
+        },
+        body,
+        props.with_delivery_mode(2),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
 }
 
 // ---------------------------------------------------------------- management API
