@@ -3,7 +3,7 @@
 
 use crate::support::{Dlqctl, Scratch};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// A topology whose `--dry-run` plan is far over a pipe's 64 KiB buffer.
 fn big_topology(dir: &Scratch) -> String {
@@ -18,6 +18,18 @@ fn big_topology(dir: &Scratch) -> String {
 /// `dlqctl ARGS` as a blocking command, its streams still to be set.
 fn dlqctl(args: &[&str]) -> Command {
     Dlqctl::new(args[0]).args(&args[1..]).into_std()
+}
+
+/// Exit 1, saying that standard output could not be written; no panic.
+#[track_caller]
+fn assert_cannot_write(args: &[&str], out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{args:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
 }
 
 #[test]
@@ -40,14 +52,8 @@ fn a_closed_stdout_pipe_is_exit_1_with_a_report() {
             .expect("read one line");
         // The reader is gone (like `| head -1`): the next write gets EPIPE.
         let out = child.wait_with_output().expect("wait");
-        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!first.is_empty(), "{args:?}: no first line");
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("cannot write to standard output"),
-            "{args:?}: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_cannot_write(&args, &out);
     }
 }
 
@@ -68,13 +74,7 @@ fn a_full_stdout_is_an_error_not_a_panic() {
             .stderr(Stdio::piped())
             .output()
             .expect("run dlqctl");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("cannot write to standard output"),
-            "{args:?}: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_cannot_write(&args, &out);
     }
 }
 

@@ -48,14 +48,21 @@ fn assert_hidden(pw: &str, what: &str, text: &str) {
     );
 }
 
-#[test]
-fn passwords_with_url_delimiters_never_appear_in_errors() {
-    let dir = Scratch::new();
+/// A topology of one pipeline, `PREFIXorders` with a fresh prefix: the
+/// file and the prefix.
+fn topology(dir: &Scratch) -> (std::path::PathBuf, String) {
     let p = unique_prefix();
     let file = dir.write(
         "t.yaml",
         &format!("version: 1\npipelines:\n  - name: {p}orders\n"),
     );
+    (file, p)
+}
+
+#[test]
+fn passwords_with_url_delimiters_never_appear_in_errors() {
+    let dir = Scratch::new();
+    let (file, p) = topology(&dir);
     let file = file.to_str().expect("utf-8 path");
     for pw in PASSWORDS {
         // Port 1: nothing listens, so every command fails after reading the URL.
@@ -165,11 +172,7 @@ fn password_forms(user: &str, pw: &str) -> Vec<String> {
 #[test]
 fn credentials_never_reach_a_trace_log() {
     let dir = Scratch::new();
-    let p = unique_prefix();
-    let file = dir.write(
-        "t.yaml",
-        &format!("version: 1\npipelines:\n  - name: {p}orders\n"),
-    );
+    let (file, p) = topology(&dir);
     let file = file.to_str().expect("utf-8 path");
     // A password no other text contains; the broker refuses it (guest's
     // password is guest), after dlqctl has sent it.
