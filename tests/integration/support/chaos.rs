@@ -4,7 +4,7 @@
 //! the management API, and `rabbitmqctl` with a guard that always leaves
 //! the broker running.
 
-use crate::support::{collect_output_into, events, Broker, Dlqctl, Mgmt};
+use crate::support::{block_on_own_thread, collect_output_into, events, Broker, Dlqctl, Mgmt};
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -276,17 +276,10 @@ pub struct BrokerRunning;
 
 impl Drop for BrokerRunning {
     fn drop(&mut self) {
-        let ok = std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for start_app");
-            rt.block_on(async {
-                rabbitmqctl(&["start_app"]).await;
-                wait_broker_up(Duration::from_secs(60)).await;
-            })
-        })
-        .join();
+        let ok = block_on_own_thread(|| async {
+            rabbitmqctl(&["start_app"]).await;
+            wait_broker_up(Duration::from_secs(60)).await;
+        });
         if ok.is_err() {
             eprintln!("could not restart the broker: run `rabbitmqctl start_app`");
         }

@@ -571,24 +571,37 @@ impl Default for Cleanup {
     }
 }
 
+/// Runs the future `f` makes to its end on a thread with a runtime of its
+/// own, for a `Drop`, which cannot await (and the test's runtime may be the
+/// current thread); `Err` when it panicked.
+pub fn block_on_own_thread<T, Fut>(
+    f: impl FnOnce() -> Fut + Send + 'static,
+) -> std::thread::Result<T>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime of its own")
+            .block_on(f())
+    })
+    .join()
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        // Drop cannot await, and the test's runtime may be the current
-        // thread: delete from a thread with a runtime of its own.
         let prefix = format!("{}-", self.prefix);
         let broker = self.broker.clone();
-        let failed = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for cleanup");
+        let failed = block_on_own_thread(move || async move {
             let mgmt = match &broker {
                 Some((management, amqp)) => Mgmt::with(management, amqp),
                 None => Mgmt::new(),
             };
-            rt.block_on(mgmt.delete_prefix(&prefix))
+            mgmt.delete_prefix(&prefix).await
         })
-        .join()
         .unwrap_or_else(|_| vec!["the cleanup thread panicked".into()]);
         if !failed.is_empty() {
             eprintln!("cleanup of {}-*: {}", self.prefix, failed.join("; "));
