@@ -1,7 +1,8 @@
 //! `dlqctl work --jsonl` against a real broker: long-running handler
-//! processes (`support/jsonl_handler.py`, whose message bodies say what to do, and
-//! the example handlers) speaking the JSON-lines protocol; the tests read
-//! the handler's event log, the worker's JSON log lines and the queues.
+//! processes (`support/jsonl_handler.py`, whose message bodies say what to
+//! do, and the example handlers) speaking the JSON-lines protocol; the
+//! tests read the handler's event log, the worker's JSON log lines and the
+//! queues.
 
 use crate::support::worker::*;
 use crate::support::Dlqctl;
@@ -34,7 +35,8 @@ impl Fixture {
         Fixture { base, file, log }
     }
 
-    /// `dlqctl work --jsonl OPTS -- python3 jsonl_handler.py --log LOG HARGS`.
+    /// `dlqctl work --jsonl OPTS -- python3 support/jsonl_handler.py --log
+    /// LOG HARGS`.
     fn worker(&self, opts: &[&str], handler_args: &[&str]) -> WorkerProc {
         let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
         args.extend(["--jsonl".into(), "--".into(), python()]);

@@ -1,8 +1,8 @@
 //! Messages that once stalled a whole queue at the protocol level (issue
 //! 13, items 1 and 2): short strings that are not UTF-8, and headers near
-//! `frame_max`. They are published with pika (`pika_tool.py`, Debian's
-//! `/usr/bin/python3`), since lapin cannot publish the first, and read back
-//! with pika too, byte for byte. Each test puts one such message ahead of
+//! `frame_max`. They are published with pika (`support/pika_tool.py`,
+//! Debian's `/usr/bin/python3`), since lapin cannot publish the first, and
+//! read back with pika too, byte for byte. Each test puts one such message ahead of
 //! ordinary ones and wants all of them handled within seconds.
 
 use crate::support::script::Script;
