@@ -2,7 +2,7 @@
 //!
 //! A [`Handler`] takes a [`HandlerMessage`] and answers an [`Outcome`]. The
 //! worker decides from the outcome whether to ack, retry through a delay
-//! tier, or dead-letter (see DESIGN.md, "Attempts and decisions").
+//! tier, or dead-letter (see docs/worker.md, "Attempts and decisions").
 //!
 //! Built in:
 //!

@@ -1,6 +1,6 @@
 //! The worker: consumes a pipeline's main queue, runs a [`Handler`] per
 //! message, and acks, retries through a delay tier, or dead-letters, never
-//! losing a message (DESIGN.md, "Attempts and decisions").
+//! losing a message (docs/worker.md, "Attempts and decisions").
 //!
 //! Deliveries come on one channel; copies are published on another, in
 //! confirm mode, with many confirms in flight. A copy is `mandatory` and

@@ -2,14 +2,13 @@
 //! do: topology files that are missing, directories, not UTF-8 or huge, and
 //! flags whose zero makes no sense. No broker is contacted.
 
-use crate::helpers::Scratch;
-use std::process::{Command, Output, Stdio};
+use crate::support::{Dlqctl, Scratch};
+use std::process::Output;
 
 fn dlqctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
+    Dlqctl::new(args[0])
+        .args(&args[1..])
+        .into_std()
         .output()
         .expect("run dlqctl")
 }

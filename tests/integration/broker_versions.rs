@@ -10,8 +10,9 @@
 //! (`worker_chaos::quorum_crash_loop_ends_in_the_dlq_by_delivery_limit`
 //! runs on both); these tests show what a worker's stop does.
 
-use crate::helpers::{Broker, Cleanup};
-use crate::worker_support::*;
+use crate::support::script::Script;
+use crate::support::worker::*;
+use crate::support::{Broker, Cleanup};
 use lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use std::time::{Duration, Instant};
 

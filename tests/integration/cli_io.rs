@@ -1,9 +1,9 @@
 //! One-shot commands and their output streams: a closed pipe and a full
 //! disk are each a clear error (exit 1), and neither is a panic (exit 101).
 
-use crate::helpers::Scratch;
+use crate::support::{Dlqctl, Scratch};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// A topology whose `--dry-run` plan is far over a pipe's 64 KiB buffer.
 fn big_topology(dir: &Scratch) -> String {
@@ -15,10 +15,21 @@ fn big_topology(dir: &Scratch) -> String {
     path.to_str().expect("utf-8 path").to_string()
 }
 
-fn dlqctl() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-    c.env_remove("RUST_LOG").stdin(Stdio::null());
-    c
+/// `dlqctl ARGS` as a blocking command, its streams still to be set.
+fn dlqctl(args: &[&str]) -> Command {
+    Dlqctl::new(args[0]).args(&args[1..]).into_std()
+}
+
+/// Exit 1, saying that standard output could not be written; no panic.
+#[track_caller]
+fn assert_cannot_write(args: &[&str], out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{args:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
 }
 
 #[test]
@@ -29,8 +40,7 @@ fn a_closed_stdout_pipe_is_exit_1_with_a_report() {
         vec!["provision", file.as_str(), "--dry-run"],
         vec!["provision", file.as_str(), "--dry-run", "--json"],
     ] {
-        let mut child = dlqctl()
-            .args(&args)
+        let mut child = dlqctl(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -42,14 +52,8 @@ fn a_closed_stdout_pipe_is_exit_1_with_a_report() {
             .expect("read one line");
         // The reader is gone (like `| head -1`): the next write gets EPIPE.
         let out = child.wait_with_output().expect("wait");
-        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!first.is_empty(), "{args:?}: no first line");
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("cannot write to standard output"),
-            "{args:?}: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_cannot_write(&args, &out);
     }
 }
 
@@ -65,19 +69,12 @@ fn a_full_stdout_is_an_error_not_a_panic() {
             .write(true)
             .open("/dev/full")
             .expect("/dev/full");
-        let out = dlqctl()
-            .args(&args)
+        let out = dlqctl(&args)
             .stdout(full)
             .stderr(Stdio::piped())
             .output()
             .expect("run dlqctl");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("cannot write to standard output"),
-            "{args:?}: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_cannot_write(&args, &out);
     }
 }
 
@@ -89,8 +86,7 @@ fn a_full_stderr_does_not_make_a_failing_command_panic() {
         .write(true)
         .open("/dev/full")
         .expect("/dev/full");
-    let out = dlqctl()
-        .args(["validate", bad.to_str().expect("utf-8")])
+    let out = dlqctl(&["validate", bad.to_str().expect("utf-8")])
         .stdout(Stdio::null())
         .stderr(full)
         .output()

@@ -8,7 +8,7 @@
 //! they run one at a time: the `cluster` test group in
 //! `.config/nextest.toml`, and a lock for `cargo test`'s threads.
 
-use crate::helpers::*;
+use crate::support::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -195,10 +195,12 @@ fn topology(pipelines: &[String]) -> String {
 /// `dlqctl provision FILE EXTRA... --url NODE1 --management-url NODE1`
 /// (the default management URL would be the default broker's port).
 async fn provision(file: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["provision".to_string(), file.display().to_string()];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args.extend(["--url", NODE1_URL, "--management-url", NODE1_MGMT].map(String::from));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("provision")
+        .arg(file)
+        .args(extra)
+        .args(["--url", NODE1_URL, "--management-url", NODE1_MGMT])
+        .run()
+        .await
 }
 
 fn all_nodes() -> Vec<String> {
@@ -335,7 +337,7 @@ async fn a_worker_moves_to_another_node_when_its_node_dies_and_loses_nothing() {
         &script,
         "#!/bin/bash\nr=$((RANDOM % 100))\nif [ $r -lt 4 ]; then echo 'bad data' >&2; exit 65; fi\nif [ $r -lt 29 ]; then echo 'flaky' >&2; exit 1; fi\nexit 0\n",
     );
-    let mut w = crate::worker_support::WorkerProc::spawn(
+    let mut w = crate::support::worker::WorkerProc::spawn(
         &file,
         &name,
         &[
@@ -403,7 +405,7 @@ async fn a_worker_moves_to_another_node_when_its_node_dies_and_loses_nothing() {
     // (rabbitmq-server#12625, #16652), keeping messages in the source queue
     // (`messages_dlx`, the HELD-FOR-DLX column of `dlqctl status`). Those
     // are not lost, but neither acked nor in the DLQ yet.
-    let settled = |w: &crate::worker_support::WorkerProc| {
+    let settled = |w: &crate::support::worker::WorkerProc| {
         w.decisions()
             .iter()
             .filter(|e| {

@@ -2,23 +2,21 @@
 //! with what the headers say, and leaves every message in place, in order;
 //! a second reader of the same DLQ is told it is busy.
 
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe};
+use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe};
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde_json::Value;
 use std::path::Path;
 
 async fn peek(file: &Path, queue: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "dlq".to_string(),
-        "peek".to_string(),
-        file.display().to_string(),
-        "--queue".to_string(),
-        queue.to_string(),
-    ];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("dlq")
+        .arg("peek")
+        .arg(file)
+        .args(["--queue", queue])
+        .args(extra)
+        .run()
+        .await
 }
 
 /// Another DLQ command's lock on `dlq`, as it declares it.
@@ -182,11 +180,12 @@ async fn summary_groups_by_fingerprint_and_leaves_the_dlq_as_it_was() {
     )
     .await;
 
-    let mut args = vec!["dlq", "summary"];
-    let f = file.display().to_string();
-    args.push(&f);
-    args.extend(["--queue", pipe.name.as_str(), "--json"]);
-    let run = dlqctl(&args, RUN_TIMEOUT).await;
+    let run = Dlqctl::new("dlq")
+        .arg("summary")
+        .arg(&file)
+        .args(["--queue", pipe.name.as_str(), "--json"])
+        .run()
+        .await;
     run.assert_code(0);
     let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
     assert_eq!(doc["read"], 5, "{doc:#}");

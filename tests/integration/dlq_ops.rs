@@ -2,9 +2,10 @@
 //! and import, the snapshot, selectors, rate, canary, rotation past the
 //! window, SIGKILL, and no duplicates left on quorum DLQs.
 
-use crate::dlq_support::{dead, dead_many, publish_many, Fixture};
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use crate::worker_support::{drain, i, publish, s, table, with_id, Pipe, Script, WorkerProc};
+use crate::support::dlq::{dead, dead_many, publish_many, Fixture};
+use crate::support::script::Script;
+use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, WorkerProc};
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
@@ -13,15 +14,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "dlq".to_string(),
-        verb.to_string(),
-        file.display().to_string(),
-        "--queue".to_string(),
-        queue.to_string(),
-    ];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("dlq")
+        .arg(verb)
+        .arg(file)
+        .args(["--queue", queue])
+        .args(extra)
+        .run()
+        .await
 }
 
 fn json(run: &Run) -> Value {
@@ -539,16 +538,12 @@ fn spawn_replay(
     to: &str,
     extra: &[&str],
 ) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(["dlq", "replay"])
+    Dlqctl::new("dlq")
+        .arg("replay")
         .arg(file)
         .args(["--queue", queue, "--to", to])
         .args(extra)
-        .envs(crate::helpers::broker_env())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("dlqctl")
 }
 
 #[tokio::test]
@@ -961,7 +956,7 @@ async fn target_for(
     cancel: tokio_util::sync::CancellationToken,
 ) -> dlqctl::ops::dlq::Target {
     let conn = lapin::Connection::connect(
-        &crate::helpers::amqp_url(),
+        &crate::support::amqp_url(),
         lapin::ConnectionProperties::default(),
     )
     .await
@@ -1123,14 +1118,11 @@ async fn export_to_a_closed_pipe_exits_1_and_says_so() {
     let n = 1000;
     let f = Fixture::new(3, |_| {}, dead_many(n, |_| "exhausted", |_| "t")).await;
     let (b, pipe, file) = (&f.b, &f.pipe, &f.file);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(["dlq", "export"])
+    let mut child = Dlqctl::new("dlq")
+        .arg("export")
         .arg(file)
         .args(["--queue", &pipe.name])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("dlqctl");
+        .spawn();
     let stdout = child.stdout.take().expect("stdout");
     let mut first = String::new();
     tokio::io::BufReader::new(stdout)

@@ -3,9 +3,10 @@
 //! addresses are relays to the one local broker, so that a test can take
 //! one path away (see `relay`); the cluster tests kill real nodes.
 
-use crate::helpers::{amqp_url, dlqctl, Cleanup, Scratch, RUN_TIMEOUT};
-use crate::relay::Relay;
-use crate::worker_support::*;
+use crate::support::relay::Relay;
+use crate::support::script::Script;
+use crate::support::worker::*;
+use crate::support::{amqp_url, Cleanup, Dlqctl, Scratch};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -27,36 +28,38 @@ async fn commands_use_the_first_address_that_answers() {
     let f = file.to_str().unwrap();
     let real = amqp_url();
     // Repeated --url, and a comma-separated list.
-    let run = dlqctl(
-        &["provision", f, "--url", DEAD, "--url", &real],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("provision")
+        .args([f, "--url", DEAD, "--url", &real])
+        .run()
+        .await;
     run.assert_code(0);
     let list = format!("{DEAD},{real}");
-    let run = dlqctl(&["provision", f, "--check", "--url", &list], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("provision")
+        .args([f, "--check", "--url", &list])
+        .run()
+        .await;
     run.assert_code(0);
-    let run = dlqctl(&["status", f, "--url", DEAD, "--url", &real], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("status")
+        .args([f, "--url", DEAD, "--url", &real])
+        .run()
+        .await;
     run.assert_code(0);
-    let run = dlqctl(
-        &["dlq", "peek", f, "--queue", &pipe.name, "--url", &list],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("dlq")
+        .args(["peek", f, "--queue", &pipe.name, "--url", &list])
+        .run()
+        .await;
     run.assert_code(0);
     // None answers: exit 1, naming each address and why.
-    let run = dlqctl(
-        &[
-            "status",
+    let run = Dlqctl::new("status")
+        .args([
             f,
             "--url",
             DEAD,
             "--url",
             "amqp://guest:guest@127.0.0.1:2/%2f",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     run.assert_code(1);
     assert!(
         run.stderr.contains("cannot connect to RabbitMQ at 127.0.0.1:1, 127.0.0.1:2: no address answered (127.0.0.1:1: connection refused"),

@@ -1,9 +1,11 @@
 //! `dlqctl work --jsonl` against a real broker: long-running handler
-//! processes (`jsonl_handler.py`, whose message bodies say what to do, and
-//! the example handlers) speaking the JSON-lines protocol; the tests read
-//! the handler's event log, the worker's JSON log lines and the queues.
+//! processes (`support/jsonl_handler.py`, whose message bodies say what to
+//! do, and the example handlers) speaking the JSON-lines protocol; the
+//! tests read the handler's event log, the worker's JSON log lines and the
+//! queues.
 
-use crate::worker_support::*;
+use crate::support::worker::*;
+use crate::support::Dlqctl;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -33,11 +35,12 @@ impl Fixture {
         Fixture { base, file, log }
     }
 
-    /// `dlqctl work --jsonl OPTS -- python3 jsonl_handler.py --log LOG HARGS`.
+    /// `dlqctl work --jsonl OPTS -- python3 support/jsonl_handler.py --log
+    /// LOG HARGS`.
     fn worker(&self, opts: &[&str], handler_args: &[&str]) -> WorkerProc {
         let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
         args.extend(["--jsonl".into(), "--".into(), python()]);
-        args.push(script("tests/integration/jsonl_handler.py"));
+        args.push(script("tests/integration/support/jsonl_handler.py"));
         args.extend(["--log".into(), self.log.display().to_string()]);
         args.extend(handler_args.iter().map(|s| s.to_string()));
         WorkerProc::spawn(&self.file, &self.pipe.name, &args)
@@ -495,26 +498,16 @@ async fn stderr_is_logged_bounded_per_line_and_in_rate() {
 #[tokio::test]
 async fn processes_options_are_checked() {
     let f = Fixture::new(&[100], 2).await;
-    let run = crate::helpers::dlqctl(
-        &[
-            "work",
-            f.file.to_str().unwrap(),
-            "--queue",
-            &f.pipe.name,
-            "--processes",
-            "2",
-            "--",
-            "true",
-        ],
-        crate::helpers::RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("work")
+        .arg(&f.file)
+        .args(["--queue", &f.pipe.name, "--processes", "2", "--", "true"])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(run.stderr.contains("--jsonl"), "{}", run.stderr);
-    let run = crate::helpers::dlqctl(
-        &[
-            "work",
-            f.file.to_str().unwrap(),
+    let run = Dlqctl::new("work")
+        .arg(&f.file)
+        .args([
             "--queue",
             &f.pipe.name,
             "--jsonl",
@@ -524,10 +517,9 @@ async fn processes_options_are_checked() {
             "2",
             "--",
             "true",
-        ],
-        crate::helpers::RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(
         run.stderr

@@ -3,8 +3,9 @@
 //! a missing permission is reported. The tests change users and
 //! permissions, so they are `serial_` (run alone; .config/nextest.toml).
 
-use crate::helpers::{dlqctl, management_url, unique_prefix, Scratch, RUN_TIMEOUT};
-use crate::worker_support::*;
+use crate::support::script::Script;
+use crate::support::worker::*;
+use crate::support::{management_url, unique_prefix, Dlqctl, Scratch};
 use serde_json::json;
 use std::time::Duration;
 
@@ -123,16 +124,11 @@ async fn provisioned(scope: &Scope, scratch: &Scratch) -> (std::path::PathBuf, S
         "t.yaml",
         &format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{delays: [100ms], max_attempts: 2, jitter: 0}}\n"),
     );
-    let r = dlqctl(
-        &[
-            "provision",
-            file.to_str().unwrap(),
-            "--url",
-            &scope.url("guest", "guest"),
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let r = Dlqctl::new("provision")
+        .arg(&file)
+        .args(["--url", &scope.url("guest", "guest")])
+        .run()
+        .await;
     r.assert_code(0);
     (file, name)
 }
@@ -219,11 +215,11 @@ async fn serial_provision_without_configure_names_the_object_and_permission() {
         &format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{delays: [100ms], max_attempts: 2}}\n"),
     );
     let url = scope.user("noconf", "^$", ".*", ".*").await;
-    let r = dlqctl(
-        &["provision", file.to_str().unwrap(), "--url", &url],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let r = Dlqctl::new("provision")
+        .arg(&file)
+        .args(["--url", &url])
+        .run()
+        .await;
     r.assert_code(1);
     assert!(
         r.stderr
@@ -257,20 +253,18 @@ async fn serial_dlq_commands_need_read_on_the_dlq_and_write_where_they_publish()
         )
         .await;
     let f = file.to_str().unwrap();
-    let r = dlqctl(
-        &["dlq", "peek", f, "--queue", &name, "--url", &reader],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let r = Dlqctl::new("dlq")
+        .args(["peek", f, "--queue", &name, "--url", &reader])
+        .run()
+        .await;
     r.assert_code(0);
     assert!(r.stdout.contains("d1"), "{}", r.stdout);
     // Replay publishes: without write on the default exchange it is refused
     // (exit 1) and the message stays in the DLQ.
-    let r = dlqctl(
-        &["dlq", "replay", f, "--queue", &name, "--url", &reader],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let r = Dlqctl::new("dlq")
+        .args(["replay", f, "--queue", &name, "--url", &reader])
+        .run()
+        .await;
     r.assert_code(1);
     let replayer = scope
         .user(
@@ -280,13 +274,15 @@ async fn serial_dlq_commands_need_read_on_the_dlq_and_write_where_they_publish()
             &format!("^{d}$"),
         )
         .await;
-    let r = dlqctl(
-        &["dlq", "replay", f, "--queue", &name, "--url", &replayer],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let r = Dlqctl::new("dlq")
+        .args(["replay", f, "--queue", &name, "--url", &replayer])
+        .run()
+        .await;
     r.assert_code(0);
-    let r = dlqctl(&["status", f, "--url", &guest, "--json"], RUN_TIMEOUT).await;
+    let r = Dlqctl::new("status")
+        .args([f, "--url", &guest, "--json"])
+        .run()
+        .await;
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["pipelines"][0]["main"]["ready"], 1, "{v}");
     assert_eq!(v["pipelines"][0]["dlq"]["ready"], 0, "{v}");

@@ -1,12 +1,13 @@
 //! Messages that once stalled a whole queue at the protocol level (issue
 //! 13, items 1 and 2): short strings that are not UTF-8, and headers near
-//! `frame_max`. They are published with pika (`pika_tool.py`, Debian's
-//! `/usr/bin/python3`), since lapin cannot publish the first, and read back
-//! with pika too, byte for byte. Each test puts one such message ahead of
+//! `frame_max`. They are published with pika (`support/pika_tool.py`,
+//! Debian's `/usr/bin/python3`), since lapin cannot publish the first, and
+//! read back with pika too, byte for byte. Each test puts one such message ahead of
 //! ordinary ones and wants all of them handled within seconds.
 
-use crate::helpers::{amqp_url, Broker, Cleanup, Scratch};
-use crate::worker_support::*;
+use crate::support::script::Script;
+use crate::support::worker::*;
+use crate::support::{amqp_url, Broker, Cleanup, Scratch};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;
@@ -16,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 /// Runs `pika_tool.py URL ARGS...` with `stdin`; panics unless it exits 0.
 /// Returns its stdout.
 async fn pika(args: &[&str], stdin: &str) -> String {
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/pika_tool.py");
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/support/pika_tool.py");
     let mut child = tokio::process::Command::new("/usr/bin/python3")
         .arg(&tool)
         .arg(amqp_url())

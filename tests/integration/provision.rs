@@ -1,7 +1,7 @@
 //! `dlqctl provision`, `--check`, `--dry-run` and `validate`, run as a user
 //! runs them, against a real broker.
 
-use crate::helpers::*;
+use crate::support::*;
 use dlqctl::core::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -74,9 +74,7 @@ fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
 }
 
 async fn provision(file: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["provision".to_string(), file.display().to_string()];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("provision").arg(file).args(extra).run().await
 }
 
 /// Every queue's and exchange's description and every planned binding's
@@ -590,7 +588,7 @@ async fn validate_accepts_every_example_topology() {
     files.sort();
     assert!(!files.is_empty(), "no example in {}", dir.display());
     for f in &files {
-        let run = dlqctl(&[Path::new("validate"), f], RUN_TIMEOUT).await;
+        let run = Dlqctl::new("validate").arg(f).run().await;
         run.assert_code(0);
         assert!(
             run.stdout.contains(": valid, "),
@@ -615,7 +613,7 @@ async fn validate_reports_every_problem_with_its_position() {
          \x20   queue_type: classic\n\
          \x20   delivery_limit: 5\n",
     );
-    let run = dlqctl(&[Path::new("validate"), &file], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("validate").arg(&file).run().await;
     run.assert_code(2);
     let prefix = format!("{}:", file.display());
     let lines: Vec<&str> = run
@@ -951,7 +949,7 @@ async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
 
 // ---------------------------------------------------------------- policies
 
-use crate::policy_support::{Kind, PolicyGuard};
+use crate::support::policy::{Kind, PolicyGuard};
 
 /// Every queue the fixture's file plans.
 fn planned_queues(file: &Path) -> Vec<String> {

@@ -1,8 +1,7 @@
 //! Passwords never appear in output, whatever they contain and however
 //! the URL reaches dlqctl (`--url`, `AMQP_URL`, `--management-url`).
 
-use crate::helpers::{unique_prefix, Scratch};
-use std::process::Command;
+use crate::support::{unique_prefix, Dlqctl, Scratch};
 
 /// Passwords with every URL delimiter, percent signs, and very short ones.
 const PASSWORDS: [&str; 9] = [
@@ -17,16 +16,17 @@ const PASSWORDS: [&str; 9] = [
     "ab",
 ];
 
+/// `dlqctl ARGS` with only `env` of the broker's variables: each test says
+/// how the URL reaches dlqctl.
 fn run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-    cmd.args(args)
+    let mut cmd = Dlqctl::new(args[0])
+        .args(&args[1..])
         .env_remove("AMQP_URL")
-        .env_remove("DLQCTL_MANAGEMENT_URL")
-        .env_remove("RUST_LOG");
+        .env_remove("DLQCTL_MANAGEMENT_URL");
     for (k, v) in env {
-        cmd.env(k, v);
+        cmd = cmd.env(k, v);
     }
-    let out = cmd.output().expect("run dlqctl");
+    let out = cmd.into_std().output().expect("run dlqctl");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -48,14 +48,21 @@ fn assert_hidden(pw: &str, what: &str, text: &str) {
     );
 }
 
-#[test]
-fn passwords_with_url_delimiters_never_appear_in_errors() {
-    let dir = Scratch::new();
+/// A topology of one pipeline, `PREFIXorders` with a fresh prefix: the
+/// file and the prefix.
+fn topology(dir: &Scratch) -> (std::path::PathBuf, String) {
     let p = unique_prefix();
     let file = dir.write(
         "t.yaml",
         &format!("version: 1\npipelines:\n  - name: {p}orders\n"),
     );
+    (file, p)
+}
+
+#[test]
+fn passwords_with_url_delimiters_never_appear_in_errors() {
+    let dir = Scratch::new();
+    let (file, p) = topology(&dir);
     let file = file.to_str().expect("utf-8 path");
     for pw in PASSWORDS {
         // Port 1: nothing listens, so every command fails after reading the URL.
@@ -165,11 +172,7 @@ fn password_forms(user: &str, pw: &str) -> Vec<String> {
 #[test]
 fn credentials_never_reach_a_trace_log() {
     let dir = Scratch::new();
-    let p = unique_prefix();
-    let file = dir.write(
-        "t.yaml",
-        &format!("version: 1\npipelines:\n  - name: {p}orders\n"),
-    );
+    let (file, p) = topology(&dir);
     let file = file.to_str().expect("utf-8 path");
     // A password no other text contains; the broker refuses it (guest's
     // password is guest), after dlqctl has sent it.
@@ -180,8 +183,8 @@ fn credentials_never_reach_a_trace_log() {
         url.set_password(Some(pw)).expect("a password");
         url.to_string()
     };
-    let url = with_password(crate::helpers::amqp_url());
-    let mgmt = with_password(crate::helpers::management_url());
+    let url = with_password(crate::support::amqp_url());
+    let mgmt = with_password(crate::support::management_url());
     let queue = format!("{p}orders");
     for filter in [
         "trace",

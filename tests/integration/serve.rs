@@ -2,9 +2,9 @@
 //! what it shows matches the DLQ commands, its jobs keep their rules, and
 //! its guard refuses what it must.
 
-use crate::dlq_support::{dead, dead_many, Fixture};
-use crate::helpers::{dlqctl, RUN_TIMEOUT};
-use crate::serve_support::Served;
+use crate::support::dlq::{dead, dead_many, Fixture};
+use crate::support::serve::Served;
+use crate::support::Dlqctl;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -71,7 +71,7 @@ async fn the_overview_shows_each_pipeline_with_its_health_and_samples_its_dlq() 
     assert_eq!(o["warn_dlq"], 1);
     assert_eq!(o["max_dlq"], 10);
     // The sampler has drawn some of the hour.
-    let o = crate::helpers::eventually("two samples", Duration::from_secs(10), || async {
+    let o = crate::support::eventually("two samples", Duration::from_secs(10), || async {
         let o = s.get("/api/overview").await.expect(200).json();
         (o["pipelines"][0]["history"].as_array().map_or(0, Vec::len) >= 2).then_some(o)
     })
@@ -95,18 +95,16 @@ async fn summary_and_messages_are_what_the_dlq_commands_report_and_leave_the_dlq
         .await
         .expect(200)
         .json();
-    let cli = dlqctl(
-        &[
-            "dlq",
+    let cli = Dlqctl::new("dlq")
+        .args([
             "summary",
             &f.file.display().to_string(),
             "--queue",
             &f.pipe.name,
             "--json",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     cli.assert_code(0);
     let cli: Value = serde_json::from_str(&cli.stdout).expect("summary JSON");
     assert_eq!(api["groups"], cli["groups"], "API {api}\nCLI {cli}");
@@ -364,7 +362,7 @@ async fn one_job_per_dlq_a_cancel_loses_nothing_and_a_busy_dlq_shows_its_last_su
     let moved = j["report"]["moved"].as_u64().unwrap();
     assert!(moved > 0 && moved < n as u64, "{j}");
     let main = f.b.message_count(&f.pipe.name).await.unwrap() as u64;
-    let dlq = crate::helpers::eventually("the DLQ to settle", Duration::from_secs(10), || async {
+    let dlq = crate::support::eventually("the DLQ to settle", Duration::from_secs(10), || async {
         let d = f.b.message_count(&f.pipe.dlq()).await.unwrap() as u64;
         (d + main == n as u64).then_some(d)
     })
@@ -389,7 +387,7 @@ async fn sigterm_stops_a_running_job_after_its_copies_in_flight_and_exits_0() {
         "{}",
         s.output()
     );
-    let total = crate::helpers::eventually("nothing lost", Duration::from_secs(10), || async {
+    let total = crate::support::eventually("nothing lost", Duration::from_secs(10), || async {
         let main = f.b.message_count(&f.pipe.name).await.unwrap();
         let dlq = f.b.message_count(&f.pipe.dlq()).await.unwrap();
         (main + dlq == n as u32 && main > 0 && dlq > 0).then_some(main + dlq)
@@ -408,7 +406,7 @@ async fn headers_and_bodies_holding_script_render_as_text() {
             ("dlqctl-last-error", evil),
             ("<img src=x onerror=alert(1)>", evil),
         ] {
-            t.insert(k.into(), crate::worker_support::s(v));
+            t.insert(k.into(), crate::support::worker::s(v));
         }
         t
     });
@@ -593,41 +591,34 @@ async fn a_token_guards_every_page_and_api_and_the_login_sets_it() {
 async fn listening_beyond_loopback_needs_a_token_and_bad_flags_exit_2() {
     let f = Fixture::new(3, |_| {}, vec![]).await;
     let file = f.file.display().to_string();
-    let run = dlqctl(&["serve", &file, "--listen", "0.0.0.0:0"], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "0.0.0.0:0"])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(run.stderr.contains("--auth-token"), "{}", run.output());
-    let run = dlqctl(
-        &[
-            "serve",
-            &file,
-            "--listen",
-            "127.0.0.1:0",
-            "--auth-token",
-            "",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "127.0.0.1:0", "--auth-token", ""])
+        .run()
+        .await;
     run.assert_code(2);
-    let run = dlqctl(&["serve", &file, "--listen", "not-an-address"], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "not-an-address"])
+        .run()
+        .await;
     run.assert_code(2);
-    let run = dlqctl(
-        &[
-            "serve",
-            &file,
-            "--listen",
-            "127.0.0.1:0",
-            "--sample-every",
-            "0s",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", "127.0.0.1:0", "--sample-every", "0s"])
+        .run()
+        .await;
     run.assert_code(2);
     // A port in use is a runtime failure, named.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let run = dlqctl(&["serve", &file, "--listen", &addr], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("serve")
+        .args([&file, "--listen", &addr])
+        .run()
+        .await;
     run.assert_code(1);
     assert!(run.stderr.contains(&addr), "{}", run.output());
 }
@@ -803,7 +794,7 @@ async fn a_browser_leaving_a_page_mid_load_leaves_the_dlq_as_it_was() {
             .await;
     }
     // Every read ends; then the DLQ holds each message once.
-    let summary = crate::helpers::eventually("a summary", Duration::from_secs(30), || async {
+    let summary = crate::support::eventually("a summary", Duration::from_secs(30), || async {
         let a = s
             .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
             .await;
@@ -889,33 +880,19 @@ async fn weak_tokens_are_refused_guesses_are_throttled_and_cookies_die_with_the_
     // address, from the flag or the environment.
     for weak in [" ", "x", "fifteen-chars-x", "a token w/ space"] {
         for listen in ["0.0.0.0:0", "127.0.0.1:0"] {
-            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-                .args(["serve", &file, "--listen", listen])
+            let out = Dlqctl::new("serve")
+                .args([&file, "--listen", listen])
                 .env("DLQCTL_AUTH_TOKEN", weak)
-                .env("AMQP_URL", crate::helpers::amqp_url())
-                .env_remove("RUST_LOG")
-                .kill_on_drop(true)
-                .output();
-            let out = tokio::time::timeout(RUN_TIMEOUT, out)
-                .await
-                .expect("serve exits")
-                .expect("run serve");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "{weak:?} on {listen}: {stderr}");
+                .run()
+                .await;
+            let stderr = &out.stderr;
+            assert_eq!(out.code, Some(2), "{weak:?} on {listen}: {stderr}");
             assert!(stderr.contains("at least 16"), "{weak:?}: {stderr}");
         }
-        let run = dlqctl(
-            &[
-                "serve",
-                &file,
-                "--listen",
-                "127.0.0.1:0",
-                "--auth-token",
-                weak,
-            ],
-            RUN_TIMEOUT,
-        )
-        .await;
+        let run = Dlqctl::new("serve")
+            .args([&file, "--listen", "127.0.0.1:0", "--auth-token", weak])
+            .run()
+            .await;
         run.assert_code(2);
     }
     let token = "right-token-for-the-throttle-test";

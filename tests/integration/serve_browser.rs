@@ -5,8 +5,8 @@
 //! text. Each step saves a screenshot under `target/tmp/screenshots/`;
 //! with `DLQCTL_UPDATE_SCREENSHOTS=1` also under `docs/img/` (docs/serve.md shows them).
 
-use crate::dlq_support::{dead, Fixture};
-use crate::serve_support::Served;
+use crate::support::dlq::{dead, Fixture};
+use crate::support::serve::Served;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ const INSTALL_HINT: &str = "the browser tests need Debian's chromium and chromiu
 struct Browser {
     client: Option<Client>,
     _driver: tokio::process::Child,
-    _profile: crate::helpers::Scratch,
+    _profile: crate::support::Scratch,
 }
 
 impl Browser {
@@ -58,7 +58,7 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let profile = crate::helpers::Scratch::new();
+        let profile = crate::support::Scratch::new();
         let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
             "goog:chromeOptions": {
                 "binary": CHROMIUM,
@@ -175,7 +175,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     let b = Browser::start().await;
     for batch in later.chunks(9) {
         tokio::time::sleep(Duration::from_millis(700)).await;
-        crate::dlq_support::publish_many(&f.b, &f.pipe.dlq(), batch.to_vec()).await;
+        crate::support::dlq::publish_many(&f.b, &f.pipe.dlq(), batch.to_vec()).await;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
@@ -310,7 +310,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     }
     // The last poll came after the end.
     let final_ready: u64 =
-        crate::helpers::eventually("the final count", Duration::from_secs(5), || async {
+        crate::support::eventually("the final count", Duration::from_secs(5), || async {
             b.text("[data-field=dlq-messages]")
                 .await
                 .parse::<u64>()
@@ -335,7 +335,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     // Back on the overview, the DLQ holds the one left (once the
     // management API's unacked count, about 5 s behind, has caught up).
     let cell = format!("{row} [data-test=dlq-depth]");
-    crate::helpers::eventually(
+    crate::support::eventually(
         "the overview to show 1",
         Duration::from_secs(20),
         || async {

@@ -2,17 +2,15 @@
 //! contents, `--max-dlq` exit codes, unacked messages held by a reader, and
 //! missing objects.
 
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
-use crate::worker_support::Pipe;
+use crate::support::worker::Pipe;
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::BasicGetOptions;
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 async fn status(file: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["status".to_string(), file.display().to_string()];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    dlqctl(&args, RUN_TIMEOUT).await
+    Dlqctl::new("status").arg(file).args(extra).run().await
 }
 
 fn json(run: &Run) -> Value {
@@ -210,7 +208,7 @@ async fn a_message_held_for_a_full_dlq_shows_as_held_for_dlx() {
 /// it overrides, and exits 3 even under `--max-dlq 0`.
 #[tokio::test]
 async fn a_policy_that_drops_dead_letters_fails_status() {
-    use crate::policy_support::{Kind, PolicyGuard};
+    use crate::support::policy::{Kind, PolicyGuard};
     let (b, c, _s, pipe, file) = fixture().await;
     status(&file, &["--max-dlq", "0"]).await.assert_code(0);
     let dlq_pattern = "orders\\.dlq$";

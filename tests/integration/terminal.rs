@@ -3,9 +3,9 @@
 //! character of a message id, reason, source queue or error as a visible
 //! escape.
 
-use crate::dlq_support::{dead, Fixture};
-use crate::helpers::{dlqctl, RUN_TIMEOUT};
-use crate::worker_support::{s, table};
+use crate::support::dlq::{dead, Fixture};
+use crate::support::worker::{s, table};
+use crate::support::Dlqctl;
 use lapin::types::AMQPValue;
 
 /// ESC sequences that retitle and clear a terminal, BEL, a newline that
@@ -49,19 +49,17 @@ fn assert_inert(what: &str, text: &str, lines: usize) {
 async fn peek_and_summary_escape_control_characters_of_a_message() {
     let f = Fixture::new(3, |_| {}, vec![hostile_message()]).await;
     let file = f.file.display().to_string();
-    let run = dlqctl(
-        &["dlq", "peek", &file, "--queue", &f.pipe.name],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("dlq")
+        .args(["peek", &file, "--queue", &f.pipe.name])
+        .run()
+        .await;
     run.assert_code(0);
     // The headline, two lines of facts, the last error, one attempt, the body.
     assert_inert("peek", &run.stdout, 6);
-    let run = dlqctl(
-        &["dlq", "summary", &file, "--queue", &f.pipe.name],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("dlq")
+        .args(["summary", &file, "--queue", &f.pipe.name])
+        .run()
+        .await;
     run.assert_code(0);
     // The headline and one group of two lines.
     assert_inert("summary", &run.stdout, 3);

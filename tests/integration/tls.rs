@@ -3,7 +3,7 @@
 //! certificate is signed by a CA made at test time; its management API
 //! speaks https with the same certificate.
 
-use crate::helpers::{dlqctl, Run, Scratch, RUN_TIMEOUT};
+use crate::support::{Dlqctl, Run, Scratch};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,7 +36,7 @@ fn file(dir: &Path, name: &str) -> String {
 
 /// A one-pipeline topology with a unique name.
 fn topology(scratch: &Scratch) -> (String, String) {
-    let name = format!("tls-{}", crate::helpers::unique_prefix());
+    let name = format!("tls-{}", crate::support::unique_prefix());
     let path = scratch.write(
         "t.yaml",
         &format!("version: 1\npipelines:\n  - name: {name}\n    retry: {{delays: [100ms], max_attempts: 2, jitter: 0}}\n"),
@@ -45,7 +45,7 @@ fn topology(scratch: &Scratch) -> (String, String) {
 }
 
 async fn run(args: &[&str]) -> Run {
-    dlqctl(args, RUN_TIMEOUT).await
+    Dlqctl::new(args[0]).args(&args[1..]).run().await
 }
 
 /// The TLS node's AMQPS address, trusting its CA.
@@ -73,7 +73,7 @@ fn amqps_target() -> (String, PathBuf, String) {
         Ok(url) => {
             let ca = std::env::var("DLQCTL_TLS_CA")
                 .expect("DLQCTL_TLS_CA: the CA of the broker named by DLQCTL_AMQPS_URL");
-            (url, PathBuf::from(ca), crate::helpers::management_url())
+            (url, PathBuf::from(ca), crate::support::management_url())
         }
         Err(_) => (AMQPS.into(), node().join("ca.pem"), MGMT.into()),
     }
@@ -141,7 +141,7 @@ async fn every_command_works_over_amqps_with_a_private_ca() {
     // The worker: a message published over TLS is handled and acked.
     let script = scratch.write("ok.sh", "#!/bin/sh\nexit 0\n");
     Scratch::write_executable(&script, "#!/bin/sh\nexit 0\n");
-    let mut w = crate::worker_support::WorkerProc::spawn(
+    let mut w = crate::support::worker::WorkerProc::spawn(
         Path::new(&t),
         &name,
         &[
@@ -223,14 +223,11 @@ async fn a_certificate_from_an_unknown_ca_fails_saying_to_give_the_ca() {
         vec![],
         vec!["--tls-ca".to_string(), file(&dir, "other-ca.pem")],
     ] {
-        let mut args = vec![
-            "status".to_string(),
-            t.clone(),
-            "--url".into(),
-            AMQPS.into(),
-        ];
-        args.extend(extra);
-        let r = dlqctl(&args, RUN_TIMEOUT).await;
+        let r = Dlqctl::new("status")
+            .args([&t, "--url", AMQPS])
+            .args(extra)
+            .run()
+            .await;
         r.assert_code(1);
         assert!(
             r.stderr
@@ -295,7 +292,7 @@ async fn an_expired_certificate_fails_saying_so() {
         .kill_on_drop(true)
         .spawn()
         .expect("openssl s_server");
-    crate::helpers::eventually(
+    crate::support::eventually(
         "openssl s_server listening",
         Duration::from_secs(10),
         || async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() },
@@ -474,7 +471,7 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
     let _limit = SizeLimit::set(1_000_000);
     let script = scratch.path().join("fail.sh");
     Scratch::write_executable(&script, "#!/bin/sh\nexit 1\n");
-    let mut w = crate::worker_support::WorkerProc::spawn(
+    let mut w = crate::support::worker::WorkerProc::spawn(
         Path::new(&t),
         &name,
         &["--url", AMQP_PLAIN, "--", script.to_str().unwrap()],

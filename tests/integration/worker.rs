@@ -2,8 +2,9 @@
 //! (or POSTs to an HTTP server in the test) per message; the tests read the
 //! handler's call log, the worker's JSON log lines and the queues.
 
-use crate::helpers::{dlqctl, Scratch, RUN_TIMEOUT};
-use crate::worker_support::*;
+use crate::support::script::{Call, Script};
+use crate::support::worker::*;
+use crate::support::{Dlqctl, Scratch};
 use lapin::types::AMQPValue;
 use lapin::BasicProperties;
 use serde_json::Value;
@@ -155,7 +156,7 @@ async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history()
     );
     let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
     w.wait_consuming().await;
-    let before = crate::worker_support::now_rfc3339();
+    let before = crate::support::worker::now_rfc3339();
     publish(&f.broker, &exchange, "order.created", b"{}", with_id("m-2")).await;
 
     let dlq = the_dlq_message(&f).await;
@@ -651,18 +652,11 @@ async fn missing_handler_program_exits_2() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     for program in ["/nonexistent/dlqctl-handler", "dlqctl-no-such-handler-xyz"] {
-        let run = dlqctl(
-            &[
-                "work",
-                file.to_str().unwrap(),
-                "--queue",
-                &f.pipe.name,
-                "--",
-                program,
-            ],
-            RUN_TIMEOUT,
-        )
-        .await;
+        let run = Dlqctl::new("work")
+            .arg(&file)
+            .args(["--queue", &f.pipe.name, "--", program])
+            .run()
+            .await;
         run.assert_code(2);
         assert!(
             run.stderr.contains(program) && run.stderr.contains("handler"),
@@ -892,18 +886,11 @@ async fn http_retry_after_picks_the_tier_then_success_acks() {
 async fn unknown_queue_exits_2_naming_the_pipelines() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
     let file = f.pipe.write(&f.scratch);
-    let run = dlqctl(
-        &[
-            "work",
-            file.to_str().unwrap(),
-            "--queue",
-            "no-such-pipeline",
-            "--",
-            "/bin/true",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("work")
+        .arg(&file)
+        .args(["--queue", "no-such-pipeline", "--", "/bin/true"])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(
         run.stderr.contains("no-such-pipeline") && run.stderr.contains(&f.pipe.name),
@@ -928,18 +915,11 @@ async fn unprovisioned_topology_exits_1_naming_the_missing_objects() {
             .await
             .expect("delete");
     }
-    let run = dlqctl(
-        &[
-            "work",
-            file.to_str().unwrap(),
-            "--queue",
-            &f.pipe.name,
-            "--",
-            "/bin/true",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("work")
+        .arg(&file)
+        .args(["--queue", &f.pipe.name, "--", "/bin/true"])
+        .run()
+        .await;
     run.assert_code(1);
     let missing_q = format!("queue {}", f.pipe.retry_queue(200));
     let missing_x = format!("exchange {}", f.pipe.dlx());
@@ -995,20 +975,18 @@ async fn sigterm_waits_for_the_handler_in_flight() {
 async fn nack_dead_lettering_is_refused_on_classic_pipelines() {
     let f = Fixture::new(&[100], 2, |p| p.queue_type = "classic").await;
     let file = f.pipe.write(&f.scratch);
-    let run = dlqctl(
-        &[
-            "work",
-            file.to_str().unwrap(),
+    let run = Dlqctl::new("work")
+        .arg(&file)
+        .args([
             "--queue",
             &f.pipe.name,
             "--dead-letter",
             "nack",
             "--",
             "/bin/true",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+        ])
+        .run()
+        .await;
     run.assert_code(2);
     assert!(
         run.stderr.contains("at-most-once") && run.stderr.contains(&f.pipe.name),
@@ -1029,18 +1007,11 @@ async fn a_main_queue_that_differs_from_the_file_is_refused_at_start() {
     let mut quorum = f.pipe.clone();
     quorum.queue_type = "quorum";
     let file = f.scratch.write("quorum.yaml", &quorum.yaml());
-    let run = dlqctl(
-        &[
-            "work",
-            file.to_str().unwrap(),
-            "--queue",
-            &f.pipe.name,
-            "--",
-            "/bin/true",
-        ],
-        RUN_TIMEOUT,
-    )
-    .await;
+    let run = Dlqctl::new("work")
+        .arg(&file)
+        .args(["--queue", &f.pipe.name, "--", "/bin/true"])
+        .run()
+        .await;
     run.assert_code(1);
     assert!(
         run.stderr.contains("differs from the topology file")
@@ -1332,19 +1303,14 @@ async fn a_failing_log_sink_neither_panics_nor_deafens_the_worker() {
             "full" => Stdio::from(std::fs::File::create("/dev/full").expect("/dev/full")),
             _ => Stdio::piped(),
         };
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-            .arg("work")
+        let mut child = Dlqctl::new("work")
             .arg(&file)
             .args(["--queue", &f.pipe.name, "--"])
             .arg(&script.path)
-            .envs(crate::helpers::broker_env())
             .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn dlqctl work");
+            .spawn();
         // The reader of the pipe goes away at once.
         drop(child.stderr.take());
         let before = script.calls().len();

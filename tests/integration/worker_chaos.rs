@@ -4,11 +4,12 @@
 //! restart. Each test fails when a message is lost, or when the worker does
 //! not come back.
 
-use crate::chaos_support::*;
-use crate::helpers::Broker;
-use crate::worker_support::{
+use crate::support::chaos::*;
+use crate::support::script::{ChaosScript, Event};
+use crate::support::worker::{
     drain, header, header_str, processes_with_cmdline, provision_file, PipeFixture,
 };
+use crate::support::{events, Broker};
 use lapin::types::AMQPValue;
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -66,7 +67,7 @@ exit 0"#,
         .iter()
         .map(|s| s.to_string())
         .collect();
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &order).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &order).await;
 
     // Prefetch 1: the messages behind the poison are not delivered (and
     // their delivery count not raised) while it kills the worker.
@@ -166,7 +167,7 @@ log success
 exit 0"#,
     );
     let all = ids("m", N);
-    crate::chaos_support::publish_ids(&f.broker, &exchange, "k", &all).await;
+    crate::support::chaos::publish_ids(&f.broker, &exchange, "k", &all).await;
 
     let args = ["--concurrency", "8", "--prefetch", "50"];
     let lines = sink();
@@ -365,7 +366,7 @@ async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
         lines.clone(),
     );
     let four = ids("t", 4);
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &four).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &four).await;
     script.wait_for("start", 4, Duration::from_secs(20)).await;
     let sent = Instant::now();
     let code = w.stop(Duration::from_secs(15)).await;
@@ -409,7 +410,7 @@ async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
         &script.path,
         lines.clone(),
     );
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
     let started = script.wait_for("start", 1, Duration::from_secs(20)).await;
     let handler_pid = started[0].pid;
     assert!(
@@ -483,13 +484,13 @@ async fn forced_close(concurrency: &str, slow_secs: u32) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(names.len(), 1, "connections named {conn_name:?}: {names:?}");
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
     script.wait_for("start", 1, Duration::from_secs(20)).await;
 
     let closed = Instant::now();
     close_connection(&f.broker.mgmt, &names[0]).await;
     let after = ids("after", 3);
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &after).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &after).await;
     assert!(
         wait_until(Duration::from_secs(2), || !events(
             &lines,
@@ -556,7 +557,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     let lines = sink();
     let mut w = Proc::spawn(&file, &f.pipe.name, &[], &script.path, lines.clone());
     let before = ids("before", 10);
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
     script.wait_for("done", 2, Duration::from_secs(20)).await;
 
     let running = BrokerRunning;
@@ -588,7 +589,7 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     );
     let (reconnected, since_up) = (stopped.elapsed(), up.elapsed());
     let after = ids("after", 10);
-    crate::chaos_support::publish_ids(&broker, "", &f.pipe.name, &after).await;
+    crate::support::chaos::publish_ids(&broker, "", &f.pipe.name, &after).await;
     let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
     assert!(
         wait_until(Duration::from_secs(30), || before
@@ -628,7 +629,7 @@ async fn serial_close_all_connections_worker_reconnects_and_finishes() {
         lines.clone(),
     );
     let before = ids("before", 20);
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
     script.wait_for("done", 2, Duration::from_secs(20)).await;
 
     rabbitmqctl(&["close_all_connections", "dlqctl chaos test"]).await;
@@ -653,7 +654,7 @@ async fn serial_close_all_connections_worker_reconnects_and_finishes() {
     // The test's own connection was closed too.
     let broker = Broker::connect().await;
     let after = ids("after", 10);
-    crate::chaos_support::publish_ids(&broker, "", &f.pipe.name, &after).await;
+    crate::support::chaos::publish_ids(&broker, "", &f.pipe.name, &after).await;
     let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
     assert!(
         wait_until(Duration::from_secs(30), || before
@@ -692,7 +693,7 @@ async fn a_second_sigterm_ends_the_grace_period_at_once() {
         &script.path,
         lines.clone(),
     );
-    crate::chaos_support::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
+    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
     let started = script.wait_for("start", 1, Duration::from_secs(20)).await;
     let handler_pid = started[0].pid;
     w.signal(libc::SIGTERM);

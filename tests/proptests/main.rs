@@ -134,7 +134,8 @@ fn outcome() -> impl Strategy<Value = Outcome> {
 proptest! {
     #![proptest_config(config(2000))]
 
-    /// DESIGN.md's table, for every outcome, attempt and policy.
+    /// The table of docs/worker.md ("Attempts and decisions"), for every
+    /// outcome, attempt and policy.
     #[test]
     fn decide_follows_the_table(p in policy(), attempt in prop_oneof![0u32..40, any::<u32>()], o in outcome()) {
         let d = decide(&p, attempt, &o);

@@ -53,7 +53,8 @@ impl std::fmt::Display for DeadLetterReason {
 }
 
 /// Decides what happens after run number `attempt` (1 for the first run)
-/// ended with `outcome`, following DESIGN.md's table:
+/// ended with `outcome`, following the table of docs/worker.md
+/// ("Attempts and decisions"):
 ///
 /// - success: ack;
 /// - permanent failure: dead-letter (`permanent`), whatever the attempt;
@@ -94,8 +95,8 @@ pub fn decide(policy: &RetryPolicy, attempt: u32, outcome: &Outcome) -> Decision
         None => base,
         Some(t) => {
             // The tier must be at least the row's own delay, and its
-            // shortest jittered wait must cover T. (DESIGN.md's literal
-            // `d × (1 − jitter) ≥ max(T, row delay)` would push every
+            // shortest jittered wait must cover T. (A literal reading,
+            // `d × (1 − jitter) ≥ max(T, row delay)`, would push every
             // Retry-After, even 1 ms, one tier past the row whenever jitter
             // is above 0; the row's delay is already jittered without it.)
             let wanted = duration_ms_ceil(*t);

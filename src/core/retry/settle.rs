@@ -332,7 +332,7 @@ impl Settlement {
 }
 
 /// Decides what to do with delivery `d` after `run`, following
-/// DESIGN.md's table (see [`decide`]) and the dead-letter mode, and builds
+/// docs/worker.md's table (see [`decide`]) and the dead-letter mode, and builds
 /// the copy to publish, made to fit `frame_max` (see [`super::fit`]).
 ///
 /// `now_unix_ms` is written into the copy's headers; `jitter_u`, uniform

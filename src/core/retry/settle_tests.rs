@@ -1,4 +1,4 @@
-//! Unit tests of [`super::settle`]: one per row of DESIGN.md's table
+//! Unit tests of [`super::settle`]: one per row of docs/worker.md's table
 //! ("Attempts and decisions"), then the dead-letter modes, the ways a
 //! publish can end, and the rows the worker adds (attempts spent on
 //! arrival, a copy too large, a lost connection, shutdown). No broker.
@@ -133,7 +133,7 @@ fn dead_lettered(plan: &Plan) -> (DeadLetterReason, &Copy, bool) {
     }
 }
 
-// ---- DESIGN.md's table, one test per row -------------------------------
+// ---- docs/worker.md's table, one test per row --------------------------
 
 #[test]
 fn row_success_is_acked_below_and_at_max_attempts() {

@@ -1,5 +1,5 @@
 //! The broker objects a topology needs, with their exact names, types and
-//! arguments (DESIGN.md, "Generated names and arguments").
+//! arguments (docs/topology.md, "What gets declared").
 
 use super::model::*;
 

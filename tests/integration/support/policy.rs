@@ -5,7 +5,7 @@
 //! anything else (999), and is deleted by a [`PolicyGuard`] when the test
 //! ends, also when it panics.
 
-use crate::helpers::{amqp_url, Broker, Cleanup, Mgmt};
+use crate::support::{amqp_url, block_on_own_thread, Broker, Cleanup, Mgmt};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -119,17 +119,13 @@ impl PolicyGuard {
 
 impl Drop for PolicyGuard {
     fn drop(&mut self) {
-        // Drop cannot await: delete from a thread with a runtime of its own.
         let segment = self.kind.segment();
         let name = self.name.clone();
-        let outcome = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for cleanup");
-            rt.block_on(Mgmt::new().request(reqwest::Method::DELETE, &[segment, "/", &name]))
-        })
-        .join();
+        let outcome = block_on_own_thread(move || async move {
+            Mgmt::new()
+                .request(reqwest::Method::DELETE, &[segment, "/", &name])
+                .await
+        });
         match outcome {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => eprintln!("cleanup of {segment} {}: {e}", self.name),

@@ -3,8 +3,6 @@
 //! listening (a node that died), `blackhole` keeps the sockets open but
 //! stops forwarding in both directions (a silent network: no RST, no FIN).
 
-#![allow(dead_code)] // each test uses its own part
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

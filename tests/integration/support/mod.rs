@@ -1,4 +1,4 @@
-//! Shared fixtures for the integration tests: the broker (AMQP and the
+//! What the integration tests share: the broker (AMQP and the
 //! management API), unique names, scratch files, running the built binary,
 //! and a guard that deletes what a test made.
 //!
@@ -13,7 +13,13 @@
 //! [`Cleanup`] that deletes every queue and exchange under that prefix when
 //! it is dropped, also when the test panics.
 
-#![allow(dead_code)] // each test module uses its own part of the helpers
+pub mod chaos;
+pub mod dlq;
+pub mod policy;
+pub mod relay;
+pub mod script;
+pub mod serve;
+pub mod worker;
 
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
@@ -22,7 +28,9 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use serde_json::Value;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The broker URL the tests use.
@@ -139,10 +147,7 @@ impl Broker {
     /// larger than configured max size M"), and M is returned. RabbitMQ 4.x
     /// defaults to 16 MiB, 3.10 to 128 MiB.
     pub async fn largest_body(&self, want: usize) -> usize {
-        let ch = self.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm.select");
+        let ch = self.confirm_channel().await;
         let body = vec![0u8; want];
         let outcome = match ch
             .basic_publish(
@@ -183,6 +188,15 @@ impl Broker {
         self.conn.create_channel().await.expect("open a channel")
     }
 
+    /// A fresh channel in confirm mode.
+    async fn confirm_channel(&self) -> Channel {
+        let ch = self.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        ch
+    }
+
     /// Publishes `body` persistent and `mandatory`, waits for the broker's
     /// confirm, and panics if it was nacked or returned as unroutable.
     pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8]) {
@@ -194,6 +208,35 @@ impl Broker {
         }
     }
 
+    /// Publishes each (body, properties) persistent and `mandatory` on one
+    /// confirm-mode channel, all confirms in flight at once; panics unless
+    /// every one is acked and routed.
+    pub async fn publish_all(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        msgs: impl IntoIterator<Item = (Vec<u8>, BasicProperties)>,
+    ) {
+        let ch = self.confirm_channel().await;
+        let mut pending = Vec::new();
+        for (body, props) in msgs {
+            let id = props
+                .message_id()
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            let confirm = start_publish(&ch, exchange, routing_key, &body, props).await;
+            pending.push((id, confirm));
+        }
+        for (id, confirm) in pending {
+            match confirm.await {
+                Ok(Confirmation::Ack(None)) => {}
+                other => panic!("publish of {id} not accepted: {other:?}"),
+            }
+        }
+        let _ = ch.close(200, "bye".into()).await;
+    }
+
     /// Publishes `body` with `props` (persistent forced), `mandatory`, and
     /// waits for the confirm: `Err` when nacked or returned.
     pub async fn try_publish(
@@ -203,23 +246,9 @@ impl Broker {
         body: &[u8],
         props: BasicProperties,
     ) -> Result<(), NotAccepted> {
-        let ch = self.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
+        let ch = self.confirm_channel().await;
+        let confirm = start_publish(&ch, exchange, routing_key, body, props)
             .await
-            .expect("confirm.select");
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                body,
-                props.with_delivery_mode(2),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
             .await
             .unwrap_or_else(|e| panic!("confirm of a publish to {exchange:?}: {e}"));
         let _ = ch.close(200, "bye".into()).await;
@@ -302,6 +331,29 @@ impl Broker {
     }
 }
 
+/// Publishes `body` persistent and `mandatory` on `ch` (in confirm mode);
+/// the broker's confirm is still to come.
+async fn start_publish(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> lapin::PublisherConfirm {
+    ch.basic_publish(
+        exchange.into(),
+        routing_key.into(),
+        BasicPublishOptions {
+            mandatory: true,
+            immediate: false,
+        },
+        body,
+        props.with_delivery_mode(2),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("publish to {exchange:?} [{routing_key}]: {e}"))
+}
+
 // ---------------------------------------------------------------- management API
 
 /// A minimal management API client for reading back what exists.
@@ -322,10 +374,6 @@ pub struct QueueInfo {
     pub durable: bool,
     /// `quorum` or `classic`.
     pub kind: String,
-    /// Total messages. The management API's counts lag (statistics are
-    /// emitted every few seconds): to wait for a count, use
-    /// [`Broker::message_count`].
-    pub messages: Option<u64>,
     /// The whole document.
     pub raw: Value,
 }
@@ -415,7 +463,6 @@ impl Mgmt {
             arguments: raw["arguments"].as_object().cloned().unwrap_or_default(),
             durable: raw["durable"].as_bool().unwrap_or(false),
             kind: raw["type"].as_str().unwrap_or_default().to_string(),
-            messages: raw["messages"].as_u64(),
             raw,
         })
     }
@@ -524,24 +571,37 @@ impl Default for Cleanup {
     }
 }
 
+/// Runs the future `f` makes to its end on a thread with a runtime of its
+/// own, for a `Drop`, which cannot await (and the test's runtime may be the
+/// current thread); `Err` when it panicked.
+pub fn block_on_own_thread<T, Fut>(
+    f: impl FnOnce() -> Fut + Send + 'static,
+) -> std::thread::Result<T>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime of its own")
+            .block_on(f())
+    })
+    .join()
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        // Drop cannot await, and the test's runtime may be the current
-        // thread: delete from a thread with a runtime of its own.
         let prefix = format!("{}-", self.prefix);
         let broker = self.broker.clone();
-        let failed = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for cleanup");
+        let failed = block_on_own_thread(move || async move {
             let mgmt = match &broker {
                 Some((management, amqp)) => Mgmt::with(management, amqp),
                 None => Mgmt::new(),
             };
-            rt.block_on(mgmt.delete_prefix(&prefix))
+            mgmt.delete_prefix(&prefix).await
         })
-        .join()
         .unwrap_or_else(|_| vec!["the cleanup thread panicked".into()]);
         if !failed.is_empty() {
             eprintln!("cleanup of {}-*: {}", self.prefix, failed.join("; "));
@@ -632,38 +692,129 @@ impl Run {
     }
 }
 
-/// Runs the built `dlqctl` with `args` as a user would, with the broker
-/// under test ([`broker_env`]; a `--url` in `args` wins) and `RUST_LOG`
-/// unset.
-/// Kills it and panics after `timeout`.
-pub async fn dlqctl<S: AsRef<std::ffi::OsStr>>(args: &[S], timeout: Duration) -> Run {
-    let start = Instant::now();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-        .args(args)
-        .envs(broker_env())
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the dlqctl binary");
-    let shown: Vec<String> = args
-        .iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(r) => r.expect("wait for dlqctl"),
-        Err(_) => panic!(
-            "dlqctl {} did not finish within {timeout:?}",
-            shown.join(" ")
-        ),
-    };
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: start.elapsed(),
+/// One run of the built `dlqctl`, described step by step and then run or
+/// started (after ripgrep's `TestCommand`):
+///
+/// ```ignore
+/// let run = Dlqctl::new("work").arg(&file).args(["--queue", &q, "--", "true"]).run().await;
+/// let child = Dlqctl::json_log("work").arg(&file).args(["--queue", &q]).spawn();
+/// ```
+///
+/// Every child gets the broker under test ([`broker_env`]: `AMQP_URL` and
+/// `DLQCTL_MANAGEMENT_URL`, never the defaults, which may belong to another
+/// broker; a `--url` in the arguments wins), `RUST_LOG` unset, stdin from
+/// `/dev/null`, stdout and stderr piped, and is killed when dropped.
+pub struct Dlqctl {
+    args: Vec<OsString>,
+    env: Vec<(OsString, Option<OsString>)>,
+    stdout: Option<std::process::Stdio>,
+    stderr: Option<std::process::Stdio>,
+}
+
+impl Dlqctl {
+    /// `dlqctl FIRST` (a command such as `work`, or a global option).
+    pub fn new(first: impl AsRef<OsStr>) -> Dlqctl {
+        Dlqctl {
+            args: vec![first.as_ref().to_owned()],
+            env: Vec::new(),
+            stdout: None,
+            stderr: None,
+        }
+    }
+
+    /// `dlqctl --log-format json COMMAND`: the log lines are JSON.
+    pub fn json_log(command: &str) -> Dlqctl {
+        Dlqctl::new("--log-format").args(["json", command])
+    }
+
+    /// One more argument.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Dlqctl {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// More arguments.
+    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Dlqctl {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Sets a variable of the child's environment (after [`broker_env`],
+    /// so it may replace them).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Dlqctl {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Removes a variable from the child's environment.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Dlqctl {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Where stdout goes (piped unless said).
+    pub fn stdout(mut self, to: impl Into<std::process::Stdio>) -> Dlqctl {
+        self.stdout = Some(to.into());
+        self
+    }
+
+    /// Where stderr goes (piped unless said).
+    pub fn stderr(mut self, to: impl Into<std::process::Stdio>) -> Dlqctl {
+        self.stderr = Some(to.into());
+        self
+    }
+
+    /// The command line, for messages.
+    fn shown(&self) -> String {
+        let args: Vec<_> = self.args.iter().map(|a| a.to_string_lossy()).collect();
+        format!("dlqctl {}", args.join(" "))
+    }
+
+    /// The process to start, as described, for a test that does not run
+    /// in a runtime (it may still change the standard streams).
+    pub fn into_std(self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
+        cmd.args(&self.args)
+            .envs(broker_env())
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(self.stdout.unwrap_or_else(std::process::Stdio::piped))
+            .stderr(self.stderr.unwrap_or_else(std::process::Stdio::piped));
+        for (key, value) in &self.env {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+        cmd
+    }
+
+    /// Starts it and leaves it running (killed when the child is dropped).
+    pub fn spawn(self) -> tokio::process::Child {
+        let shown = self.shown();
+        tokio::process::Command::from(self.into_std())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {shown}: {e}"))
+    }
+
+    /// Runs it to the end; kills it and panics after [`RUN_TIMEOUT`].
+    pub async fn run(self) -> Run {
+        let start = Instant::now();
+        let (shown, timeout) = (self.shown(), RUN_TIMEOUT);
+        let child = self.spawn();
+        let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(r) => r.expect("wait for dlqctl"),
+            Err(_) => panic!("{shown} did not finish within {timeout:?}"),
+        };
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed: start.elapsed(),
+        }
     }
 }
 
@@ -672,23 +823,45 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Every line a child writes on stdout and stderr (both piped), gathered
 /// as they come by two tasks.
-pub fn collect_output(
+pub fn collect_output(child: &mut tokio::process::Child) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    collect_output_into(child, &lines);
+    lines
+}
+
+/// As [`collect_output`], into `lines` (a sink several processes may
+/// share); the tasks, which end at the streams' end.
+pub fn collect_output_into(
     child: &mut tokio::process::Child,
-) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    lines: &Arc<Mutex<Vec<String>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let streams: [Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>; 2] = [
         child.stderr.take().map(|s| Box::new(s) as Box<_>),
         child.stdout.take().map(|s| Box::new(s) as Box<_>),
     ];
+    let mut readers = Vec::new();
     for stream in streams.into_iter().flatten() {
         let lines = lines.clone();
-        tokio::spawn(async move {
+        readers.push(tokio::spawn(async move {
             let mut r = BufReader::new(stream).lines();
             while let Ok(Some(l)) = r.next_line().await {
                 lines.lock().unwrap().push(l);
             }
-        });
+        }));
     }
+    readers
+}
+
+/// The `fields` of the JSON log lines (`--log-format json`) in `lines`
+/// whose message is `message`.
+pub fn events(lines: &Mutex<Vec<String>>, message: &str) -> Vec<Value> {
     lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .map(|v| v["fields"].clone())
+        .collect()
 }

@@ -1,18 +1,15 @@
-//! Fixtures for the worker tests, beyond `helpers`: a pipeline described in
-//! a scratch YAML and provisioned with the binary, handler scripts that log
-//! every call, a `dlqctl work` process whose JSON log lines are collected,
+//! Fixtures for the worker tests, beyond `support`: a pipeline described in
+//! a scratch YAML and provisioned with the binary, a `dlqctl work` process whose JSON log lines are collected,
 //! publishing with properties and headers, and reading queue statistics
 //! from the management API.
 
-#![allow(dead_code)] // each test uses its own part
-
-use crate::helpers::{dlqctl, Broker, Cleanup, Run, Scratch, RUN_TIMEOUT};
+use crate::support::script::Script;
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -137,7 +134,7 @@ impl Pipe {
 
 /// `dlqctl provision FILE`, which must succeed.
 pub async fn provision_file(file: &Path) -> Run {
-    let run = dlqctl(&[Path::new("provision"), file], RUN_TIMEOUT).await;
+    let run = Dlqctl::new("provision").arg(file).run().await;
     run.assert_code(0);
     run
 }
@@ -183,108 +180,6 @@ impl PipeFixture {
     }
 }
 
-// ---------------------------------------------------------------- handler scripts
-
-/// A handler script that appends one line per call to `calls.log` (start
-/// time in ns, then the `DLQCTL_*` values), saves the body to `body.N` and
-/// `DLQCTL_HEADERS` to `headers.N` (N = the call's number from 1), then
-/// runs `behaviour` (sh code; the body is in `$body_file`, the call number
-/// in `$n`).
-pub struct Script {
-    /// The directory holding the script and what it writes.
-    pub dir: PathBuf,
-    /// The script.
-    pub path: PathBuf,
-}
-
-/// One logged call of a [`Script`].
-#[derive(Debug, Clone)]
-pub struct Call {
-    /// Start, ns since the Unix epoch.
-    pub t_ns: u128,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub exchange: String,
-    pub routing_key: String,
-    pub message_id: String,
-    pub queue: String,
-}
-
-impl Script {
-    /// Writes the script into `scratch` (its own subdirectory `name`).
-    pub fn new(scratch: &Scratch, name: &str, behaviour: &str) -> Script {
-        let dir = scratch.path().join(name);
-        std::fs::create_dir_all(&dir).expect("a handler directory");
-        let text = format!(
-            r#"#!/bin/sh
-t=$(date +%s%N)
-d='{dir}'
-n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
-echo "$n" > "$d/count"
-body_file="$d/body.$n"
-cat > "$body_file"
-printf '%s' "$DLQCTL_HEADERS" > "$d/headers.$n"
-printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$DLQCTL_ATTEMPT" "$DLQCTL_MAX_ATTEMPTS" "$DLQCTL_EXCHANGE" "$DLQCTL_ROUTING_KEY" "$DLQCTL_MESSAGE_ID" "$DLQCTL_QUEUE" >> "$d/calls.log"
-{behaviour}
-"#,
-            dir = dir.display()
-        );
-        let path = dir.join("handler.sh");
-        Scratch::write_executable(&path, &text);
-        Script { dir, path }
-    }
-
-    /// The calls so far, in order.
-    pub fn calls(&self) -> Vec<Call> {
-        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
-        text.lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split('\t').collect();
-                assert_eq!(f.len(), 7, "a malformed handler log line: {l:?}");
-                Call {
-                    t_ns: f[0].parse().expect("a time in ns"),
-                    attempt: f[1].parse().expect("DLQCTL_ATTEMPT"),
-                    max_attempts: f[2].parse().expect("DLQCTL_MAX_ATTEMPTS"),
-                    exchange: f[3].into(),
-                    routing_key: f[4].into(),
-                    message_id: f[5].into(),
-                    queue: f[6].into(),
-                }
-            })
-            .collect()
-    }
-
-    /// The body call `n` (from 1) read on stdin.
-    pub fn body(&self, n: usize) -> Vec<u8> {
-        std::fs::read(self.dir.join(format!("body.{n}"))).expect("a saved body")
-    }
-
-    /// `DLQCTL_HEADERS` of call `n` (from 1).
-    pub fn headers(&self, n: usize) -> Value {
-        let text =
-            std::fs::read_to_string(self.dir.join(format!("headers.{n}"))).expect("saved headers");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("DLQCTL_HEADERS {text:?}: {e}"))
-    }
-
-    /// Waits until at least `n` calls are logged; returns them.
-    pub async fn wait_calls(&self, n: usize, deadline: Duration) -> Vec<Call> {
-        let start = Instant::now();
-        loop {
-            let calls = self.calls();
-            if calls.len() >= n {
-                return calls;
-            }
-            if start.elapsed() > deadline {
-                panic!(
-                    "wanted {n} handler call(s) within {deadline:?}, got {}: {calls:#?}",
-                    calls.len()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
-
 // ---------------------------------------------------------------- the worker process
 
 /// A running `dlqctl --log-format json work ...`, killed when dropped.
@@ -298,23 +193,13 @@ impl WorkerProc {
     /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS...`
     /// (`ARGS` include `-- HANDLER` or `--http URL`).
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(file: &Path, queue: &str, args: &[S]) -> WorkerProc {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-        cmd.arg("--log-format")
-            .arg("json")
-            .arg("work")
+        let mut child = Dlqctl::json_log("work")
             .arg(file)
-            .arg("--queue")
-            .arg(queue)
+            .args(["--queue", queue])
             .args(args)
-            .envs(crate::helpers::broker_env())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn dlqctl work");
+            .spawn();
         let pid = child.id().expect("a pid") as i32;
-        let lines = crate::helpers::collect_output(&mut child);
+        let lines = crate::support::collect_output(&mut child);
         WorkerProc { child, pid, lines }
     }
 
@@ -324,11 +209,6 @@ impl WorkerProc {
         args.push("--".into());
         args.push(script.path.clone().into());
         WorkerProc::spawn(file, queue, &args)
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> i32 {
-        self.pid
     }
 
     /// Every output line so far.
@@ -343,12 +223,7 @@ impl WorkerProc {
 
     /// The JSON log lines whose `fields.message` is `message`.
     pub fn events(&self, message: &str) -> Vec<Value> {
-        self.lines()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == message)
-            .map(|v| v["fields"].clone())
-            .collect()
+        crate::support::events(&self.lines, message)
     }
 
     /// The `message handled` events (attempt, outcome, decision, tier,
@@ -449,7 +324,7 @@ impl WorkerProc {
 
 // ---------------------------------------------------------------- publishing
 
-pub use crate::helpers::NotAccepted;
+pub use crate::support::NotAccepted;
 
 /// Publishes `body` with `props` (persistent forced), `mandatory`, and
 /// waits for the confirm: `Err` when nacked or returned.

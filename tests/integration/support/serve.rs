@@ -1,10 +1,10 @@
 //! A running `dlqctl serve` for the web page's tests, and an HTTP client
 //! that speaks to it as a browser or a script would.
 
+use crate::support::Dlqctl;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,21 +52,13 @@ impl Answer {
 impl Served {
     /// Starts the server on a free port and waits until it says where.
     pub async fn start<S: AsRef<std::ffi::OsStr>>(file: &Path, args: &[S]) -> Served {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"));
-        cmd.arg("serve")
+        let mut child = Dlqctl::new("serve")
             .arg(file)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
+            .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .envs(crate::helpers::broker_env())
             .env_remove("DLQCTL_AUTH_TOKEN")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn dlqctl serve");
-        let lines = crate::helpers::collect_output(&mut child);
+            .spawn();
+        let lines = crate::support::collect_output(&mut child);
         let start = Instant::now();
         let base = loop {
             let found = lines.lock().unwrap().iter().find_map(|l| {
@@ -186,7 +178,7 @@ impl Served {
 
     /// Waits until job `id` has done some of its work (it holds the DLQ).
     pub async fn wait_moving(&self, id: u64) {
-        crate::helpers::eventually("the job to move some", Duration::from_secs(20), || async {
+        crate::support::eventually("the job to move some", Duration::from_secs(20), || async {
             let j = self
                 .get(&format!("/api/jobs/{id}"))
                 .await

@@ -2,9 +2,8 @@
 //! a provisioned pipeline whose DLQ holds messages as the worker writes
 //! them.
 
-use crate::helpers::{Broker, Cleanup, Scratch};
-use crate::worker_support::{i, s, table, with_id, Pipe};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use crate::support::worker::{i, s, table, with_id, Pipe};
+use crate::support::{Broker, Cleanup, Scratch};
 use lapin::types::{AMQPValue, FieldArray};
 use lapin::BasicProperties;
 
@@ -28,29 +27,10 @@ pub fn dead(id: &str, reason: &str, error: &str, tenant: &str) -> BasicPropertie
     ]))
 }
 
-/// Publishes many messages on one confirm channel, then waits for them all.
+/// Publishes many messages to `queue` on one confirm channel, then waits
+/// for them all ([`Broker::publish_all`]).
 pub async fn publish_many(b: &Broker, queue: &str, msgs: Vec<(Vec<u8>, BasicProperties)>) {
-    let ch = b.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    let mut confirms = Vec::new();
-    for (body, props) in msgs {
-        let c = ch
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions::default(),
-                &body,
-                props.with_delivery_mode(2),
-            )
-            .await
-            .expect("publish");
-        confirms.push(c);
-    }
-    for c in confirms {
-        assert!(c.await.expect("confirm").is_ack());
-    }
+    b.publish_all("", queue, msgs).await;
 }
 
 /// A provisioned pipeline whose DLQ holds the given messages.

@@ -1,21 +1,17 @@
-//! Fixtures for the worker robustness tests, beyond `helpers` and
-//! `worker_support`: a worker process that can be SIGKILLed and restarted,
-//! handler scripts safe under concurrency (one appended line per event),
-//! bulk publishing, the worker's connection in the management API, and
-//! `rabbitmqctl` with a guard that always leaves the broker running.
+//! Fixtures for the worker robustness tests, beyond `support` and
+//! `support::worker`: a worker process that can be SIGKILLed and restarted,
+//! whether a process is alive, bulk publishing, the worker's connection in
+//! the management API, and `rabbitmqctl` with a guard that always leaves
+//! the broker running.
 
-#![allow(dead_code)] // each test uses its own part
-
-use crate::helpers::{Broker, Mgmt, Scratch};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{BasicProperties, Confirmation};
+use crate::support::{block_on_own_thread, collect_output_into, events, Broker, Dlqctl, Mgmt};
+use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::path::Path;
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 // ---------------------------------------------------------------- worker process
 
@@ -39,39 +35,15 @@ impl Proc {
         script: &Path,
         lines: Arc<Mutex<Vec<String>>>,
     ) -> Proc {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
-            .arg("--log-format")
-            .arg("json")
-            .arg("work")
+        let mut child = Dlqctl::json_log("work")
             .arg(file)
-            .arg("--queue")
-            .arg(queue)
+            .args(["--queue", queue])
             .args(args)
             .arg("--")
             .arg(script)
-            .envs(crate::helpers::broker_env())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn dlqctl work");
+            .spawn();
         let pid = child.id().expect("a pid") as i32;
-        let mut readers = Vec::new();
-        for stream in [
-            Box::new(child.stderr.take().expect("stderr"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stdout.take().expect("stdout")),
-        ] {
-            let lines = lines.clone();
-            readers.push(tokio::spawn(async move {
-                let mut r = BufReader::new(stream).lines();
-                while let Ok(Some(l)) = r.next_line().await {
-                    lines.lock().unwrap().push(l);
-                }
-            }));
-        }
+        let readers = collect_output_into(&mut child, &lines);
         Proc {
             child,
             pid,
@@ -138,18 +110,6 @@ impl Proc {
     }
 }
 
-/// The `fields` of the JSON log lines whose message is `message`.
-pub fn events(lines: &Mutex<Vec<String>>, message: &str) -> Vec<Value> {
-    lines
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["fields"]["message"] == message)
-        .map(|v| v["fields"].clone())
-        .collect()
-}
-
 /// `message handled` events as (message id, outcome, decision).
 pub fn decisions(lines: &Mutex<Vec<String>>) -> Vec<(String, String, String)> {
     events(lines, "message handled")
@@ -175,99 +135,7 @@ pub async fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> b
     }
 }
 
-// ---------------------------------------------------------------- handler scripts
-
-/// A handler script whose events are lines appended to `calls.log`:
-/// `ID ATTEMPT PPID PID EVENT`. Each line is one `printf >>` (O_APPEND),
-/// so concurrent runs do not mix them up. The script body calls
-/// `log EVENT`; `$id`, `$a` (the attempt) and `$d` (its directory) are set.
-pub struct ChaosScript {
-    /// The directory holding the script and its log.
-    pub dir: PathBuf,
-    /// The script.
-    pub path: PathBuf,
-}
-
-/// One logged event of a [`ChaosScript`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub id: String,
-    pub attempt: u32,
-    /// `$PPID`: the worker that started the handler.
-    pub worker_pid: i32,
-    /// `$$`: the handler's own process.
-    pub pid: i32,
-    pub what: String,
-}
-
-impl ChaosScript {
-    /// Writes the script into its own subdirectory `name` of `scratch`.
-    pub fn new(scratch: &Scratch, name: &str, body: &str) -> ChaosScript {
-        let dir = scratch.path().join(name);
-        std::fs::create_dir_all(&dir).expect("a handler directory");
-        let text = format!(
-            r#"#!/bin/sh
-d='{dir}'
-id="$DLQCTL_MESSAGE_ID"
-a="$DLQCTL_ATTEMPT"
-log() {{ printf '%s %s %s %s %s\n' "$id" "$a" "$PPID" "$$" "$1" >> "$d/calls.log"; }}
-{body}
-"#,
-            dir = dir.display()
-        );
-        let path = dir.join("handler.sh");
-        Scratch::write_executable(&path, &text);
-        ChaosScript { dir, path }
-    }
-
-    /// Every event so far (a torn last line, being written, is left out).
-    pub fn events(&self) -> Vec<Event> {
-        let text = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                if f.len() != 5 {
-                    return None;
-                }
-                Some(Event {
-                    id: f[0].to_string(),
-                    attempt: f[1].parse().ok()?,
-                    worker_pid: f[2].parse().ok()?,
-                    pid: f[3].parse().ok()?,
-                    what: f[4].to_string(),
-                })
-            })
-            .collect()
-    }
-
-    /// The events named `what`.
-    pub fn named(&self, what: &str) -> Vec<Event> {
-        self.events()
-            .into_iter()
-            .filter(|e| e.what == what)
-            .collect()
-    }
-
-    /// Waits until `n` events named `what` are logged; panics after
-    /// `deadline`.
-    pub async fn wait_for(&self, what: &str, n: usize, deadline: Duration) -> Vec<Event> {
-        let start = Instant::now();
-        loop {
-            let ev = self.named(what);
-            if ev.len() >= n {
-                return ev;
-            }
-            if start.elapsed() > deadline {
-                panic!(
-                    "wanted {n} handler event(s) {what:?} within {deadline:?}, got {}: {:#?}",
-                    ev.len(),
-                    self.events()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
+// ---------------------------------------------------------------- processes
 
 /// Whether process `pid` is still alive (a zombie counts as gone).
 pub fn alive(pid: i32) -> bool {
@@ -287,36 +155,11 @@ pub fn alive(pid: i32) -> bool {
 /// confirm-mode channel, `mandatory`, all confirms in flight at once;
 /// panics unless every one is acked and routed.
 pub async fn publish_ids(broker: &Broker, exchange: &str, routing_key: &str, ids: &[String]) {
-    let ch = broker.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirm.select");
-    let mut pending = Vec::with_capacity(ids.len());
-    for id in ids {
-        let confirm = ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                id.as_bytes(),
-                BasicProperties::default()
-                    .with_delivery_mode(2)
-                    .with_message_id(id.as_str().into()),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("publish {id}: {e}"));
-        pending.push((id, confirm));
-    }
-    for (id, confirm) in pending {
-        match confirm.await {
-            Ok(Confirmation::Ack(None)) => {}
-            other => panic!("publish of {id} not accepted: {other:?}"),
-        }
-    }
-    let _ = ch.close(200, "bye".into()).await;
+    let msgs = ids.iter().map(|id| {
+        let props = BasicProperties::default().with_message_id(id.as_str().into());
+        (id.as_bytes().to_vec(), props)
+    });
+    broker.publish_all(exchange, routing_key, msgs).await;
 }
 
 /// The message ids of deliveries (`""` when absent).
@@ -405,7 +248,7 @@ pub async fn wait_broker_up(deadline: Duration) {
     let start = Instant::now();
     loop {
         let amqp = lapin::Connection::connect(
-            &crate::helpers::amqp_url(),
+            &crate::support::amqp_url(),
             lapin::ConnectionProperties::default(),
         )
         .await;
@@ -433,17 +276,10 @@ pub struct BrokerRunning;
 
 impl Drop for BrokerRunning {
     fn drop(&mut self) {
-        let ok = std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for start_app");
-            rt.block_on(async {
-                rabbitmqctl(&["start_app"]).await;
-                wait_broker_up(Duration::from_secs(60)).await;
-            })
-        })
-        .join();
+        let ok = block_on_own_thread(|| async {
+            rabbitmqctl(&["start_app"]).await;
+            wait_broker_up(Duration::from_secs(60)).await;
+        });
         if ok.is_err() {
             eprintln!("could not restart the broker: run `rabbitmqctl start_app`");
         }
