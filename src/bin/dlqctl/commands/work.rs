@@ -17,7 +17,7 @@ use tracing::{error, info};
 
 /// Runs the worker until SIGINT or SIGTERM.
 pub async fn run(a: &WorkArgs) -> Result<Outcome> {
-    let pipeline = super::pipeline(&a.file, &a.queue)?;
+    let pipeline = dlqctl::load_pipeline(&a.file, &a.queue)?;
     if a.dead_letter == worker::DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
         return Err(Error::Usage(format!(
             "--dead-letter nack on classic pipeline `{}`: classic dead-lettering is at-most-once, \
