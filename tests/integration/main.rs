@@ -11,6 +11,7 @@ mod cluster;
 mod dlq;
 mod dlq_ops;
 mod dlq_support;
+mod example;
 mod failover;
 mod helpers;
 mod jsonl;
