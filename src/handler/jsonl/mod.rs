@@ -69,10 +69,10 @@ mod pipes;
 mod supervisor;
 
 /// stderr lines longer than this are cut in the log.
-pub const STDERR_LINE_BYTES: usize = 4096;
+pub(crate) const STDERR_LINE_BYTES: usize = 4096;
 
 /// stderr lines logged per second and process; the rest are counted.
-pub const STDERR_LINES_PER_SECOND: u32 = 100;
+pub(crate) const STDERR_LINES_PER_SECOND: u32 = 100;
 
 /// Settings of a [`JsonlHandler`].
 #[derive(Debug, Clone)]

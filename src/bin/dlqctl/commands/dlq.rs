@@ -8,8 +8,8 @@ use crate::output;
 use crate::output::progress::Reporter;
 use anyhow::Result;
 use dlqctl::core::topology::{Pipeline, Topology};
-use dlqctl::error::Error;
 use dlqctl::ops::dlq::{ReadOptions, Target};
+use dlqctl::Error;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 

@@ -8,7 +8,7 @@ pub mod status;
 pub mod validate;
 pub mod work;
 
-use dlqctl::error::Error;
+use dlqctl::Error;
 
 /// The broker addresses of `--url` (repeated or comma-separated), with the
 /// TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`.

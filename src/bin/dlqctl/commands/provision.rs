@@ -7,8 +7,8 @@ use crate::output;
 use anyhow::Result;
 use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
-use dlqctl::error::Error;
 use dlqctl::load_topology;
+use dlqctl::Error;
 
 /// `dlqctl provision` (with --dry-run and --check).
 pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {

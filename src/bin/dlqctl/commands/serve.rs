@@ -3,7 +3,7 @@
 use crate::cli::ServeArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
-use dlqctl::error::Error;
+use dlqctl::Error;
 use tokio_util::sync::CancellationToken;
 
 /// Serves until SIGINT, SIGTERM or SIGHUP; running jobs stop after their
