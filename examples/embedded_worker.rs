@@ -17,12 +17,11 @@
 //! (`tests/integration/example.rs`).
 
 use dlqctl::{
-    handler_fn, load_pipeline, BrokerUrl, HandlerMessage, Outcome, Worker, WorkerConfig,
-    DEFAULT_AMQP_URL,
+    handler_fn, load_pipeline, BrokerUrl, CancellationToken, HandlerMessage, Outcome, Worker,
+    WorkerConfig, DEFAULT_AMQP_URL,
 };
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

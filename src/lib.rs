@@ -11,8 +11,9 @@
 //! and run a [`Worker`] around a [`Handler`] until a token is cancelled:
 //!
 //! ```no_run
-//! use dlqctl::{handler_fn, BrokerUrl, HandlerMessage, Outcome, Worker, WorkerConfig};
-//! use tokio_util::sync::CancellationToken;
+//! use dlqctl::{
+//!     handler_fn, BrokerUrl, CancellationToken, HandlerMessage, Outcome, Worker, WorkerConfig,
+//! };
 //!
 //! # async fn run() -> dlqctl::Result<()> {
 //! let pipeline = dlqctl::load_pipeline("topology/orders.yaml", "orders")?;
@@ -49,7 +50,8 @@
 //! root:
 //!
 //! - the worker: [`Worker`], [`WorkerConfig`], [`DeadLetterMode`],
-//!   [`Metrics`];
+//!   [`Metrics`], and [`CancellationToken`] (tokio-util's, re-exported so
+//!   that its version is the one the worker takes) to stop it;
 //! - handlers: the [`Handler`] trait, [`handler_fn`] (with [`FnHandler`]),
 //!   the message a handler gets, [`HandlerMessage`] (with [`NotUtf8`]),
 //!   and what it answers, [`Outcome`];
@@ -110,3 +112,4 @@ pub use crate::handler::{handler_fn, FnHandler, Handler, HandlerMessage, NotUtf8
 pub use crate::topology_file::{load_pipeline, load_topology, MAX_TOPOLOGY_FILE_BYTES};
 pub use crate::worker::metrics::Metrics;
 pub use crate::worker::{DeadLetterMode, Worker, WorkerConfig};
+pub use tokio_util::sync::CancellationToken;
