@@ -1,20 +1,27 @@
 //! A worker embedded in a Rust service: the handler is a closure, the
-//! topology comes from the same YAML `dlqctl provision` uses.
+//! topology comes from the same YAML `dlqctl provision` uses, read by the
+//! same loader (size cap, UTF-8, validation) as the `dlqctl` commands.
 //!
 //! ```text
 //! cargo run --release -- provision topology/orders.yaml
 //! cargo run --example embedded_worker -- topology/orders.yaml orders
 //! ```
 //!
-//! Stops on Ctrl-C after finishing the message in flight.
+//! The broker is `AMQP_URL` (default: the local broker as guest). Each
+//! message is handled thus: a body containing `bad` is dead-lettered at
+//! once; any other fails once (transient, as a timed-out payment API
+//! would, asking to wait a second) and succeeds on its second attempt.
+//!
+//! Stops on Ctrl-C (SIGINT) or SIGTERM after finishing the messages in
+//! flight. The integration tests run this program against a broker
+//! (`tests/integration/example.rs`).
 
-use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
-use dlqctl::core::outcome::Outcome;
-use dlqctl::core::topology::parse_topology;
-use dlqctl::handler::{handler_fn, HandlerMessage};
-use dlqctl::worker::{Worker, WorkerConfig};
+use dlqctl::{
+    handler_fn, load_pipeline, BrokerUrl, CancellationToken, HandlerMessage, Outcome, Worker,
+    WorkerConfig, DEFAULT_AMQP_URL,
+};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use tokio::signal::unix::{signal, SignalKind};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,16 +30,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = args.next().unwrap_or_else(|| "topology/orders.yaml".into());
     let queue = args.next().unwrap_or_else(|| "orders".into());
 
-    let text = std::fs::read_to_string(&file)?;
-    let topology = parse_topology(&text, &file)?;
-    let pipeline = topology
-        .pipeline(&queue)
-        .cloned()
-        .ok_or_else(|| format!("no pipeline {queue} in {file}"))?;
-    let url = BrokerUrl::parse(&std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.into()))?;
+    let pipeline = load_pipeline(&file, &queue)?;
+    let url = std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.into());
+    let url = BrokerUrl::parse(&url)?;
 
     let mut cfg = WorkerConfig::new(pipeline, url);
     cfg.concurrency = 4;
+    cfg.prefetch = 4;
 
     // The business logic: an async function from message to outcome.
     let handler = handler_fn(|msg: HandlerMessage| async move {
@@ -52,8 +56,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
+    let mut term = signal(SignalKind::terminate())?;
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
         on_signal.cancel();
     });
     Worker::new(cfg, handler).run(stop).await?;

@@ -16,8 +16,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("usage: publish EXCHANGE ROUTING_KEY BODY [BODY...]");
         std::process::exit(2);
     }
-    let url =
-        std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::amqp::connection::DEFAULT_URL.into());
+    let url = std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::DEFAULT_AMQP_URL.into());
     let conn = Connection::connect(
         &url,
         ConnectionProperties::default().with_connection_name("dlqctl example publish".into()),

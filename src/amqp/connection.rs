@@ -378,7 +378,7 @@ pub fn redact(url: &str) -> String {
 
 /// `text` with every occurrence of `secret` (and of the URL's password)
 /// replaced by `***`.
-pub fn redact_in(text: &str, secret_or_url: &str) -> String {
+pub(crate) fn redact_in(text: &str, secret_or_url: &str) -> String {
     let mut out = text.to_string();
     let mut secrets = vec![secret_or_url.to_string()];
     if let Ok(u) = secret_or_url.parse::<AMQPUri>() {
@@ -402,7 +402,7 @@ pub fn redact_in(text: &str, secret_or_url: &str) -> String {
 }
 
 /// A lapin error in a user's words: the broker's reply text where there is one.
-pub fn describe_lapin_error(e: &lapin::Error) -> String {
+pub(crate) fn describe_lapin_error(e: &lapin::Error) -> String {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => {
             format!("{} ({})", amqp.get_message(), amqp.get_id())
@@ -413,7 +413,7 @@ pub fn describe_lapin_error(e: &lapin::Error) -> String {
 }
 
 /// The AMQP reply code and text of a broker error, if it is one.
-pub fn amqp_reply(e: &lapin::Error) -> Option<(u16, String)> {
+pub(crate) fn amqp_reply(e: &lapin::Error) -> Option<(u16, String)> {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => {
             Some((amqp.get_id(), amqp.get_message().to_string()))

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// How long one declaration, binding or channel opening may wait for the
 /// broker's answer: a broker that stops answering must not hold a one-shot
 /// command forever.
-pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Waits for `fut` at most [`OP_TIMEOUT`]; past it, an error naming `what`.
 async fn answered<T>(what: &str, fut: impl std::future::Future<Output = T>) -> Result<T> {
@@ -326,7 +326,7 @@ async fn close_pool(pool: &Pool<'_>) {
 /// Never deletes or purges. An object that exists with other arguments is
 /// left as it is and reported with every difference. Returns the number of
 /// objects as wanted and the findings, in plan order.
-pub async fn declare_plan(
+pub(crate) async fn declare_plan(
     conn: &Connection,
     plan: &Plan,
     parallelism: usize,
@@ -360,7 +360,7 @@ pub async fn declare_plan(
 /// Checks the plan's exchanges and queues without creating them (a passive
 /// declare, then the drift search on those that exist). Bindings are not
 /// looked at: AMQP has no passive bind.
-pub async fn inspect_plan(
+pub(crate) async fn inspect_plan(
     conn: &Connection,
     plan: &Plan,
     parallelism: usize,
@@ -378,7 +378,7 @@ pub async fn inspect_plan(
 /// What a passive declare tells of a queue: ready messages and consumers,
 /// fresh (the management API's counts lag by seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueCounts {
+pub(crate) struct QueueCounts {
     /// Ready messages (not unacked ones, nor a quorum queue's `messages_dlx`).
     pub ready: u32,
     /// Consumers.
@@ -388,7 +388,7 @@ pub struct QueueCounts {
 /// A passive declare of a queue on a channel of its own: `Ok(None)` when
 /// the queue does not exist (404), an error when the broker refuses
 /// otherwise or does not answer.
-pub async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<QueueCounts>> {
+pub(crate) async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<QueueCounts>> {
     let ch = answered("a channel", conn.create_channel())
         .await?
         .map_err(|e| Error::broker("cannot open a channel", &e))?;
@@ -419,7 +419,7 @@ pub async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<Queu
 
 /// A passive declare of an exchange on a channel of its own: whether it
 /// exists.
-pub async fn passive_exchange(conn: &Connection, exchange: &str) -> Result<bool> {
+pub(crate) async fn passive_exchange(conn: &Connection, exchange: &str) -> Result<bool> {
     let ch = answered("a channel", conn.create_channel())
         .await?
         .map_err(|e| Error::broker("cannot open a channel", &e))?;

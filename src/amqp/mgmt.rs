@@ -46,7 +46,12 @@ impl Management {
 
     /// As [`Management::new`], also trusting the CAs of `ca_pem` (the
     /// `--tls-ca` of the AMQP connection) over https.
-    pub fn with_ca(base: &str, user: &str, password: &str, ca_pem: Option<&str>) -> Result<Self> {
+    pub(crate) fn with_ca(
+        base: &str,
+        user: &str,
+        password: &str,
+        ca_pem: Option<&str>,
+    ) -> Result<Self> {
         let mut url = Url::parse(base).map_err(|e| {
             Error::Usage(format!(
                 "invalid --management-url {}: {e}",
@@ -169,7 +174,7 @@ impl Management {
     /// must show in it. `Err` says which broker answers instead. When the
     /// queue cannot be declared (no configure permission), nothing can be
     /// told and the API is trusted (logged at debug level).
-    pub async fn same_broker(&self, conn: &lapin::Connection, vhost: &str) -> Result<()> {
+    pub(crate) async fn same_broker(&self, conn: &lapin::Connection, vhost: &str) -> Result<()> {
         use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
         let Ok(ch) = conn.create_channel().await else {
             return Ok(());
@@ -228,7 +233,7 @@ impl Management {
     /// Every queue of the vhost, with its depth where the statistics have
     /// it, its type, and the policies that apply to it (without their own
     /// definitions: see [`Management::policy_definitions`]).
-    pub async fn list_queues(&self, vhost: &str) -> Result<Vec<ListedQueue>> {
+    pub(crate) async fn list_queues(&self, vhost: &str) -> Result<Vec<ListedQueue>> {
         #[derive(serde::Deserialize)]
         struct Row {
             name: String,
@@ -271,7 +276,7 @@ impl Management {
     /// name. Reading them may need more than the `monitoring` tag: a
     /// refusal is an error the caller may ignore (policies are then named
     /// without telling which of two set a key).
-    pub async fn policy_definitions(&self, vhost: &str) -> Result<PolicyDefinitions> {
+    pub(crate) async fn policy_definitions(&self, vhost: &str) -> Result<PolicyDefinitions> {
         #[derive(serde::Deserialize)]
         struct Row {
             name: String,
@@ -295,7 +300,7 @@ impl Management {
     }
 
     /// Every binding of the vhost.
-    pub async fn list_bindings(&self, vhost: &str) -> Result<Vec<ListedBinding>> {
+    pub(crate) async fn list_bindings(&self, vhost: &str) -> Result<Vec<ListedBinding>> {
         #[derive(serde::Deserialize)]
         struct Row {
             source: String,
@@ -341,7 +346,7 @@ pub struct PolicyDefinitions {
 
 impl PolicyDefinitions {
     /// Fills in the definitions of the policies `applied` names.
-    pub fn complete(&self, applied: &mut AppliedPolicies) {
+    pub(crate) fn complete(&self, applied: &mut AppliedPolicies) {
         if let Some(p) = &applied.policy {
             applied.policy_definition = self.policies.get(p).cloned();
         }

@@ -2,12 +2,12 @@
 //! leaking passwords, declaring and inspecting a plan, publishing copies
 //! with publisher confirms.
 
-pub mod batch;
-pub mod brokers;
+pub(crate) mod batch;
+pub(crate) mod brokers;
 pub mod connection;
 pub mod declare;
 pub mod mgmt;
-pub mod publisher;
+pub(crate) mod publisher;
 
 pub use brokers::Brokers;
 pub use connection::BrokerUrl;

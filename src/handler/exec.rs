@@ -56,11 +56,11 @@ use super::{Handler, HandlerMessage};
 use crate::core::outcome::Outcome;
 
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
-pub const EXIT_PERMANENT: i32 = 65;
+pub(crate) const EXIT_PERMANENT: i32 = 65;
 
 /// Header JSON longer than this goes to `DLQCTL_HEADERS_FILE` instead of
 /// `DLQCTL_HEADERS` (Linux's limit for one variable is 128 KiB).
-pub const HEADERS_ENV_MAX_BYTES: usize = 64 * 1024;
+pub(crate) const HEADERS_ENV_MAX_BYTES: usize = 64 * 1024;
 
 /// A message's header JSON in a file of its own (mode 0600), removed when
 /// the run ends.
@@ -96,7 +96,7 @@ impl Drop for HeadersFile {
 /// How much of the end of stderr is kept as the error text: small enough
 /// that, with a `timed out after …: ` prefix, the whole text fits the 1 KiB
 /// `dlqctl-last-error` header, so the program's last words are kept.
-pub const STDERR_TAIL_BYTES: usize = 960;
+pub(crate) const STDERR_TAIL_BYTES: usize = 960;
 
 /// How long stderr is still read after the program ended, for output that a
 /// left-behind child keeps open.

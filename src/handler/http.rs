@@ -40,13 +40,13 @@ use crate::core::duration::tier_name;
 use crate::core::outcome::Outcome;
 
 /// At most this much of an error response's body goes into the error text.
-pub const ERROR_BODY_BYTES: usize = 512;
+pub(crate) const ERROR_BODY_BYTES: usize = 512;
 
 /// The longest `Retry-After` honoured: 2³² − 1 ms (about 49.7 days).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_millis(u32::MAX as u64);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_millis(u32::MAX as u64);
 
 /// The content type sent when the message has none.
-pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+pub(crate) const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 /// Why an [`HttpHandler`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +86,7 @@ impl HttpHandler {
     /// Like [`new`](Self::new), with a client the caller configured (TLS,
     /// proxies, connection pool). `timeout` is applied to every request;
     /// whether redirects are followed is up to the client.
-    pub fn with_client(
+    pub(crate) fn with_client(
         url: impl AsRef<str>,
         timeout: Duration,
         client: Client,
@@ -297,7 +297,7 @@ fn error_chain(e: reqwest::Error) -> String {
 /// A date in the past gives zero. Values above [`MAX_RETRY_AFTER`] are
 /// capped to it. Anything else (negative or fractional numbers, garbage,
 /// an empty value) gives `None`.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if value.is_empty() {
         return None;

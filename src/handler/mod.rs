@@ -57,8 +57,7 @@ pub struct FnHandler<F> {
 /// The closure gets its own copy of the message, so the future may keep it:
 ///
 /// ```
-/// use dlqctl::handler::{handler_fn, HandlerMessage};
-/// use dlqctl::core::outcome::Outcome;
+/// use dlqctl::{handler_fn, HandlerMessage, Outcome};
 ///
 /// let handler = handler_fn(|msg: HandlerMessage| async move {
 ///     if msg.body.is_empty() {

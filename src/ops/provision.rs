@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// of a queue: its statistics fill them in a few seconds after the queue is
 /// created (or a policy changes). Past it, the queue's policies are
 /// reported as unverified.
-pub const POLICY_REPORT_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const POLICY_REPORT_WAIT: Duration = Duration::from_secs(10);
 
 /// How many declarations run at once, each on its own channel.
 pub const DEFAULT_PARALLELISM: usize = 16;
@@ -174,7 +174,7 @@ async fn stale(conn: &Connection, m: &Management, plan: &Plan, vhost: &str) -> V
 /// up to `wait` for the statistics of queues whose policies are not
 /// reported yet; those still unreported are unverified. A management API
 /// that fails is one unverified finding, not one per queue.
-pub async fn check_policies(
+pub(crate) async fn check_policies(
     m: &Management,
     plan: &Plan,
     vhost: &str,
@@ -201,7 +201,7 @@ pub async fn check_policies(
 /// API's listing), in plan order. The policies' own definitions are read
 /// only when a queue has both a policy and an operator policy, to name the
 /// one that set each key.
-pub async fn policies_of(
+pub(crate) async fn policies_of(
     m: &Management,
     plan: &Plan,
     vhost: &str,
@@ -254,7 +254,7 @@ pub async fn policies_of(
 }
 
 /// The one finding when no queue's policies could be read.
-pub fn policies_unverified(plan: &Plan, reason: String) -> Finding {
+pub(crate) fn policies_unverified(plan: &Plan, reason: String) -> Finding {
     Finding::Unverified {
         object: ObjectKind::Queue,
         name: format!("(policies of the {} queues)", plan.queues.len()),

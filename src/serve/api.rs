@@ -62,7 +62,7 @@ pub async fn summary(State(app): Shared, path: Result<Path<String>, PathRejectio
 
 /// The query of `/api/pipelines/{pipeline}/messages`.
 #[derive(Debug, serde::Deserialize)]
-pub struct MessagesQuery {
+pub(crate) struct MessagesQuery {
     group: Option<String>,
     message_id: Option<String>,
     offset: Option<u16>,

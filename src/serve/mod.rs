@@ -6,8 +6,8 @@
 //! of the past (the chart's hour, the last summary of each DLQ, the jobs)
 //! lives in memory until the server stops.
 //!
-//! - [`state`]: the server's state, its broker connections and sampler.
-//! - [`jobs`]: replay, export and purge as cancellable background jobs.
+//! - `state`: the server's state, its broker connections and sampler.
+//! - `jobs`: replay, export and purge as cancellable background jobs.
 //! - `guard`: the host, token, origin and CSRF checks.
 //! - `pages` and `api`: the HTML pages and their JSON twins.
 
@@ -15,9 +15,9 @@ mod api;
 mod assets;
 mod flight;
 mod guard;
-pub mod jobs;
+pub(crate) mod jobs;
 mod pages;
-pub mod state;
+pub(crate) mod state;
 
 pub use state::{App, ServeOptions};
 
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Messages a group page shows at once.
-pub const PAGE_SIZE: u16 = 50;
+pub(crate) const PAGE_SIZE: u16 = 50;
 
 /// Binds the listen address: a port in use is a runtime failure, named.
 pub async fn bind(listen: std::net::SocketAddr) -> Result<tokio::net::TcpListener> {
@@ -67,7 +67,7 @@ pub async fn run(
 }
 
 /// Every route.
-pub fn router(app: Arc<App>) -> axum::Router {
+pub(crate) fn router(app: Arc<App>) -> axum::Router {
     use axum::routing::{get, post};
     axum::Router::new()
         .route("/", get(pages::overview))
@@ -119,17 +119,17 @@ impl Fail {
     }
 
     /// 404.
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Fail::new(StatusCode::NOT_FOUND, message)
     }
 
     /// 400.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Fail::new(StatusCode::BAD_REQUEST, message)
     }
 
     /// 403.
-    pub fn forbidden(message: impl Into<String>) -> Self {
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
         Fail::new(StatusCode::FORBIDDEN, message)
     }
 }

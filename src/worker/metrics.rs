@@ -161,9 +161,9 @@ impl Metrics {
 }
 
 /// Decision labels the worker uses (see [`Settlement::label`]).
-pub const DECISIONS: [&str; 5] = Settlement::LABELS;
+pub(crate) const DECISIONS: [&str; 5] = Settlement::LABELS;
 /// Outcome labels.
-pub const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
+pub(crate) const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
 
 /// The counters of one queue, looked up once instead of per message.
 #[derive(Clone)]

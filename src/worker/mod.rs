@@ -16,7 +16,7 @@ pub mod metrics;
 mod verify;
 
 pub use crate::core::retry::DeadLetterMode;
-pub use verify::verify_topology;
+pub(crate) use verify::verify_topology;
 
 use crate::amqp::brokers::Brokers;
 use crate::amqp::connection::describe_lapin_error;

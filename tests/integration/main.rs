@@ -11,6 +11,7 @@ mod cli_io;
 mod cluster;
 mod dlq;
 mod dlq_ops;
+mod example;
 mod failover;
 mod jsonl;
 mod permissions;

@@ -1,6 +1,6 @@
 //! Exit codes, one place (README, "Exit codes").
 
-use dlqctl::error::Error;
+use dlqctl::Error;
 use std::process::ExitCode;
 
 /// How a command ended.

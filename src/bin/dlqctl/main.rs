@@ -34,9 +34,9 @@ fn main() -> ExitCode {
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
-            match e.downcast_ref::<dlqctl::error::Error>() {
+            match e.downcast_ref::<dlqctl::Error>() {
                 // `FILE:LINE:COL: message` lines, as editors and CI parse them.
-                Some(dlqctl::error::Error::Invalid(_)) => output::stderr_line(&e.to_string()),
+                Some(dlqctl::Error::Invalid(_)) => output::stderr_line(&e.to_string()),
                 _ => output::stderr_line(&format!("error: {e}")),
             }
             exit::for_error(&e).into()

@@ -28,7 +28,7 @@
 //!   otherwise ignored) or ends; a process whose every place is held by
 //!   timed-out messages is restarted. A process thus never has more than
 //!   `max_in_flight` messages it has not answered.
-//! - Malformed lines, answers over [`MAX_ANSWER_BYTES`], unknown ids and
+//! - Malformed lines, answers over [`MAX_ANSWER_BYTES`](jsonl::MAX_ANSWER_BYTES), unknown ids and
 //!   duplicate answers are logged (at most 20 a minute per process) and
 //!   ignored; the message they were meant for times out.
 //! - Memory is bounded: at most `max_in_flight` lines wait for a process
@@ -69,10 +69,10 @@ mod pipes;
 mod supervisor;
 
 /// stderr lines longer than this are cut in the log.
-pub const STDERR_LINE_BYTES: usize = 4096;
+pub(crate) const STDERR_LINE_BYTES: usize = 4096;
 
 /// stderr lines logged per second and process; the rest are counted.
-pub const STDERR_LINES_PER_SECOND: u32 = 100;
+pub(crate) const STDERR_LINES_PER_SECOND: u32 = 100;
 
 /// Settings of a [`JsonlHandler`].
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@
 
 pub mod export;
 pub mod purge;
-pub mod reader;
+pub(crate) mod reader;
 pub mod replay;
 
 pub use reader::{
@@ -34,7 +34,7 @@ use lapin::Connection;
 use std::sync::Arc;
 
 /// The most messages one peek shows.
-pub const MAX_PEEK: u16 = 10_000;
+pub(crate) const MAX_PEEK: u16 = 10_000;
 
 /// Where a DLQ command runs.
 #[derive(Clone)]
@@ -169,14 +169,14 @@ pub struct PeekReport {
 
 /// Shows up to `limit` messages matching `selector` from the head of the
 /// DLQ, leaving every message in place (in order, unless more than the
-/// window had to be read: see [`reader`]).
+/// window had to be read: see `reader`).
 pub async fn peek(t: &Target, selector: &Selector, limit: u16) -> Result<PeekReport> {
     peek_from(t, selector, 0, limit).await
 }
 
 /// Like [`peek`], past the first `skip` matching messages: a page of
 /// them. `skip + limit` is at most [`MAX_PEEK`].
-pub async fn peek_from(
+pub(crate) async fn peek_from(
     t: &Target,
     selector: &Selector,
     skip: u16,

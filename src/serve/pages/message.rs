@@ -5,7 +5,7 @@ use super::*;
 /// Which message: `?id=ID`, or `?group=G&n=N` (the Nth of the group, from
 /// 0, for a message with no id).
 #[derive(Debug, serde::Deserialize)]
-pub struct MessageQuery {
+pub(crate) struct MessageQuery {
     id: Option<String>,
     group: Option<String>,
     n: Option<u16>,

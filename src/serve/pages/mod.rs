@@ -98,7 +98,7 @@ fn bare(title: &str, content: Markup) -> Markup {
 
 /// What a link from another site to one of our pages gets: a link to it,
 /// to be followed from here (see [`crate::core::web_guard::asks_to_continue`]).
-pub fn continue_page(target: &str) -> Response {
+pub(crate) fn continue_page(target: &str) -> Response {
     let target = crate::core::web_guard::continue_target(target);
     let content = html! {
         h1 { "Continue to dlqctl" }
@@ -187,7 +187,7 @@ fn csrf_field(app: &App) -> Markup {
 }
 
 /// `GET /login`: the token form (only with `--auth-token`).
-pub async fn login_form() -> Response {
+pub(crate) async fn login_form() -> Response {
     let content = html! {
         h1 { "Log in" }
         form.actions method="post" action="/login" {
@@ -241,6 +241,6 @@ pub async fn login(
 }
 
 /// Any other address.
-pub async fn not_found(State(app): Shared) -> Response {
+pub(crate) async fn not_found(State(app): Shared) -> Response {
     error_page(&app, &Fail::not_found("no such page"))
 }

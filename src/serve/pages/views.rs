@@ -173,7 +173,7 @@ pub async fn dlq(State(app): Shared, path: Result<Path<String>, PathRejection>) 
 
 /// `?page=N` of a group.
 #[derive(Debug, serde::Deserialize)]
-pub struct PageQuery {
+pub(crate) struct PageQuery {
     page: Option<u16>,
 }
 

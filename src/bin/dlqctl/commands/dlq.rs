@@ -8,8 +8,8 @@ use crate::output;
 use crate::output::progress::Reporter;
 use anyhow::Result;
 use dlqctl::core::topology::{Pipeline, Topology};
-use dlqctl::error::Error;
 use dlqctl::ops::dlq::{ReadOptions, Target};
+use dlqctl::Error;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,7 @@ impl Opened {
 /// Reads the topology, connects as `dlqctl dlq VERB`, and arms SIGINT and
 /// SIGTERM to stop after the copies in flight.
 async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
-    let pipeline = super::pipeline(&t.file, &t.queue)?;
+    let pipeline = dlqctl::load_pipeline(&t.file, &t.queue)?;
     let brokers = super::brokers(&t.connection)?;
     let name = format!("dlqctl dlq {verb} {}", pipeline.name);
     let (conn, at) = brokers.connect(&name).await?;
@@ -294,7 +294,7 @@ fn repair_last_line(path: &std::path::Path) -> Result<()> {
 /// `dlqctl dlq export`: the DLQ as JSON Lines; with `--remove`, an archive.
 pub async fn export(a: &ExportArgs) -> Result<Outcome> {
     // Bad output before any connection.
-    super::pipeline(&a.target.file, &a.target.queue)?;
+    dlqctl::load_pipeline(&a.target.file, &a.target.queue)?;
     let mut sink = export_sink(a)?;
     let o = open(&a.target, "export").await?;
     let opts = dlqctl::ops::dlq::export::ExportOptions {
@@ -345,8 +345,8 @@ fn guarded_queues(topology: &Topology) -> Vec<(String, String)> {
 /// `dlqctl dlq replay`: moves a snapshot of the DLQ (or an export file)
 /// back to the main queue.
 pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
-    let topology = super::load(&a.target.file)?;
-    let pipeline = super::pipeline(&a.target.file, &a.target.queue)?;
+    let topology = dlqctl::load_topology(&a.target.file)?;
+    let pipeline = dlqctl::load_pipeline(&a.target.file, &a.target.queue)?;
     let to = a.to.clone().unwrap_or_else(|| pipeline.name.clone());
     if !a.force {
         if let Some((_, what)) = guarded_queues(&topology)

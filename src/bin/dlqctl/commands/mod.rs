@@ -9,57 +9,7 @@ pub mod status;
 pub mod validate;
 pub mod work;
 
-use dlqctl::core::topology::{parse_topology, source, Pipeline, Topology};
-use dlqctl::error::Error;
-use std::path::Path;
-
-/// Reads and validates a topology file: at most
-/// [`source::MAX_FILE_BYTES`], UTF-8. A missing file, a directory, a file
-/// too large or not UTF-8 is bad input (exit 2).
-pub fn load(path: &Path) -> Result<Topology, Error> {
-    use std::io::Read;
-    let shown = path.display().to_string();
-    let read_err = |source| Error::Read {
-        path: shown.clone(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(Error::Usage(format!(
-            "{shown} is a directory: give a topology file"
-        )));
-    }
-    let mut bytes = Vec::new();
-    file.take(source::MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > source::MAX_FILE_BYTES {
-        return Err(Error::Usage(format!(
-            "{shown} is larger than {} MiB: a topology file is a few KiB to a few MiB; \
-             is this the right file?",
-            source::MAX_FILE_BYTES / 1024 / 1024
-        )));
-    }
-    let text = source::decode(&bytes).map_err(|why| Error::Usage(format!("{shown}: {why}")))?;
-    Ok(parse_topology(text, &shown)?)
-}
-
-/// The pipeline named `queue` of the topology read from `file`; bad usage,
-/// naming every pipeline, when there is none.
-pub fn pipeline(file: &Path, queue: &str) -> Result<Pipeline, Error> {
-    let topology = load(file)?;
-    match topology.pipeline(queue) {
-        Some(p) => Ok(p.clone()),
-        None => {
-            let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
-            Err(Error::Usage(format!(
-                "queue `{queue}` is not a pipeline of {} (pipelines: {})",
-                file.display(),
-                names.join(", ")
-            )))
-        }
-    }
-}
+use dlqctl::Error;
 
 /// The broker addresses of `--url` (repeated or comma-separated), with the
 /// TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`.

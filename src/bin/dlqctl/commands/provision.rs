@@ -1,19 +1,19 @@
 //! The work of each command; returns an exit outcome, prints through
 //! `output`.
 
-use super::load;
 use crate::cli::{OutputFormat, ProvisionArgs};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
-use dlqctl::error::Error;
+use dlqctl::load_topology;
+use dlqctl::Error;
 
 /// `dlqctl provision` (with --dry-run and --check).
 pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
     let format = a.output_format().map_err(Error::Usage)?;
-    let t = load(&a.file)?;
+    let t = load_topology(&a.file)?;
     let p = plan(&t);
     if a.dry_run {
         // A plan has no findings to annotate: `github` shows it as text.

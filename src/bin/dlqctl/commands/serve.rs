@@ -3,13 +3,13 @@
 use crate::cli::ServeArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
-use dlqctl::error::Error;
+use dlqctl::Error;
 use tokio_util::sync::CancellationToken;
 
 /// Serves until SIGINT, SIGTERM or SIGHUP; running jobs stop after their
 /// copies in flight.
 pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
-    let topology = super::load(&a.file)?;
+    let topology = dlqctl::load_topology(&a.file)?;
     let token = a.auth_token.clone();
     if let Some(why) = token
         .as_deref()

@@ -1,16 +1,16 @@
 //! `dlqctl status`.
 
-use super::load;
 use crate::cli::StatusArgs;
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
 use dlqctl::core::topology::plan;
+use dlqctl::load_topology;
 
 /// Reads every queue of the file; exit 3 on a missing object, a DLQ over
 /// `--max-dlq`, or a policy that overrides what the topology asked for.
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
-    let t = load(&a.file)?;
+    let t = load_topology(&a.file)?;
     let p = plan(&t);
     let brokers = super::brokers(&a.connection)?;
     super::check_management_urls(&a.management_url)?;

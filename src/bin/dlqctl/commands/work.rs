@@ -4,20 +4,20 @@ use crate::cli::WorkArgs;
 use crate::exit::Outcome;
 use anyhow::Result;
 use dlqctl::core::topology::QueueType;
-use dlqctl::error::Error;
 use dlqctl::handler::exec::{check_program, ExecHandler};
 use dlqctl::handler::http::HttpHandler;
 use dlqctl::handler::jsonl::{JsonlConfig, JsonlHandler};
 use dlqctl::handler::Handler;
 use dlqctl::worker::metrics::Metrics;
 use dlqctl::worker::{self, Worker, WorkerConfig};
+use dlqctl::Error;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 /// Runs the worker until SIGINT or SIGTERM.
 pub async fn run(a: &WorkArgs) -> Result<Outcome> {
-    let pipeline = super::pipeline(&a.file, &a.queue)?;
+    let pipeline = dlqctl::load_pipeline(&a.file, &a.queue)?;
     if a.dead_letter == worker::DeadLetterMode::Nack && pipeline.queue_type == QueueType::Classic {
         return Err(Error::Usage(format!(
             "--dead-letter nack on classic pipeline `{}`: classic dead-lettering is at-most-once, \
