@@ -9,7 +9,7 @@
 //! Stops on Ctrl-C after finishing the message in flight.
 
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
-use dlqctl::core::outcome::Outcome;
+use dlqctl::core::handling::outcome::Outcome;
 use dlqctl::core::topology::parse_topology;
 use dlqctl::handler::{handler_fn, HandlerMessage};
 use dlqctl::worker::{Worker, WorkerConfig};

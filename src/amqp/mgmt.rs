@@ -2,8 +2,8 @@
 //! tell: bindings, the messages a quorum queue holds for its DLX, and the
 //! policies that apply to each queue.
 
-use crate::core::policy::AppliedPolicies;
-use crate::core::stale::{ListedBinding, ListedQueue};
+use crate::core::check::policy::AppliedPolicies;
+use crate::core::check::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
 use std::collections::HashMap;

@@ -19,14 +19,14 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 
 pub mod exec;
 pub mod http;
 pub mod jsonl;
 mod process;
 
-pub use crate::core::message::{HandlerMessage, NotUtf8};
+pub use crate::core::handling::message::{HandlerMessage, NotUtf8};
 
 /// Processes one message and says how it went.
 ///
@@ -58,7 +58,7 @@ pub struct FnHandler<F> {
 ///
 /// ```
 /// use dlqctl::handler::{handler_fn, HandlerMessage};
-/// use dlqctl::core::outcome::Outcome;
+/// use dlqctl::core::handling::outcome::Outcome;
 ///
 /// let handler = handler_fn(|msg: HandlerMessage| async move {
 ///     if msg.body.is_empty() {

@@ -5,7 +5,7 @@ use super::guard::{csrf_ok, Authed};
 use super::jobs::{JobView, Request};
 use super::state::App;
 use super::{Fail, PAGE_SIZE};
-use crate::core::select::Selector;
+use crate::core::dlq::select::Selector;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};

@@ -9,7 +9,7 @@
 
 use super::state::App;
 use super::Fail;
-use crate::core::select::Selector;
+use crate::core::dlq::select::Selector;
 use crate::ops::dlq::export::{ExportOptions, WriterSink};
 use crate::ops::dlq::replay::{Canary, ReplayOptions};
 use crate::ops::dlq::Progress;
@@ -177,7 +177,7 @@ impl Request {
                 canary_wait_ms,
             } => {
                 if let Some(r) = rate {
-                    crate::core::rate::check_rate(*r)
+                    crate::core::dlq::rate::check_rate(*r)
                         .map_err(|e| Fail::bad_request(format!("rate: {e}")))?;
                 }
                 if *canary == Some(0) {
@@ -414,7 +414,7 @@ impl Jobs {
             id,
             pipeline: p.name.clone(),
             dlq: p.dead_letter.queue.clone(),
-            started_at: crate::core::text::rfc3339_millis(crate::ops::dlq::now_ms()),
+            started_at: crate::core::values::text::rfc3339_millis(crate::ops::dlq::now_ms()),
             started: Instant::now(),
             cancel: app.stop.child_token(),
             file,

@@ -13,11 +13,14 @@
 
 mod api;
 mod assets;
+pub mod body_view;
 mod flight;
 mod guard;
+pub mod history;
 pub mod jobs;
 mod pages;
 pub mod state;
+pub mod web_guard;
 
 pub use state::{App, ServeOptions};
 

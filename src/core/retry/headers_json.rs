@@ -4,7 +4,7 @@ use lapin::types::{AMQPValue, FieldTable};
 
 use super::attempt::as_integer;
 use super::MAX_JSON_DEPTH;
-use crate::core::shortstr;
+use crate::core::values::shortstr;
 
 /// The headers as a JSON object, for a handler's `DLQCTL_HEADERS`.
 ///

@@ -23,6 +23,9 @@
 //!   [`MAX_ADDED_HEADERS_BYTES`] whatever a message arrives with.
 
 mod attempt;
+pub mod backoff;
+pub mod breaker;
+pub mod confirm;
 pub(crate) mod copy;
 mod decision;
 pub mod fit;

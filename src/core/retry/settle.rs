@@ -22,9 +22,9 @@ use super::{
     dead_letter_copy, decide, jitter_expiration, retry_copy, CopyContext, DeadLetterReason,
     Decision,
 };
-use crate::core::duration::tier_name;
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 use crate::core::topology::{Pipeline, QueueType};
+use crate::core::values::duration::tier_name;
 
 /// How a dead-letter is carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -193,7 +193,7 @@ impl Pipeline {
         format!(
             "{}.retry.{}",
             self.name,
-            crate::core::duration::tier_name(delay_ms)
+            crate::core::values::duration::tier_name(delay_ms)
         )
     }
 

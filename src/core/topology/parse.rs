@@ -2,7 +2,7 @@
 
 use super::model::*;
 use super::yaml::{self, Key, Node, Pos, Value};
-use crate::core::duration::{parse_millis, MAX_MILLIS};
+use crate::core::values::duration::{parse_millis, MAX_MILLIS};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -286,7 +286,7 @@ impl Cx {
                 pos,
                 format!(
                     "{what} `{}…` is {} bytes long; RabbitMQ names are at most 255 bytes",
-                    crate::core::text::truncate_utf8(name, 40),
+                    crate::core::values::text::truncate_utf8(name, 40),
                     name.len()
                 ),
             );
@@ -539,8 +539,8 @@ impl Cx {
                     format!(
                         "retry.backoff.max ({}) is below base ({}): every retry would wait max; \
                          raise max or lower base",
-                        crate::core::duration::tier_name(mx),
-                        crate::core::duration::tier_name(b)
+                        crate::core::values::duration::tier_name(mx),
+                        crate::core::values::duration::tier_name(b)
                     ),
                 );
                 ok = false;
@@ -1181,7 +1181,10 @@ impl Cx {
             qs.extend(p.retry.tiers().into_iter().map(|d| {
                 (
                     p.retry_queue(d),
-                    format!("retry queue {}", crate::core::duration::tier_name(d)),
+                    format!(
+                        "retry queue {}",
+                        crate::core::values::duration::tier_name(d)
+                    ),
                 )
             }));
             qs.push((p.dead_letter.queue.clone(), "dead-letter queue".to_string()));

@@ -215,7 +215,7 @@ pub fn pipeline_plan(p: &Pipeline) -> Plan {
         plan.bindings.push(bind(
             p.retry_exchange(),
             p.retry_queue(d),
-            crate::core::duration::tier_name(d),
+            crate::core::values::duration::tier_name(d),
             Arguments::new(),
         ));
     }

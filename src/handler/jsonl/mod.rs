@@ -1,6 +1,6 @@
 //! `--jsonl -- COMMAND ARGS...`: long-running handler processes that take
 //! messages as JSON lines on stdin and answer outcomes on stdout, by id, in
-//! any order (the protocol is [`crate::core::jsonl`]; docs/worker.md,
+//! any order (the protocol is [`crate::core::handling::jsonl`]; docs/worker.md,
 //! "The JSON-lines protocol").
 //!
 //! [`JsonlHandler`] keeps `processes` copies of the program running, each
@@ -61,8 +61,8 @@ use tracing::debug;
 
 use super::process::format_timeout;
 use super::{Handler, HandlerMessage};
-use crate::core::jsonl;
-use crate::core::outcome::Outcome;
+use crate::core::handling::jsonl;
+use crate::core::handling::outcome::Outcome;
 
 mod limits;
 mod pipes;

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::limits::{Limiter, RecentIds};
 use super::{Entry, Live, Pool, Reply, STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
-use crate::core::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
+use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::handler::process::{io_error_text, TailBuffer};
 
 /// Protocol complaints (malformed lines, unknown ids) logged per minute and

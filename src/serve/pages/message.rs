@@ -53,7 +53,7 @@ fn body_markup(bytes: &[u8]) -> Markup {
 
 fn message_page(app: &App, pipeline: &str, m: &PeekedMessage) -> Markup {
     let group = &m.group;
-    let timeline = crate::core::dlq::timeline(&m.described);
+    let timeline = crate::core::dlq::describe::timeline(&m.described);
     let bytes = body_bytes(m);
     let headers = m.headers.as_object().cloned().unwrap_or_default();
     let content = html! {

@@ -18,10 +18,10 @@ use super::guard::{csrf_ok, Authed};
 use super::jobs::{Action, JobView, Request, Selection, State as JobState};
 use super::state::{App, CachedSummary, Overview};
 use super::{job_at, query_value, seg, Fail, PAGE_SIZE};
-use crate::core::body_view::{self, BodyView};
-use crate::core::select::Selector;
-use crate::core::text::rfc3339_millis;
+use crate::core::dlq::select::Selector;
+use crate::core::values::text::rfc3339_millis;
 use crate::ops::dlq::PeekedMessage;
+use crate::serve::body_view::{self, BodyView};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -97,9 +97,9 @@ fn bare(title: &str, content: Markup) -> Markup {
 }
 
 /// What a link from another site to one of our pages gets: a link to it,
-/// to be followed from here (see [`crate::core::web_guard::asks_to_continue`]).
+/// to be followed from here (see [`crate::serve::web_guard::asks_to_continue`]).
 pub fn continue_page(target: &str) -> Response {
-    let target = crate::core::web_guard::continue_target(target);
+    let target = crate::serve::web_guard::continue_target(target);
     let content = html! {
         h1 { "Continue to dlqctl" }
         p { "You followed a link from another site. This page reads a DLQ when it opens; open it from here:" }
@@ -217,7 +217,7 @@ pub async fn login(
     if let Err(wait) = super::guard::take_try(&app, client) {
         return super::guard::too_many(false, wait);
     }
-    let right = crate::core::web_guard::same_secret(&given, expected);
+    let right = crate::serve::web_guard::same_secret(&given, expected);
     if right {
         super::guard::give_back(&app, client);
     }
@@ -234,7 +234,7 @@ pub async fn login(
     }
     let cookie = format!(
         "{}={}; Path=/; HttpOnly; SameSite=Strict",
-        crate::core::web_guard::TOKEN_COOKIE,
+        crate::serve::web_guard::TOKEN_COOKIE,
         cookie_value
     );
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()

@@ -5,8 +5,8 @@ use super::load;
 use crate::cli::{OutputFormat, ProvisionArgs};
 use crate::exit::Outcome;
 use crate::output;
+use crate::output::annotations::{annotations, PipelineLines};
 use anyhow::Result;
-use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
 use dlqctl::error::Error;
 

@@ -26,7 +26,7 @@
 //! (a `max-length` on a main queue) overrides, and the finding's note says
 //! what the queue's overflow then does ([`overflow_in_force`]).
 
-use crate::core::finding::{Finding, ObjectKind};
+use crate::core::check::finding::{Finding, ObjectKind};
 use crate::core::topology::plan::QueueSpec;
 use crate::core::topology::ArgValue;
 use serde_json::{Map, Value};

@@ -1,6 +1,6 @@
 //! What a provision or a check found about one object.
 
-use crate::core::policy::PolicyKind;
+use crate::core::check::policy::PolicyKind;
 use crate::core::topology::plan::BindingSpec;
 
 /// What kind of object a finding is about.
@@ -61,7 +61,7 @@ pub enum Finding {
     },
     /// An object with dlqctl's generated names for a pipeline of the file
     /// that the file no longer describes (`--check` only; see
-    /// [`crate::core::stale`]). `provision` never deletes it.
+    /// [`crate::core::check::stale`]). `provision` never deletes it.
     NotInTopology {
         /// Object kind.
         object: ObjectKind,
@@ -72,7 +72,7 @@ pub enum Finding {
         messages: Option<u64>,
     },
     /// A policy or operator policy makes the queue differ from the
-    /// topology (see [`crate::core::policy`]).
+    /// topology (see [`crate::core::check::policy`]).
     PolicyOverrides {
         /// Object kind (a queue).
         object: ObjectKind,
