@@ -2,7 +2,7 @@
 
 use lapin::types::{AMQPValue, FieldTable};
 
-use super::*;
+use super::headers::*;
 
 /// What the headers of one delivery say about its attempts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,9 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use super::attempt::{as_integer, as_str, as_text};
+use super::decision::DeadLetterReason;
 use super::fit::entry_size;
-use super::*;
+use super::headers::*;
 use crate::core::values::shortstr;
 use crate::core::values::text::{rfc3339_millis, truncate_utf8};
 

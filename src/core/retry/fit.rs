@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
-use super::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, WRITTEN_HEADERS};
+use super::headers::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, WRITTEN_HEADERS};
 use crate::core::values::shortstr;
 use crate::core::values::text::truncate_utf8;
 

@@ -15,13 +15,12 @@
 
 use lapin::BasicProperties;
 
+use super::copy::{dead_letter_copy, retry_copy, CopyContext};
+use super::decision::{decide, DeadLetterReason, Decision};
 use super::fit::{
     fit_dead_letter_copy, fit_retry_copy, properties_size, retry_budget, TooLarge, Trimmed,
 };
-use super::{
-    dead_letter_copy, decide, jitter_expiration, retry_copy, CopyContext, DeadLetterReason,
-    Decision,
-};
+use super::jitter::jitter_expiration;
 use crate::core::handling::outcome::Outcome;
 use crate::core::topology::{Pipeline, QueueType};
 use crate::core::values::duration::tier_name;

@@ -8,6 +8,7 @@ use super::jitter::*;
 use super::*;
 use crate::core::handling::outcome::Outcome;
 use crate::core::topology::RetryPolicy;
+use crate::core::values::shortstr::MAX_JSON_DEPTH;
 use crate::core::values::text::*;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
