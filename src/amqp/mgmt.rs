@@ -188,7 +188,7 @@ impl Management {
         let name = match declared {
             Ok(q) => q.name().as_str().to_string(),
             Err(e) => {
-                tracing::debug!(error = %crate::amqp::connection::describe_lapin_error(&e),
+                tracing::debug!(error = %crate::error::describe_lapin_error(&e),
                     "cannot declare a probe queue: the management API is trusted to belong to this broker");
                 return Ok(());
             }

@@ -1,6 +1,6 @@
 //! Confirmed, `mandatory` publishing of copies on confirm-mode channels.
 
-use crate::amqp::connection::describe_lapin_error;
+use crate::error::describe_lapin_error;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};

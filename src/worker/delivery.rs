@@ -2,8 +2,8 @@
 //! decide ([`crate::core::retry::settle`], pure), and carry the
 //! [`Settlement`] out: ack, publish a copy then ack, or nack.
 
-use super::{Shared, WorkerConfig};
-use crate::amqp::connection::describe_lapin_error;
+use super::config::WorkerConfig;
+use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
@@ -12,6 +12,7 @@ use crate::core::retry::{
     Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
 };
 use crate::core::values::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
+use crate::error::describe_lapin_error;
 use crate::handler::{Handler, HandlerMessage, NotUtf8};
 use crate::worker::metrics::{Metrics, QueueCounters};
 use futures_util::FutureExt;
