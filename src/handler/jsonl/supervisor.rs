@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::pipes::{log_stderr, read_answers, write_lines};
-use super::{Entry, Live, Pending, Pool, Reply};
+use super::pool::{Entry, Live, Pending, Pool, Reply};
 use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
