@@ -113,7 +113,7 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| path.clone());
-        return secure(super::pages::continue_page(&target));
+        return secure(super::pages::frame::continue_page(&target));
     }
     let client = req
         .extensions()

@@ -7,9 +7,9 @@
 //! and an exclusive queue declared twice on one connection succeeds: two
 //! reads sharing a connection would not keep each other out.
 
+use super::common::{for_the_page, Fail};
 use super::flight::Flights;
 use super::jobs::Jobs;
-use super::Fail;
 use crate::amqp::mgmt::Management;
 use crate::amqp::Brokers;
 use crate::core::dlq::describe::Group;
@@ -473,20 +473,6 @@ impl App {
         self.stop.cancel();
         self.jobs.wait_all().await;
         self.drop_status_conn().await;
-    }
-}
-
-/// A busy DLQ, told for the page: the CLI's advice (`--wait`) does not
-/// apply here.
-pub(crate) fn for_the_page(e: Error) -> Error {
-    match e {
-        Error::Busy { queue, message } if message.contains("--wait") => Error::Busy {
-            queue,
-            message: "another dlqctl command holds its lock (the management UI names its \
-                      connection); try again when it is done"
-                .into(),
-        },
-        other => other,
     }
 }
 

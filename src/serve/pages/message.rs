@@ -1,6 +1,6 @@
 //! One message: its properties, headers, error history and body.
 
-use super::*;
+use super::parts::*;
 
 /// Which message: `?id=ID`, or `?group=G&n=N` (the Nth of the group, from
 /// 0, for a message with no id).

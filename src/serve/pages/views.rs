@@ -1,7 +1,7 @@
 //! The DLQ's views: the overview of every pipeline, a DLQ's groups, and a
 //! group's messages.
 
-use super::*;
+use super::parts::*;
 
 /// A small chart: the DLQ's depth (line) and inflow (bars) over the hour.
 fn chart(history: &[crate::serve::history::Sample], now_ms: u64) -> Markup {
