@@ -60,7 +60,7 @@ fn current_uid() -> u32 {
 pub const MAX_CANARY_WAIT_MS: u64 = 24 * 3_600_000;
 
 /// Finished jobs kept for the jobs page (and their export files).
-pub(super) const KEEP_FINISHED: usize = 50;
+const KEEP_FINISHED: usize = 50;
 
 /// What a job does.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

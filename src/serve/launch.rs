@@ -3,7 +3,7 @@
 //! dlq` command).
 
 use super::common::{for_the_page, Fail};
-use super::jobs::*;
+use super::jobs::{Action, Inner, Job, Jobs, Request, State};
 use super::state::App;
 use crate::core::dlq::select::Selector;
 use crate::ops::dlq::export::{ExportOptions, WriterSink};
