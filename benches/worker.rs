@@ -26,7 +26,7 @@
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
-use dlqctl::core::outcome::Outcome;
+use dlqctl::core::handling::outcome::Outcome;
 use dlqctl::core::topology::{parse_topology, plan, Pipeline};
 use dlqctl::handler::exec::ExecHandler;
 use dlqctl::handler::jsonl::{JsonlConfig, JsonlHandler};

@@ -69,6 +69,17 @@ pub enum Error {
     Usage(String),
 }
 
+/// A lapin error in a user's words: the broker's reply text where there is one.
+pub fn describe_lapin_error(e: &lapin::Error) -> String {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            format!("{} ({})", amqp.get_message(), amqp.get_id())
+        }
+        lapin::ErrorKind::IOError(io) => io.to_string(),
+        _ => e.to_string(),
+    }
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -77,7 +88,7 @@ impl Error {
     pub fn broker(context: impl Into<String>, e: &lapin::Error) -> Self {
         Error::Broker {
             context: context.into(),
-            message: crate::amqp::connection::describe_lapin_error(e),
+            message: describe_lapin_error(e),
         }
     }
 }

@@ -102,7 +102,7 @@ pub mod worker;
 
 pub use crate::amqp::connection::{BrokerUrl, Tls, DEFAULT_URL as DEFAULT_AMQP_URL};
 pub use crate::amqp::Brokers;
-pub use crate::core::outcome::Outcome;
+pub use crate::core::handling::outcome::Outcome;
 pub use crate::core::topology::{
     parse_topology, ArgValue, Arguments, Binding, CircuitBreaker, DeadLetter, ExchangeType,
     Invalid, Pipeline, Problem, ProducerExchange, QueueType, RetryPolicy, Topology,

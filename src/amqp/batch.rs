@@ -11,7 +11,7 @@
 //! batch fails the whole batch, and a batch that passes is wholly
 //! confirmed and routed.
 
-use crate::amqp::connection::describe_lapin_error;
+use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};

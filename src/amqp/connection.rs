@@ -2,7 +2,7 @@
 //! connections, bounded connect time, errors a user can act on.
 
 use crate::core::topology::{ArgValue, Arguments};
-use crate::error::{Error, Result};
+use crate::error::{describe_lapin_error, Error, Result};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties};
@@ -399,17 +399,6 @@ pub(crate) fn redact_in(text: &str, secret_or_url: &str) -> String {
         }
     }
     out
-}
-
-/// A lapin error in a user's words: the broker's reply text where there is one.
-pub(crate) fn describe_lapin_error(e: &lapin::Error) -> String {
-    match e.kind() {
-        lapin::ErrorKind::ProtocolError(amqp) => {
-            format!("{} ({})", amqp.get_message(), amqp.get_id())
-        }
-        lapin::ErrorKind::IOError(io) => io.to_string(),
-        _ => e.to_string(),
-    }
 }
 
 /// The AMQP reply code and text of a broker error, if it is one.

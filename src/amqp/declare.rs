@@ -1,11 +1,12 @@
 //! Declaring exchanges, queues and bindings on pooled channels, and
 //! listing every difference of an existing object.
 
-use crate::amqp::connection::{amqp_reply, describe_lapin_error, field_table};
-use crate::core::drift::{next_probe, ProbeStep, Shape};
-use crate::core::finding::{binding_name, Finding, ObjectKind};
+use crate::amqp::connection::{amqp_reply, field_table};
+use crate::core::check::drift::{next_probe, ProbeStep, Shape};
+use crate::core::check::finding::{binding_name, Finding, ObjectKind};
 use crate::core::topology::plan::{BindingSpec, ExchangeSpec, Plan, QueueSpec};
 use crate::core::topology::ExchangeType;
+use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
 use futures_util::stream::{self, StreamExt};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};

@@ -2,8 +2,8 @@
 //! tell: bindings, the messages a quorum queue holds for its DLX, and the
 //! policies that apply to each queue.
 
-use crate::core::policy::AppliedPolicies;
-use crate::core::stale::{ListedBinding, ListedQueue};
+use crate::core::check::policy::AppliedPolicies;
+use crate::core::check::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
 use std::collections::HashMap;
@@ -193,7 +193,7 @@ impl Management {
         let name = match declared {
             Ok(q) => q.name().as_str().to_string(),
             Err(e) => {
-                tracing::debug!(error = %crate::amqp::connection::describe_lapin_error(&e),
+                tracing::debug!(error = %crate::error::describe_lapin_error(&e),
                     "cannot declare a probe queue: the management API is trusted to belong to this broker");
                 return Ok(());
             }

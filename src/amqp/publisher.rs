@@ -1,6 +1,6 @@
 //! Confirmed, `mandatory` publishing of copies on confirm-mode channels.
 
-use crate::amqp::connection::describe_lapin_error;
+use crate::error::describe_lapin_error;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::core::confirm::{judge_batch, BatchOutcome, Confirm};
-pub use crate::core::confirm::{Refusal, Verdict};
+use crate::core::retry::confirm::{judge_batch, BatchOutcome, Confirm};
+pub use crate::core::retry::confirm::{Refusal, Verdict};
 
 /// Confirm-mode publishing channels ("lanes"), each with many copies in
 /// flight and a collector task that owns their confirms.

@@ -53,7 +53,7 @@ use super::process::{
     format_timeout, io_error_text, read_some, signal_name, with_tail, GroupChild, TailBuffer,
 };
 use super::{Handler, HandlerMessage};
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
 pub(crate) const EXIT_PERMANENT: i32 = 65;
@@ -163,7 +163,7 @@ impl ExecHandler {
         ];
         for (name, bytes) in b64 {
             match bytes {
-                Some(b) => cmd.env(name, crate::core::shortstr::base64(b)),
+                Some(b) => cmd.env(name, crate::core::values::shortstr::base64(b)),
                 None => cmd.env_remove(name),
             };
         }
@@ -194,8 +194,10 @@ impl ExecHandler {
         // Every handler slot soon waits the same way, so consumption pauses
         // (the prefetch follows the concurrency) until the program can
         // start; nothing is retried or dead-lettered for it.
-        let mut backoff =
-            crate::core::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+        let mut backoff = crate::core::retry::backoff::Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+        );
         let mut paused = false;
         let (child, _headers_file) = loop {
             let (mut command, headers_file) = match self.command(msg) {

@@ -36,8 +36,8 @@ use reqwest::header::{HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use reqwest::{Client, Response, StatusCode, Url};
 
 use super::{Handler, HandlerMessage};
-use crate::core::duration::tier_name;
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
+use crate::core::values::duration::tier_name;
 
 /// At most this much of an error response's body goes into the error text.
 pub(crate) const ERROR_BODY_BYTES: usize = 512;

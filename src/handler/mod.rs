@@ -19,14 +19,14 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 
 pub mod exec;
 pub mod http;
 pub mod jsonl;
 mod process;
 
-pub use crate::core::message::{HandlerMessage, NotUtf8};
+pub use crate::core::handling::message::{HandlerMessage, NotUtf8};
 
 /// Processes one message and says how it went.
 ///

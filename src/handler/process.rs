@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
 
-use crate::core::duration::tier_name;
+use crate::core::values::duration::tier_name;
 
 /// Reads once from the pipe; `None` at EOF or on an error, and pends for ever
 /// when there is no pipe (so a `select!` branch on it goes quiet).

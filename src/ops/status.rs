@@ -5,8 +5,8 @@
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
-use crate::core::finding::Finding;
-use crate::core::stale::ListedQueue;
+use crate::core::check::finding::Finding;
+use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
 use crate::error::Result;

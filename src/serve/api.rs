@@ -1,11 +1,11 @@
 //! `/api/…`: the pages' data as JSON, in the shapes the CLI's `--json`
 //! prints (docs/serve.md, "The API").
 
+use super::common::{Fail, PAGE_SIZE};
 use super::guard::{csrf_ok, Authed};
 use super::jobs::{JobView, Request};
 use super::state::App;
-use super::{Fail, PAGE_SIZE};
-use crate::core::select::Selector;
+use crate::core::dlq::select::Selector;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -240,7 +240,7 @@ pub async fn jobs(State(app): Shared) -> Response {
 /// `GET /api/jobs/{id}`: a job, with `dlq_ready` and `dlq_messages`, its
 /// DLQ's counts now.
 pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
-    match super::job_at(&app, path) {
+    match super::jobs::job_at(&app.jobs, path) {
         Ok(j) => Json(job_json(&app, j.view()).await).into_response(),
         Err(f) => fail(f),
     }
@@ -258,7 +258,7 @@ pub async fn cancel(
             "send the X-CSRF-Token header or Authorization: Bearer",
         ));
     }
-    match super::job_at(&app, path) {
+    match super::jobs::job_at(&app.jobs, path) {
         Ok(j) => {
             j.cancel.cancel();
             Json(j.view()).into_response()

@@ -1,10 +1,10 @@
-//! The checks in front of every route ([`crate::core::web_guard`] has the
+//! The checks in front of every route ([`crate::serve::web_guard`] has the
 //! rules): the `Host`, the token, the `Origin` of a POST, read-only, and
 //! the headers that keep the pages from being framed, sniffed or made to
 //! run a script of someone else's.
 
 use super::state::App;
-use crate::core::web_guard;
+use crate::serve::web_guard;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -113,7 +113,7 @@ pub async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) ->
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| path.clone());
-        return secure(super::pages::continue_page(&target));
+        return secure(super::pages::frame::continue_page(&target));
     }
     let client = req
         .extensions()

@@ -7,15 +7,12 @@
 //! is already working on, and the DLQ's lock refuses it when another
 //! `dlqctl` holds the DLQ.
 
-use super::state::App;
-use super::Fail;
-use crate::core::select::Selector;
-use crate::ops::dlq::export::{ExportOptions, WriterSink};
-use crate::ops::dlq::replay::{Canary, ReplayOptions};
+use super::common::Fail;
+use crate::core::dlq::select::Selector;
 use crate::ops::dlq::Progress;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -177,7 +174,7 @@ impl Request {
                 canary_wait_ms,
             } => {
                 if let Some(r) = rate {
-                    crate::core::rate::check_rate(*r)
+                    crate::core::dlq::rate::check_rate(*r)
                         .map_err(|e| Fail::bad_request(format!("rate: {e}")))?;
                 }
                 if *canary == Some(0) {
@@ -264,30 +261,30 @@ impl JobView {
     }
 }
 
-struct Inner {
-    state: State,
-    progress: Progress,
-    report: Option<serde_json::Value>,
-    error: Option<String>,
-    finished: Option<Instant>,
+pub(super) struct Inner {
+    pub(super) state: State,
+    pub(super) progress: Progress,
+    pub(super) report: Option<serde_json::Value>,
+    pub(super) error: Option<String>,
+    pub(super) finished: Option<Instant>,
 }
 
 /// One job.
 pub struct Job {
-    id: u64,
-    request: Request,
-    pipeline: String,
-    dlq: String,
-    started_at: String,
-    started: Instant,
+    pub(super) id: u64,
+    pub(super) request: Request,
+    pub(super) pipeline: String,
+    pub(super) dlq: String,
+    pub(super) started_at: String,
+    pub(super) started: Instant,
     /// Cancels it.
     pub cancel: CancellationToken,
-    file: Option<PathBuf>,
-    inner: Mutex<Inner>,
+    pub(super) file: Option<PathBuf>,
+    pub(super) inner: Mutex<Inner>,
 }
 
 impl Job {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -334,7 +331,12 @@ impl Job {
         }
     }
 
-    fn finish(&self, state: State, report: Option<serde_json::Value>, error: Option<String>) {
+    pub(super) fn finish(
+        &self,
+        state: State,
+        report: Option<serde_json::Value>,
+        error: Option<String>,
+    ) {
         let mut i = self.lock();
         i.state = state;
         i.report = report;
@@ -345,10 +347,10 @@ impl Job {
 
 /// Every job of this server run.
 pub struct Jobs {
-    list: Mutex<Vec<Arc<Job>>>,
-    next: std::sync::atomic::AtomicU64,
-    tracker: TaskTracker,
-    dir: PathBuf,
+    pub(super) list: Mutex<Vec<Arc<Job>>>,
+    pub(super) next: std::sync::atomic::AtomicU64,
+    pub(super) tracker: TaskTracker,
+    pub(super) dir: PathBuf,
 }
 
 impl Jobs {
@@ -369,7 +371,7 @@ impl Jobs {
         }
     }
 
-    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Job>>> {
+    pub(super) fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Job>>> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -391,79 +393,9 @@ impl Jobs {
             .map(|j| j.id)
     }
 
-    /// Starts `request` on `pipeline`'s DLQ. Refused (409, naming the job)
-    /// while another job of this server works on that DLQ.
-    pub fn start(&self, app: &Arc<App>, pipeline: &str, request: Request) -> Result<u64, Fail> {
-        request.check()?;
-        let p = app.pipeline(pipeline)?.clone();
-        let mut list = self.list();
-        if let Some(j) = list.iter().find(|j| j.pipeline == p.name && j.running()) {
-            return Err(Fail {
-                status: axum::http::StatusCode::CONFLICT,
-                message: format!(
-                    "job {} is still working on {}: one job at a time per DLQ",
-                    j.id, j.dlq
-                ),
-                job: Some(j.id),
-            });
-        }
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let file = matches!(request.action, Action::Export)
-            .then(|| self.dir.join(format!("job-{id}.jsonl")));
-        let job = Arc::new(Job {
-            id,
-            pipeline: p.name.clone(),
-            dlq: p.dead_letter.queue.clone(),
-            started_at: crate::core::text::rfc3339_millis(crate::ops::dlq::now_ms()),
-            started: Instant::now(),
-            cancel: app.stop.child_token(),
-            file,
-            request,
-            inner: Mutex::new(Inner {
-                state: State::Running,
-                progress: Progress::default(),
-                report: None,
-                error: None,
-                finished: None,
-            }),
-        });
-        list.push(job.clone());
-        self.evict(&mut list);
-        drop(list);
-        let app = app.clone();
-        self.tracker.spawn(async move {
-            use futures_util::FutureExt;
-            // A panic in a job must not leave it "running" for ever, which
-            // would refuse every later job on its DLQ.
-            let ran = std::panic::AssertUnwindSafe(run(&app, &job, &p))
-                .catch_unwind()
-                .await;
-            let (state, report, error) = ran.unwrap_or_else(|_| {
-                (
-                    State::Failed,
-                    None,
-                    Some(
-                        "the job stopped on an internal error (a bug: please report it); \
-                          what it had not settled is still in the DLQ"
-                            .to_string(),
-                    ),
-                )
-            });
-            if let Some(e) = &error {
-                tracing::warn!(
-                    "serve: job {} ({}) failed: {e}",
-                    job.id,
-                    job.request.action.verb()
-                );
-            }
-            job.finish(state, report, error);
-        });
-        Ok(id)
-    }
-
     /// Forgets the oldest finished jobs past [`KEEP_FINISHED`], and their
     /// export files.
-    fn evict(&self, list: &mut Vec<Arc<Job>>) {
+    pub(super) fn evict(&self, list: &mut Vec<Arc<Job>>) {
         while list.iter().filter(|j| !j.running()).count() > KEEP_FINISHED {
             let Some(at) = list.iter().position(|j| !j.running()) else {
                 break;
@@ -487,7 +419,7 @@ impl Jobs {
     }
 
     /// Creates the export folder, readable by this user only.
-    fn export_dir(&self) -> std::io::Result<&std::path::Path> {
+    pub(super) fn export_dir(&self) -> std::io::Result<&std::path::Path> {
         use std::os::unix::fs::DirBuilderExt;
         match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
@@ -496,152 +428,17 @@ impl Jobs {
     }
 }
 
-/// Runs one job to its end state, report and error.
-async fn run(
-    app: &Arc<App>,
-    job: &Arc<Job>,
-    p: &crate::core::topology::Pipeline,
-) -> (State, Option<serde_json::Value>, Option<String>) {
-    // Page reads of this DLQ in flight end first (they are short).
-    let _gate = tokio::select! {
-        g = app.gate(&p.name).lock_owned() => g,
-        _ = job.cancel.cancelled() => return (State::Cancelled, None, None),
+/// The job a `/jobs/{id}` address names: 404 for an id that is no
+/// number or no job of this server run.
+pub(crate) fn job_at(
+    jobs: &Jobs,
+    path: Result<axum::extract::Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Result<Arc<Job>, Fail> {
+    let Ok(axum::extract::Path(id)) = path else {
+        return Err(Fail::not_found("no such job: job ids are numbers"));
     };
-    let t = match app
-        .target(p, job.request.action.verb(), job.cancel.clone())
-        .await
-    {
-        Ok(t) => t,
-        Err(e) => return (State::Failed, None, Some(e.to_string())),
-    };
-    let progress = |p: &Progress| job.lock().progress = p.clone();
-    let selector = job.request.selection.selector();
-    let result = match &job.request.action {
-        Action::Replay {
-            rate,
-            canary,
-            canary_wait_ms,
-        } => {
-            let opts = ReplayOptions {
-                selector,
-                limit: job.request.selection.limit(),
-                rate: *rate,
-                to: p.name.clone(),
-                dry_run: false,
-                canary: canary.map(|count| Canary {
-                    count,
-                    wait: canary_wait_ms
-                        .map(Duration::from_millis)
-                        .unwrap_or_else(|| crate::ops::dlq::replay::default_canary_wait(p)),
-                }),
-                replay_id: crate::ops::dlq::replay::new_replay_id(),
-            };
-            crate::ops::dlq::replay::replay(&t, &opts, &mut { progress })
-                .await
-                .map(|r| {
-                    let state = match (&r.canary, &r.stopped) {
-                        _ if r.cancelled => State::Cancelled,
-                        (Some(c), _) if !c.passed => State::Failed,
-                        (_, Some(_)) => State::Failed,
-                        _ => State::Done,
-                    };
-                    let error = r.stopped.clone().or_else(|| {
-                        r.canary
-                            .as_ref()
-                            .filter(|c| !c.passed && !r.cancelled)
-                            .map(|c| {
-                                format!(
-                                    "the canary failed: {} of {} replayed messages came back \
-                                     to the DLQ; the rest was not replayed",
-                                    c.came_back, c.sent
-                                )
-                            })
-                    });
-                    (state, serde_json::to_value(&r).ok(), error)
-                })
-        }
-        Action::Export => export(app, job, &t, selector, progress).await,
-        Action::Purge { expected } => crate::ops::dlq::purge::purge(
-            &t,
-            &selector,
-            Some(
-                job.request
-                    .selection
-                    .limit()
-                    .map_or(*expected, |l| l.min(*expected)),
-            ),
-            true,
-            &mut { progress },
-        )
-        .await
-        .map(|r| {
-            let state = if r.cancelled {
-                State::Cancelled
-            } else {
-                State::Done
-            };
-            (state, serde_json::to_value(&r).ok(), None)
-        }),
-    };
-    crate::amqp::connection::close(&t.conn).await;
-    match result {
-        Ok(r) => r,
-        Err(e) if job.cancel.is_cancelled() => (State::Cancelled, None, Some(e.to_string())),
-        Err(e) => (
-            State::Failed,
-            None,
-            Some(super::state::for_the_page(e).to_string()),
-        ),
-    }
-}
-
-type Ended = (State, Option<serde_json::Value>, Option<String>);
-
-/// An export into the job's file (kept: the page exports, it does not
-/// archive).
-async fn export(
-    app: &Arc<App>,
-    job: &Arc<Job>,
-    t: &crate::ops::dlq::Target,
-    selector: Selector,
-    progress: impl FnMut(&Progress) + Send,
-) -> crate::error::Result<Ended> {
-    let write_err = |e: std::io::Error| crate::error::Error::Write {
-        what: "the export file".into(),
-        source: e,
-    };
-    let path = job.file.clone().unwrap_or_default();
-    app.jobs.export_dir().map_err(write_err)?;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(write_err)?;
-    let mut sink = WriterSink::new(std::io::BufWriter::with_capacity(1 << 16, file), |w| {
-        w.get_ref().sync_data()
-    });
-    let opts = ExportOptions {
-        selector,
-        limit: job.request.selection.limit(),
-        remove: false,
-    };
-    let r = crate::ops::dlq::export::export(t, &opts, &mut sink, &mut { progress }).await?;
-    let (state, error) = if r.cancelled {
-        (State::Cancelled, None)
-    } else if r.failed > 0 {
-        // A file missing messages is no export: none is offered.
-        (
-            State::Failed,
-            Some(format!(
-                "{} messages could not be written as export lines (see the report); they are \
-                 still in the DLQ, and no file is offered",
-                r.failed
-            )),
-        )
-    } else {
-        (State::Done, None)
-    };
-    Ok((state, serde_json::to_value(&r).ok(), error))
+    jobs.get(id)
+        .ok_or_else(|| Fail::not_found(format!("no job {id} (jobs live as long as the server)")))
 }
 
 #[cfg(test)]

@@ -13,21 +13,23 @@
 
 mod api;
 mod assets;
+pub mod body_view;
+mod common;
 mod flight;
 mod guard;
+pub mod history;
 pub(crate) mod jobs;
+mod launch;
 mod pages;
 pub(crate) mod state;
+pub mod web_guard;
 
+pub use common::{Fail, PAGE_SIZE};
 pub use state::{App, ServeOptions};
 
 use crate::error::{Error, Result};
-use axum::http::StatusCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// Messages a group page shows at once.
-pub(crate) const PAGE_SIZE: u16 = 50;
 
 /// Binds the listen address: a port in use is a runtime failure, named.
 pub async fn bind(listen: std::net::SocketAddr) -> Result<tokio::net::TcpListener> {
@@ -95,123 +97,4 @@ pub(crate) fn router(app: Arc<App>) -> axum::Router {
             guard::guard,
         ))
         .with_state(app)
-}
-
-/// Why a request failed: its status and a sentence for the user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fail {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// What went wrong and what to do.
-    pub message: String,
-    /// The running job that caused a conflict, when one did.
-    pub job: Option<u64>,
-}
-
-impl Fail {
-    /// A failure with `status`.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Fail {
-            status,
-            message: message.into(),
-            job: None,
-        }
-    }
-
-    /// 404.
-    pub(crate) fn not_found(message: impl Into<String>) -> Self {
-        Fail::new(StatusCode::NOT_FOUND, message)
-    }
-
-    /// 400.
-    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        Fail::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    /// 403.
-    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
-        Fail::new(StatusCode::FORBIDDEN, message)
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        let status = match &e {
-            Error::Busy { .. } => StatusCode::CONFLICT,
-            Error::Usage(_) | Error::Invalid(_) | Error::Url { .. } => StatusCode::BAD_REQUEST,
-            Error::Read { .. } | Error::Write { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::Connect { .. } | Error::Broker { .. } | Error::Management { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
-        };
-        Fail::new(status, e.to_string())
-    }
-}
-
-/// The job a `/jobs/{id}` address names: 404 for an id that is no
-/// number or no job of this server run.
-pub(crate) fn job_at(
-    app: &App,
-    path: Result<axum::extract::Path<u64>, axum::extract::rejection::PathRejection>,
-) -> Result<Arc<jobs::Job>, Fail> {
-    let Ok(axum::extract::Path(id)) = path else {
-        return Err(Fail::not_found("no such job: job ids are numbers"));
-    };
-    app.jobs
-        .get(id)
-        .ok_or_else(|| Fail::not_found(format!("no job {id} (jobs live as long as the server)")))
-}
-
-/// A path segment, percent-encoded (everything but `A-Z a-z 0-9 - . _ ~`,
-/// and the dots too of a segment of dots alone, which a browser would
-/// resolve as `.` or `..`).
-pub(crate) fn seg(s: &str) -> String {
-    let dots_only = s.bytes().all(|b| b == b'.');
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        let plain = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~');
-        if plain || (b == b'.' && !dots_only) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// A query value, percent-encoded.
-pub(crate) fn query_value(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_segments_keep_only_unreserved_bytes() {
-        assert_eq!(seg("orders.v2-x_y~"), "orders.v2-x_y~");
-        assert_eq!(seg("a/b c?d#é"), "a%2Fb%20c%3Fd%23%C3%A9");
-        assert_eq!(seg(".."), "%2E%2E");
-        assert_eq!(seg("a.."), "a..");
-        assert_eq!(query_value("a b&c=d"), "a+b%26c%3Dd");
-    }
-
-    #[test]
-    fn library_errors_map_to_statuses() {
-        let busy = Error::Busy {
-            queue: "q.dlq".into(),
-            message: "held".into(),
-        };
-        assert_eq!(Fail::from(busy).status, StatusCode::CONFLICT);
-        assert_eq!(
-            Fail::from(Error::Usage("x".into())).status,
-            StatusCode::BAD_REQUEST
-        );
-        let broker = Error::Broker {
-            context: "c".into(),
-            message: "m".into(),
-        };
-        assert_eq!(Fail::from(broker).status, StatusCode::BAD_GATEWAY);
-    }
 }

@@ -7,19 +7,19 @@
 //! and an exclusive queue declared twice on one connection succeeds: two
 //! reads sharing a connection would not keep each other out.
 
+use super::common::{for_the_page, Fail};
 use super::flight::Flights;
 use super::jobs::Jobs;
-use super::Fail;
 use crate::amqp::mgmt::Management;
 use crate::amqp::Brokers;
-use crate::core::dlq::Group;
-use crate::core::history::{self, Health, History, Sample};
-use crate::core::select::Selector;
+use crate::core::dlq::describe::Group;
+use crate::core::dlq::select::Selector;
 use crate::core::topology::plan::Plan;
 use crate::core::topology::{Pipeline, Topology};
 use crate::error::{Error, Result};
 use crate::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
 use crate::ops::status::{PipelineStatus, StatusReport};
+use crate::serve::history::{self, Health, History, Sample};
 use lapin::Connection;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -143,7 +143,7 @@ pub struct App {
     /// a cookie of an earlier run is not taken).
     pub login_cookie: Option<String>,
     /// Throttles token guesses.
-    pub throttle: Mutex<crate::core::web_guard::Throttle>,
+    pub throttle: Mutex<crate::serve::web_guard::Throttle>,
     plan: Plan,
     status_conn: tokio::sync::Mutex<Option<StatusConn>>,
     history: Mutex<HashMap<String, History>>,
@@ -164,9 +164,9 @@ impl App {
         App {
             csrf: format!("{:032x}", rand::random::<u128>()),
             login_cookie: opts.auth_token.as_deref().map(|t| {
-                crate::core::web_guard::cookie_value(t, &crate::core::web_guard::random_token())
+                crate::serve::web_guard::cookie_value(t, &crate::serve::web_guard::random_token())
             }),
-            throttle: Mutex::new(crate::core::web_guard::Throttle::new(
+            throttle: Mutex::new(crate::serve::web_guard::Throttle::new(
                 std::time::Instant::now(),
             )),
             plan,
@@ -473,20 +473,6 @@ impl App {
         self.stop.cancel();
         self.jobs.wait_all().await;
         self.drop_status_conn().await;
-    }
-}
-
-/// A busy DLQ, told for the page: the CLI's advice (`--wait`) does not
-/// apply here.
-pub(crate) fn for_the_page(e: Error) -> Error {
-    match e {
-        Error::Busy { queue, message } if message.contains("--wait") => Error::Busy {
-            queue,
-            message: "another dlqctl command holds its lock (the management UI names its \
-                      connection); try again when it is done"
-                .into(),
-        },
-        other => other,
     }
 }
 

@@ -2,16 +2,17 @@
 //! decide ([`crate::core::retry::settle`], pure), and carry the
 //! [`Settlement`] out: ack, publish a copy then ack, or nack.
 
-use super::{Shared, WorkerConfig};
-use crate::amqp::connection::describe_lapin_error;
+use super::config::WorkerConfig;
+use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
-use crate::core::backoff::Backoff;
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
+use crate::core::retry::backoff::Backoff;
 use crate::core::retry::{
     count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
     Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
 };
-use crate::core::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
+use crate::core::values::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
+use crate::error::describe_lapin_error;
 use crate::handler::{Handler, HandlerMessage, NotUtf8};
 use crate::worker::metrics::{Metrics, QueueCounters};
 use futures_util::FutureExt;
@@ -128,7 +129,7 @@ impl<H: Handler> DeliveryTask<H> {
         let attempt = count.attempt;
         // Short strings are bytes on the wire, not necessarily UTF-8: the
         // handler gets text or base64, the log says which, copies keep the
-        // bytes (see core::shortstr).
+        // bytes (see core::values::shortstr).
         let message_id = d
             .properties
             .message_id()
@@ -416,7 +417,7 @@ fn record_settlement(counters: &QueueCounters, done: &Settlement) {
 /// The end of an error for a log line: its last 300 bytes (the end of a
 /// handler's stderr says what went wrong), marked with `…` when cut.
 fn log_error(error: &str) -> std::borrow::Cow<'_, str> {
-    let tail = crate::core::text::tail_utf8(error, 300);
+    let tail = crate::core::values::text::tail_utf8(error, 300);
     if tail.len() == error.len() {
         tail.into()
     } else {

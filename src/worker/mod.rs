@@ -11,22 +11,24 @@
 //! messages go back to the queue only when their channel closes (shutdown,
 //! lost connection).
 
+mod config;
 mod delivery;
 pub mod metrics;
+mod shared;
 mod verify;
 
 pub use crate::core::retry::DeadLetterMode;
+pub use config::WorkerConfig;
+use shared::Shared;
 pub(crate) use verify::verify_topology;
 
-use crate::amqp::brokers::Brokers;
-use crate::amqp::connection::describe_lapin_error;
 use crate::amqp::publisher::Publisher;
-use crate::core::backoff::Backoff;
-use crate::core::breaker::{Breaker, State as BreakerState};
-use crate::core::topology::Pipeline;
+use crate::core::retry::backoff::Backoff;
+use crate::core::retry::breaker::{Breaker, State as BreakerState};
+use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
 use crate::handler::Handler;
-use crate::worker::metrics::{Metrics, QueueCounters};
+use crate::worker::metrics::Metrics;
 use delivery::DeliveryTask;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
@@ -41,99 +43,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-/// Settings of a worker.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The pipeline to consume (its main queue).
-    pub pipeline: Pipeline,
-    /// The broker addresses, tried in order; on a lost connection the
-    /// worker moves on to the next.
-    pub brokers: Brokers,
-    /// Unacked deliveries the broker may push to this worker. Keep it at
-    /// `concurrency` unless handlers are very short: a delivery beyond the
-    /// concurrency waits unstarted, and every reconnect or shutdown returns
-    /// it to the queue, which on a quorum queue counts toward
-    /// `x-delivery-limit` (so a flapping connection could dead-letter
-    /// messages no handler saw).
-    pub prefetch: u16,
-    /// Handler runs at once.
-    pub concurrency: usize,
-    /// How to dead-letter.
-    pub dead_letter: DeadLetterMode,
-    /// At shutdown, how long in-flight handlers may take.
-    pub grace: Duration,
-    /// How long to wait for a publisher confirm before counting the copy
-    /// as refused.
-    pub confirm_timeout: Duration,
-    /// Publishing channels, each with many copies in flight (at most
-    /// `concurrency` are used).
-    pub publish_channels: usize,
-    /// The largest pause between two tries of a refused publish.
-    pub max_publish_backoff: Duration,
-    /// The largest pause between two reconnection attempts.
-    pub max_reconnect_backoff: Duration,
-}
-
-impl WorkerConfig {
-    /// Defaults for a pipeline: one handler at a time with prefetch 1,
-    /// republish dead-letters, 30 s grace.
-    pub fn new(pipeline: Pipeline, brokers: impl Into<Brokers>) -> Self {
-        WorkerConfig {
-            pipeline,
-            brokers: brokers.into(),
-            prefetch: 1,
-            concurrency: 1,
-            dead_letter: DeadLetterMode::Republish,
-            grace: Duration::from_secs(30),
-            confirm_timeout: Duration::from_secs(30),
-            publish_channels: 4,
-            max_publish_backoff: Duration::from_secs(5),
-            max_reconnect_backoff: Duration::from_secs(30),
-        }
-    }
-}
-
 /// A worker for one pipeline and one handler.
 pub struct Worker<H: Handler> {
     cfg: Arc<WorkerConfig>,
     handler: Arc<H>,
     metrics: Arc<Metrics>,
     shared: Arc<Shared>,
-}
-
-/// State shared by every delivery task.
-struct Shared {
-    retry_queues: Vec<String>,
-    /// Tasks currently retrying a refused publish: no new handler starts
-    /// while this is above zero.
-    refusing: AtomicUsize,
-    unblocked: Notify,
-    breaker: Option<Mutex<Breaker>>,
-    started: Instant,
-    /// The index of the broker address connected to last.
-    address: AtomicUsize,
-    /// The connection was lost: start at the next address.
-    move_on: AtomicBool,
-    warned: Mutex<HashSet<String>>,
-    counters: QueueCounters,
-}
-
-impl Shared {
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// Logs a header warning once per distinct text.
-    fn warn_once(&self, text: &str) {
-        let first = self
-            .warned
-            .lock()
-            .map(|mut w| w.len() < 1000 && w.insert(text.to_string()))
-            .unwrap_or(false);
-        if first {
-            warn!(warning = text, "malformed header, treated as absent");
-        }
-    }
 }
 
 enum SessionEnd {

@@ -71,7 +71,8 @@ async fn export_then_replay_from_file_round_trips_byte_for_byte() {
     let pipe = Pipe::new(&c, &[60_000], 3);
     let file = pipe.provision(&dir).await;
 
-    let raw = |bytes: &[u8]| ShortString::from(dlqctl::core::shortstr::from_raw_bytes(bytes));
+    let raw =
+        |bytes: &[u8]| ShortString::from(dlqctl::core::values::shortstr::from_raw_bytes(bytes));
     let mut rich = dead("m-0", "exhausted", "boom", "acme")
         .headers()
         .clone()
@@ -979,7 +980,7 @@ async fn target_for(
 /// are settled and what was not done stays in the DLQ.
 #[tokio::test]
 async fn a_cancel_stops_every_dlq_command_at_once() {
-    use dlqctl::core::select::Selector;
+    use dlqctl::core::dlq::select::Selector;
     use tokio_util::sync::CancellationToken;
     let n = 2000u64;
     let f = Fixture::new(3, |_| {}, dead_many(n as usize, |_| "exhausted", |_| "t")).await;
@@ -1088,7 +1089,7 @@ async fn export_append_never_glues_onto_a_cut_last_line() {
         assert_eq!(got.lines().count(), want, "{name}: {got}");
         for (k, line) in got.lines().enumerate() {
             assert!(
-                dlqctl::core::export::from_line(line).is_ok(),
+                dlqctl::core::dlq::export::from_line(line).is_ok(),
                 "{name}:{}: {line}",
                 k + 1
             );
@@ -1287,7 +1288,7 @@ async fn an_export_that_fills_the_disk_leaves_no_cut_line() {
     let lines = text.lines().count();
     for (k, line) in text.lines().enumerate() {
         assert!(
-            dlqctl::core::export::from_line(line).is_ok(),
+            dlqctl::core::dlq::export::from_line(line).is_ok(),
             "line {}: {line}",
             k + 1
         );

@@ -5,8 +5,8 @@
 //! exit 0 on SIGINT. The example uses the crate-root API only, so this is
 //! also the test of that API from outside the crate.
 
-use crate::support::{broker_env, collect_output};
 use crate::support::worker::{assert_empty, header_str, publish, with_id, PipeFixture};
+use crate::support::{broker_env, collect_output};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

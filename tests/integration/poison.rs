@@ -49,7 +49,7 @@ async fn pika(args: &[&str], stdin: &str) -> String {
 
 /// A byte string as pika_tool.py takes it.
 fn b(bytes: &[u8]) -> Value {
-    json!({ "b64": dlqctl::core::shortstr::base64(bytes) })
+    json!({ "b64": dlqctl::core::values::shortstr::base64(bytes) })
 }
 
 /// The bytes of a `{"b64": ...}` that pika_tool.py printed.
@@ -57,7 +57,7 @@ fn bytes_of(v: &Value) -> Vec<u8> {
     let text = v["b64"]
         .as_str()
         .unwrap_or_else(|| panic!("not a byte string: {v}"));
-    dlqctl::core::shortstr::from_base64(text).expect("base64")
+    dlqctl::core::values::shortstr::from_base64(text).expect("base64")
 }
 
 /// The value of header `key` (bytes) in a message pika_tool.py printed.

@@ -2,12 +2,12 @@
 //! input panics. Case counts are bounded so the suite stays fast; there
 //! are no timing assertions.
 
-use dlqctl::core::duration::{parse_millis, tier_name};
-use dlqctl::core::outcome::Outcome;
+use dlqctl::core::handling::outcome::Outcome;
 use dlqctl::core::retry::{
     count_attempt, decide, headers_to_json, jitter_expiration, DeadLetterReason, Decision,
 };
 use dlqctl::core::topology::{parse_topology, RetryPolicy};
+use dlqctl::core::values::duration::{parse_millis, tier_name};
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
@@ -333,9 +333,9 @@ proptest! {
         a in any::<u32>(),
         b in any::<u32>(),
     ) {
-        let once = dlqctl::core::fingerprint::normalise(&text);
-        prop_assert_eq!(dlqctl::core::fingerprint::normalise(&once), once.clone());
-        let with = |n: u32| dlqctl::core::fingerprint::normalise(&format!("order {n} of {text}"));
+        let once = dlqctl::core::dlq::fingerprint::normalise(&text);
+        prop_assert_eq!(dlqctl::core::dlq::fingerprint::normalise(&once), once.clone());
+        let with = |n: u32| dlqctl::core::dlq::fingerprint::normalise(&format!("order {n} of {text}"));
         prop_assert_eq!(with(a), with(b));
     }
 }

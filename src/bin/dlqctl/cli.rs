@@ -3,9 +3,13 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// `dlqctl --version`: the crate's version, and the git commit it was
+/// built from when it was built from a git checkout (see `build.rs`).
+pub const VERSION: &str = env!("DLQCTL_VERSION");
+
 /// Delayed retries and a dead-letter queue for RabbitMQ consumers.
 #[derive(Debug, Parser)]
-#[command(name = "dlqctl", version = crate::VERSION, about, long_about = None)]
+#[command(name = "dlqctl", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -150,7 +154,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_dlq: Option<u64>,
     /// How often the overview's chart samples every DLQ.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub sample_every: std::time::Duration,
     /// A host name (besides 127.0.0.1, ::1 and localhost) the page answers
     /// to without a token, as a reverse proxy or an SSH tunnel names it.
@@ -222,20 +226,20 @@ pub struct Selectors {
     #[arg(long, value_name = "REASON")]
     pub filter_reason: Option<String>,
     /// Only messages whose header K is V (repeatable: all of them).
-    #[arg(long, value_name = "K=V", value_parser = dlqctl::core::select::parse_header_filter)]
+    #[arg(long, value_name = "K=V", value_parser = dlqctl::core::dlq::select::parse_header_filter)]
     pub filter_header: Vec<(String, String)>,
     /// Only messages whose last error contains TEXT.
     #[arg(long, value_name = "TEXT")]
     pub filter_error: Option<String>,
     /// Only messages dead-lettered longer ago than D (e.g. 7d, 12h).
-    #[arg(long, value_name = "D", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    #[arg(long, value_name = "D", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub older_than: Option<std::time::Duration>,
 }
 
 impl Selectors {
     /// The library's selector.
-    pub fn selector(&self) -> dlqctl::core::select::Selector {
-        dlqctl::core::select::Selector {
+    pub fn selector(&self) -> dlqctl::core::dlq::select::Selector {
+        dlqctl::core::dlq::select::Selector {
             group: self.group.clone(),
             message_ids: self.message_ids.clone(),
             reason: self.filter_reason.clone(),
@@ -311,7 +315,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
     /// At most R messages per second.
-    #[arg(long, value_name = "R", value_parser = dlqctl::core::rate::parse_rate)]
+    #[arg(long, value_name = "R", value_parser = dlqctl::core::dlq::rate::parse_rate)]
     pub rate: Option<f64>,
     /// Send the copies to this existing queue instead of the pipeline's
     /// main queue. A retry queue or a DLQ needs --force.
@@ -425,7 +429,7 @@ pub struct WorkArgs {
     pub concurrency: u16,
     /// A handler run longer than this is killed and counts as transient
     /// (above 0). With --jsonl: how long a message waits for its answer.
-    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_timeout)]
+    #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
     /// `republish`: a copy with the final diagnosis to the DLX, then ack;
@@ -436,7 +440,7 @@ pub struct WorkArgs {
     /// At shutdown, how long in-flight handlers may take before their
     /// messages are left to return to the queue (a second SIGINT or
     /// SIGTERM ends it at once).
-    #[arg(long, default_value = "30s", value_parser = dlqctl::core::duration::parse_cli_duration)]
+    #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090).
     #[arg(long)]
@@ -454,7 +458,7 @@ pub struct WorkArgs {
     pub processes: u16,
     /// With --jsonl: how long a process may take to answer the hello line
     /// with its ready line.
-    #[arg(long, default_value = "60s", requires = "jsonl", value_parser = dlqctl::core::duration::parse_cli_timeout)]
+    #[arg(long, default_value = "60s", requires = "jsonl", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub handler_start_timeout: std::time::Duration,
     #[command(flatten)]
     pub connection: Connection,
@@ -475,7 +479,7 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
 /// `--canary-wait`: a duration of at most 24 h (the DLQ stays locked
 /// while the canary waits).
 fn canary_wait(s: &str) -> Result<std::time::Duration, String> {
-    let d = dlqctl::core::duration::parse_cli_duration(s)?;
+    let d = dlqctl::core::values::duration::parse_cli_duration(s)?;
     if d > dlqctl::ops::dlq::replay::MAX_CANARY_WAIT {
         return Err(format!(
             "`{s}` is over 24h: the DLQ stays locked while the canary waits; give at most 24h"

@@ -88,7 +88,7 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
     tracing_subscriber::fmt::format::debug_fn(
         |w: &mut tracing_subscriber::fmt::format::Writer<'_>, field: &Field, value: &dyn Debug| {
             let text = format!("{value:?}");
-            let text = dlqctl::core::text::escape_controls(&text);
+            let text = dlqctl::core::values::text::escape_controls(&text);
             match field.name() {
                 "message" => write!(w, "{text}"),
                 name => write!(w, "{}={text}", name.trim_start_matches("r#")),

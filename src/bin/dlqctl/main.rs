@@ -10,10 +10,6 @@ mod output;
 use clap::Parser;
 use std::process::ExitCode;
 
-/// `dlqctl --version`: the crate's version, and the git commit it was
-/// built from when it was built from a git checkout (see `build.rs`).
-pub const VERSION: &str = env!("DLQCTL_VERSION");
-
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // One-shot commands report a failed connection themselves, in one

@@ -2,7 +2,7 @@
 
 use lapin::types::{AMQPValue, FieldTable};
 
-use super::*;
+use super::headers::*;
 
 /// What the headers of one delivery say about its attempts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,22 +148,22 @@ pub(super) fn as_integer(value: &AMQPValue) -> Option<i64> {
 }
 
 /// The bytes of a long or short string (a short string's bytes on the
-/// wire, see [`crate::core::shortstr`]).
+/// wire, see [`crate::core::values::shortstr`]).
 pub(super) fn as_text(value: &AMQPValue) -> Option<std::borrow::Cow<'_, [u8]>> {
     match value {
         AMQPValue::LongString(s) => Some(s.as_bytes().into()),
-        AMQPValue::ShortString(s) => Some(crate::core::shortstr::raw_bytes(s.as_str())),
+        AMQPValue::ShortString(s) => Some(crate::core::values::shortstr::raw_bytes(s.as_str())),
         _ => None,
     }
 }
 
 /// A long or short string that is valid UTF-8 (a short string only when it
-/// is held as its own text, see [`crate::core::shortstr`]).
+/// is held as its own text, see [`crate::core::values::shortstr`]).
 pub(super) fn as_str(value: &AMQPValue) -> Option<&str> {
     match value {
         AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
         AMQPValue::ShortString(s) => {
-            Some(s.as_str()).filter(|s| crate::core::shortstr::is_utf8_clean(s))
+            Some(s.as_str()).filter(|s| crate::core::values::shortstr::is_utf8_clean(s))
         }
         _ => None,
     }

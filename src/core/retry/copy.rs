@@ -4,10 +4,11 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use super::attempt::{as_integer, as_str, as_text};
+use super::decision::DeadLetterReason;
 use super::fit::entry_size;
-use super::*;
-use crate::core::shortstr;
-use crate::core::text::{rfc3339_millis, truncate_utf8};
+use super::headers::*;
+use crate::core::values::shortstr;
+use crate::core::values::text::{rfc3339_millis, truncate_utf8};
 
 /// What a copy records about the run that failed and the delivery it
 /// came from.
@@ -91,7 +92,7 @@ pub fn dead_letter_copy(
 /// bytes, else (each on its own) the delivery's.
 ///
 /// Both are short strings on the wire and are returned as lapin holds a
-/// short string (see [`crate::core::shortstr`]): bytes that are not UTF-8,
+/// short string (see [`crate::core::values::shortstr`]): bytes that are not UTF-8,
 /// from a header or the delivery, are kept losslessly.
 pub fn original_exchange_and_key(
     headers: Option<&FieldTable>,

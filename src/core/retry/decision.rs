@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 use crate::core::topology::RetryPolicy;
 
 /// What the worker does with a delivery after a handler run.

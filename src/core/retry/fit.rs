@@ -35,9 +35,9 @@ use std::collections::BTreeMap;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
-use super::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, WRITTEN_HEADERS};
-use crate::core::shortstr;
-use crate::core::text::truncate_utf8;
+use super::headers::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, WRITTEN_HEADERS};
+use crate::core::values::shortstr;
+use crate::core::values::text::truncate_utf8;
 
 /// Bytes of a content-header frame besides its properties: frame type 1,
 /// channel 2, size 4, class id 2, weight 2, body size 8, frame end 1.
@@ -335,7 +335,7 @@ fn without_headers(props: BasicProperties, drop: impl Fn(&str) -> bool) -> Basic
 mod tests {
     use super::*;
     use crate::core::retry::{ATTEMPT_HEADER, SOURCE_QUEUE_HEADER};
-    use crate::core::shortstr::from_raw_bytes;
+    use crate::core::values::shortstr::from_raw_bytes;
     use lapin::types::{ByteArray, DecimalValue};
 
     /// What lapin writes for `props`.

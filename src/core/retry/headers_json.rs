@@ -3,8 +3,8 @@
 use lapin::types::{AMQPValue, FieldTable};
 
 use super::attempt::as_integer;
-use super::MAX_JSON_DEPTH;
-use crate::core::shortstr;
+use crate::core::values::shortstr;
+use crate::core::values::shortstr::MAX_JSON_DEPTH;
 
 /// The headers as a JSON object, for a handler's `DLQCTL_HEADERS`.
 ///

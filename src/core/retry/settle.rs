@@ -15,16 +15,15 @@
 
 use lapin::BasicProperties;
 
+use super::copy::{dead_letter_copy, retry_copy, CopyContext};
+use super::decision::{decide, DeadLetterReason, Decision};
 use super::fit::{
     fit_dead_letter_copy, fit_retry_copy, properties_size, retry_budget, TooLarge, Trimmed,
 };
-use super::{
-    dead_letter_copy, decide, jitter_expiration, retry_copy, CopyContext, DeadLetterReason,
-    Decision,
-};
-use crate::core::duration::tier_name;
-use crate::core::outcome::Outcome;
+use super::jitter::jitter_expiration;
+use crate::core::handling::outcome::Outcome;
 use crate::core::topology::{Pipeline, QueueType};
+use crate::core::values::duration::tier_name;
 
 /// How a dead-letter is carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

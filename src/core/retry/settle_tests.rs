@@ -6,9 +6,9 @@
 use super::fit::{properties_size, retry_budget};
 use super::settle::*;
 use super::*;
-use crate::core::duration::tier_name;
-use crate::core::outcome::Outcome;
+use crate::core::handling::outcome::Outcome;
 use crate::core::topology::{parse_topology, Pipeline};
+use crate::core::values::duration::tier_name;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use std::time::Duration;

@@ -6,9 +6,10 @@ use super::decision::*;
 use super::headers_json::*;
 use super::jitter::*;
 use super::*;
-use crate::core::outcome::Outcome;
-use crate::core::text::*;
+use crate::core::handling::outcome::Outcome;
 use crate::core::topology::RetryPolicy;
+use crate::core::values::shortstr::MAX_JSON_DEPTH;
+use crate::core::values::text::*;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
@@ -613,7 +614,7 @@ fn jitter_is_a_whole_number_between_one_and_the_tier() {
     assert_eq!(exp(1, 0.5, 0.99).as_deref(), Some("1"));
     assert_eq!(exp(1, 1.0, 0.999).as_deref(), Some("1"));
     assert_eq!(exp(3, 1.0, 0.999).as_deref(), Some("1"));
-    let max = crate::core::duration::MAX_MILLIS;
+    let max = crate::core::values::duration::MAX_MILLIS;
     assert_eq!(exp(max, 0.5, 0.0), Some(max.to_string()));
     for d in [1, 2, 3, 7, 999, 1000, 1001, 60_000, max] {
         for j in [0.01, 0.1, 0.33, 0.5] {
@@ -966,7 +967,7 @@ fn original_route_headers_fall_back_one_by_one() {
     );
     // Not UTF-8 (RabbitMQ passes routing keys through as bytes): kept as
     // the bytes, held as lapin holds a short string.
-    let bad = crate::core::shortstr::from_raw_bytes(&[0xff, 0xfe]);
+    let bad = crate::core::values::shortstr::from_raw_bytes(&[0xff, 0xfe]);
     assert_eq!(
         read(h(vec![(
             ORIGINAL_ROUTING_KEY_HEADER,
@@ -1339,7 +1340,7 @@ fn headers_to_json_maps_every_type() {
 
 #[test]
 fn headers_to_json_gives_bytes_that_are_not_utf8_as_base64() {
-    use crate::core::shortstr::from_raw_bytes;
+    use crate::core::values::shortstr::from_raw_bytes;
     use serde_json::json;
     // Keys as the patched parser holds them when received as these bytes.
     let bad_key = from_raw_bytes(b"\xff\xfekey");
@@ -1381,7 +1382,7 @@ fn headers_to_json_gives_bytes_that_are_not_utf8_as_base64() {
         .find(|k| k.starts_with("base64://"))
         .unwrap();
     assert_eq!(
-        crate::core::shortstr::from_base64(&key[BASE64_KEY_PREFIX.len()..]).unwrap(),
+        crate::core::values::shortstr::from_base64(&key[BASE64_KEY_PREFIX.len()..]).unwrap(),
         b"\xff\xfekey"
     );
 }

@@ -8,10 +8,7 @@ pub mod source;
 pub mod yaml;
 
 pub use model::*;
-pub use parse::{
-    parse_topology, Invalid, Problem, DEFAULT_DELAYS, DEFAULT_DELIVERY_LIMIT, DEFAULT_JITTER,
-    DEFAULT_MAX_ATTEMPTS,
-};
+pub use parse::{parse_topology, Invalid, Problem};
 pub use plan::{plan, Plan};
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,15 @@
 
 use std::collections::BTreeMap;
 
+/// Default delivery limit of quorum main queues.
+pub const DEFAULT_DELIVERY_LIMIT: i64 = 20;
+/// Default retry delays when a file gives none.
+pub const DEFAULT_DELAYS: [u64; 3] = [1_000, 10_000, 60_000];
+/// Default attempt budget.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+/// Default jitter.
+pub const DEFAULT_JITTER: f64 = 0.1;
+
 /// Queue type of a pipeline's queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -193,7 +202,7 @@ impl Pipeline {
         format!(
             "{}.retry.{}",
             self.name,
-            crate::core::duration::tier_name(delay_ms)
+            crate::core::values::duration::tier_name(delay_ms)
         )
     }
 

@@ -106,7 +106,7 @@ pub fn main_queue_arguments(p: &Pipeline) -> Arguments {
     if p.queue_type == QueueType::Quorum {
         a.insert(
             "x-delivery-limit".into(),
-            int(p.delivery_limit.unwrap_or(super::DEFAULT_DELIVERY_LIMIT)),
+            int(p.delivery_limit.unwrap_or(DEFAULT_DELIVERY_LIMIT)),
         );
         a.insert("x-dead-letter-strategy".into(), s("at-least-once"));
         a.insert("x-overflow".into(), s("reject-publish"));
@@ -215,7 +215,7 @@ pub fn pipeline_plan(p: &Pipeline) -> Plan {
         plan.bindings.push(bind(
             p.retry_exchange(),
             p.retry_queue(d),
-            crate::core::duration::tier_name(d),
+            crate::core::values::duration::tier_name(d),
             Arguments::new(),
         ));
     }

@@ -1,6 +1,6 @@
 //! `--jsonl -- COMMAND ARGS...`: long-running handler processes that take
 //! messages as JSON lines on stdin and answer outcomes on stdout, by id, in
-//! any order (the protocol is [`crate::core::jsonl`]; docs/worker.md,
+//! any order (the protocol is [`crate::core::handling::jsonl`]; docs/worker.md,
 //! "The JSON-lines protocol").
 //!
 //! [`JsonlHandler`] keeps `processes` copies of the program running, each
@@ -47,13 +47,10 @@
 //!   ended has what it left in its group killed; and every process dies
 //!   with dlqctl, however dlqctl ends (`PR_SET_PDEATHSIG`).
 
-use std::collections::HashMap;
-use std::ffi::OsString;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -61,182 +58,22 @@ use tracing::debug;
 
 use super::process::format_timeout;
 use super::{Handler, HandlerMessage};
-use crate::core::jsonl;
-use crate::core::outcome::Outcome;
+use crate::core::handling::jsonl;
+use crate::core::handling::outcome::Outcome;
 
+mod config;
 mod limits;
 mod pipes;
+mod pool;
 mod supervisor;
 
-/// stderr lines longer than this are cut in the log.
-pub(crate) const STDERR_LINE_BYTES: usize = 4096;
-
-/// stderr lines logged per second and process; the rest are counted.
-pub(crate) const STDERR_LINES_PER_SECOND: u32 = 100;
-
-/// Settings of a [`JsonlHandler`].
-#[derive(Debug, Clone)]
-pub struct JsonlConfig {
-    /// The program (resolved through `PATH` when it has no slash).
-    pub program: OsString,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-    /// The pipeline's main queue, for the hello line and `DLQCTL_QUEUE`.
-    pub queue: String,
-    /// How many copies of the program run.
-    pub processes: usize,
-    /// Messages in flight per process at most.
-    pub max_in_flight: usize,
-    /// How long a message may wait for its answer (from when it was handed
-    /// to a process).
-    pub timeout: Duration,
-    /// How long a process may take to answer the hello line.
-    pub start_timeout: Duration,
-    /// Timeouts in a row after which a process is restarted.
-    pub timeouts_before_restart: u32,
-    /// At shutdown, how long a process may take to exit after EOF.
-    pub exit_wait: Duration,
-    /// The largest pause between two starts of a failing process.
-    pub max_restart_backoff: Duration,
-}
-
-impl JsonlConfig {
-    /// One process with one message in flight, a 30 s timeout, 60 s to
-    /// start, a restart after 3 timeouts in a row, 5 s to exit.
-    pub fn new(
-        program: impl Into<OsString>,
-        args: Vec<OsString>,
-        queue: impl Into<String>,
-    ) -> Self {
-        JsonlConfig {
-            program: program.into(),
-            args,
-            queue: queue.into(),
-            processes: 1,
-            max_in_flight: 1,
-            timeout: Duration::from_secs(30),
-            start_timeout: Duration::from_secs(60),
-            timeouts_before_restart: 3,
-            exit_wait: Duration::from_secs(5),
-            max_restart_backoff: Duration::from_secs(30),
-        }
-    }
-}
+pub use config::{JsonlConfig, STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
+use pool::{Live, Pool, Reply};
 
 /// Long-running handler processes; see the [module documentation](self).
 pub struct JsonlHandler {
     pool: Arc<Pool>,
     supervisors: Mutex<Vec<JoinHandle<()>>>,
-}
-
-struct Pool {
-    cfg: JsonlConfig,
-    slots: Vec<Mutex<Option<Arc<Live>>>>,
-    /// A process became ready or a message left a process.
-    changed: Notify,
-    stopping: CancellationToken,
-}
-
-/// What a waiting message hears back.
-enum Reply {
-    /// The process answered, or ended with the message in flight.
-    Done(Outcome),
-    /// The process ended before the message's line was written: hand it to
-    /// another one.
-    NotSent,
-}
-
-struct Entry {
-    /// `None` once the message timed out: the process may still work on
-    /// it, so the entry stays (it counts against `max_in_flight`) until
-    /// the process answers it (a late answer, logged) or ends.
-    reply: Option<oneshot::Sender<Reply>>,
-    sent: bool,
-}
-
-#[derive(Default)]
-struct Pending {
-    /// No more messages: the process is ending.
-    closed: bool,
-    map: HashMap<u64, Entry>,
-}
-
-/// A ready process, as the messages see it.
-struct Live {
-    index: usize,
-    pid: u32,
-    lines: mpsc::Sender<(u64, Vec<u8>)>,
-    pending: Mutex<Pending>,
-    max_in_flight: usize,
-    next_id: AtomicU64,
-    timeouts_in_a_row: AtomicU32,
-    /// Cancelled to have the supervisor end the process (with `why`).
-    restart: CancellationToken,
-    why: Mutex<Option<String>>,
-    /// Cancelled to close the process's stdin.
-    close_stdin: CancellationToken,
-}
-
-impl Live {
-    /// Has the supervisor end the process; from now on it takes no new
-    /// message, and lines not yet written stay unwritten (their messages
-    /// go to another process at no cost).
-    fn ask_restart(&self, why: String) {
-        if let Ok(mut w) = self.why.lock() {
-            w.get_or_insert(why);
-        }
-        if let Ok(mut p) = self.pending.lock() {
-            p.closed = true;
-        }
-        self.restart.cancel();
-    }
-
-    /// Marks the entry of `id` as sent, just before its line is written;
-    /// `false` when it no longer waits or the process takes no more lines.
-    fn mark_sent(&self, id: u64) -> bool {
-        let Ok(mut p) = self.pending.lock() else {
-            return false;
-        };
-        if p.closed {
-            return false;
-        }
-        match p.map.get_mut(&id) {
-            Some(e) => {
-                e.sent = true;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Takes the entry of `id`, if it still waits.
-    fn take(&self, id: u64) -> Option<Entry> {
-        self.pending.lock().ok()?.map.remove(&id)
-    }
-
-    /// The message of `id` timed out: an entry whose line was sent stays,
-    /// without its reply, until the process answers it or ends; an unsent
-    /// one goes. `Some(sent)` when it still waited, with whether every
-    /// place of the process is now held by timed-out messages.
-    fn expire(&self, id: u64) -> Option<(bool, bool)> {
-        let mut p = self.pending.lock().ok()?;
-        let e = p.map.get_mut(&id)?;
-        e.reply.as_ref()?;
-        if !e.sent {
-            p.map.remove(&id);
-            return Some((false, false));
-        }
-        e.reply = None;
-        let expired = p.map.values().filter(|e| e.reply.is_none()).count();
-        Some((true, expired >= self.max_in_flight))
-    }
-
-    fn load(&self) -> usize {
-        self.pending
-            .lock()
-            .map(|p| p.map.len())
-            .unwrap_or(usize::MAX)
-    }
 }
 
 impl JsonlHandler {
@@ -407,50 +244,6 @@ impl Drop for Reserved<'_> {
         if self.id != u64::MAX {
             self.live.take(self.id);
             self.pool.changed.notify_waiters();
-        }
-    }
-}
-
-impl Pool {
-    /// Reserves a place on the ready process with the fewest messages in
-    /// flight, waiting for one when none is ready or all are full.
-    async fn reserve(&self) -> Option<(Arc<Live>, u64, oneshot::Receiver<Reply>)> {
-        loop {
-            if self.stopping.is_cancelled() {
-                return None;
-            }
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let mut ready: Vec<Arc<Live>> = self
-                .slots
-                .iter()
-                .filter_map(|s| s.lock().ok().and_then(|s| s.clone()))
-                .collect();
-            ready.sort_by_key(|l| l.load());
-            for live in ready {
-                let Ok(mut p) = live.pending.lock() else {
-                    continue;
-                };
-                if p.closed || p.map.len() >= self.cfg.max_in_flight {
-                    continue;
-                }
-                let id = live.next_id.fetch_add(1, Ordering::SeqCst);
-                let (tx, rx) = oneshot::channel();
-                p.map.insert(
-                    id,
-                    Entry {
-                        reply: Some(tx),
-                        sent: false,
-                    },
-                );
-                drop(p);
-                return Some((live, id, rx));
-            }
-            tokio::select! {
-                () = changed => {}
-                () = self.stopping.cancelled() => return None,
-            }
         }
     }
 }

@@ -12,9 +12,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::config::{STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
 use super::limits::{Limiter, RecentIds};
-use super::{Entry, Live, Pool, Reply, STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
-use crate::core::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
+use super::pool::{Entry, Live, Pool, Reply};
+use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::handler::process::{io_error_text, TailBuffer};
 
 /// Protocol complaints (malformed lines, unknown ids) logged per minute and

@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::pipes::{log_stderr, read_answers, write_lines};
-use super::{Entry, Live, Pending, Pool, Reply};
-use crate::core::backoff::Backoff;
-use crate::core::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
-use crate::core::outcome::Outcome;
+use super::pool::{Entry, Live, Pending, Pool, Reply};
+use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
+use crate::core::handling::outcome::Outcome;
+use crate::core::retry::backoff::Backoff;
 use crate::handler::process::{
     describe_exit, format_timeout, io_error_text, GroupChild, TailBuffer,
 };

@@ -1,6 +1,7 @@
 //! The pool against real processes (Python and sh), without a broker.
 
 use super::*;
+use std::time::Duration;
 use std::time::Instant as StdInstant;
 
 fn msg(body: &str) -> HandlerMessage {

@@ -1,9 +1,9 @@
-//! `dlq export`: the DLQ as JSON Lines ([`crate::core::export`]), and with
+//! `dlq export`: the DLQ as JSON Lines ([`crate::core::dlq::export`]), and with
 //! `remove`, an archive: a message is acked only once its line is written
 //! and the file fsynced.
 
 use super::{now_ms, selected, Progress, Target};
-use crate::core::select::Selector;
+use crate::core::dlq::select::Selector;
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,7 @@ pub struct ExportReport {
     /// Messages removed from the DLQ (written and fsynced first).
     pub removed: u64,
     /// Selected messages that cannot be written (headers nested too deep,
-    /// a line over [`crate::core::export::MAX_LINE_BYTES`]); they stay in
+    /// a line over [`crate::core::dlq::export::MAX_LINE_BYTES`]); they stay in
     /// the DLQ.
     pub failed: u64,
     /// Kept messages rotated to the tail (past the window).
@@ -121,7 +121,7 @@ pub async fn export(
             let wanted = opts.limit.is_none_or(|l| p.selected < l);
             if wanted && selected(&opts.selector, &m, now) {
                 p.selected += 1;
-                let line = match crate::core::export::to_line(&m.record) {
+                let line = match crate::core::dlq::export::to_line(&m.record) {
                     Ok(line) => line,
                     Err(e) => {
                         tracing::warn!(

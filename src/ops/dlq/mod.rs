@@ -27,8 +27,8 @@ pub use reader::{
     lock_name, DlqReader, Message, ReadOptions, ReadStats, DEFAULT_WINDOW, MAX_IN_FLIGHT,
 };
 
-use crate::core::dlq::Described;
-use crate::core::select::{Candidate, Selector};
+use crate::core::dlq::describe::Described;
+use crate::core::dlq::select::{Candidate, Selector};
 use crate::error::Result;
 use lapin::Connection;
 use std::sync::Arc;
@@ -129,7 +129,7 @@ pub struct PeekedMessage {
 
 impl PeekedMessage {
     fn of(m: &Message) -> Self {
-        use crate::core::shortstr;
+        use crate::core::values::shortstr;
         let id = m
             .record
             .properties
@@ -141,10 +141,10 @@ impl PeekedMessage {
             message_id_base64: id
                 .and_then(shortstr::non_utf8_bytes)
                 .map(|b: Vec<u8>| shortstr::base64(&b)),
-            group: crate::core::select::message_group(&m.described),
+            group: crate::core::dlq::select::message_group(&m.described),
             described: m.described.clone(),
             headers: m.headers.clone(),
-            properties: crate::core::export::properties_json(&m.record.properties),
+            properties: crate::core::dlq::export::properties_json(&m.record.properties),
             body_bytes: m.record.body.len(),
             body_utf8: std::str::from_utf8(&m.record.body).ok().map(str::to_string),
             body_base64: shortstr::base64(&m.record.body),
@@ -229,7 +229,7 @@ pub struct SummaryReport {
     /// Kept messages rotated to the tail (past the window).
     pub rotated: u64,
     /// The groups, largest first.
-    pub groups: Vec<crate::core::dlq::Group>,
+    pub groups: Vec<crate::core::dlq::describe::Group>,
     /// Stopped by SIGINT/SIGTERM (or a cancelled page) before the end: the
     /// groups count what was read.
     pub cancelled: bool,
@@ -242,7 +242,7 @@ pub async fn summary(
     selector: &Selector,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<SummaryReport> {
-    let mut grouper = crate::core::dlq::Grouper::default();
+    let mut grouper = crate::core::dlq::describe::Grouper::default();
     let mut r = t.open().await?;
     let mut p = Progress {
         total: r.snapshot(),

@@ -2,7 +2,7 @@
 //! no copy anywhere. The CLI asks for `--yes`; without it, it counts.
 
 use super::{now_ms, selected, Progress, Target};
-use crate::core::select::Selector;
+use crate::core::dlq::select::Selector;
 use crate::error::{Error, Result};
 
 /// What a purge did (or, counting, would do).

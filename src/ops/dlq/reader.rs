@@ -6,11 +6,11 @@
 
 use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
-use crate::core::dlq::{describe, Described};
-use crate::core::export::Record;
-use crate::core::replay::{remaining_retention, rotation_copy};
+use crate::core::dlq::describe::{describe, Described};
+use crate::core::dlq::export::Record;
+use crate::core::dlq::replay::{remaining_retention, rotation_copy};
 use crate::core::retry::headers_to_json;
-use crate::core::shortstr;
+use crate::core::values::shortstr;
 use crate::error::{Error, Result};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -484,7 +484,7 @@ impl DlqReader {
         let at = described
             .dead_lettered_at
             .as_deref()
-            .and_then(crate::core::text::parse_rfc3339_millis);
+            .and_then(crate::core::values::text::parse_rfc3339_millis);
         let expiration = remaining_retention(self.opts.retention_ms, at, now_unix_ms);
         let props = rotation_copy(&m.record.properties, &self.user, expiration);
         let done = match self.rotator.as_mut() {

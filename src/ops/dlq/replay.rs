@@ -8,10 +8,10 @@ use super::reader::{BATCH, CONFIRM_TIMEOUT, LANES};
 use super::{now_ms, selected, Progress, Target};
 use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
-use crate::core::rate::TokenBucket;
-use crate::core::replay::{replay_copy, replay_id_of};
+use crate::core::dlq::rate::TokenBucket;
+use crate::core::dlq::replay::{replay_copy, replay_id_of};
+use crate::core::dlq::select::Selector;
 use crate::core::retry::fit::fit_retry_copy;
-use crate::core::select::Selector;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -164,7 +164,7 @@ pub async fn replay(
                 cr.came_back,
                 cr.sent,
                 t.dlq,
-                crate::core::duration::tier_name(c.wait.as_millis() as u64)
+                crate::core::values::duration::tier_name(c.wait.as_millis() as u64)
             ));
         }
         report.canary = Some(cr);
@@ -190,7 +190,7 @@ pub const MAX_CANARY_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// (bad usage).
 fn check_options(opts: &ReplayOptions) -> Result<()> {
     if let Some(r) = opts.rate {
-        crate::core::rate::check_rate(r).map_err(|e| Error::Usage(format!("--rate: {e}")))?;
+        crate::core::dlq::rate::check_rate(r).map_err(|e| Error::Usage(format!("--rate: {e}")))?;
     }
     if let Some(c) = opts.canary.filter(|c| c.wait > MAX_CANARY_WAIT) {
         return Err(Error::Usage(format!(
@@ -427,27 +427,27 @@ fn too_large_why(message_id: Option<&str>, t: &crate::core::retry::fit::TooLarge
 
 /// The messages of an export file, blank lines skipped; a line that does
 /// not read, is not UTF-8 or is longer than
-/// [`crate::core::export::MAX_LINE_BYTES`] is bad usage naming `FILE:LINE`
+/// [`crate::core::dlq::export::MAX_LINE_BYTES`] is bad usage naming `FILE:LINE`
 /// (no line is held in memory beyond that bound).
 fn export_records(
     path: &std::path::Path,
-) -> Result<impl Iterator<Item = Result<crate::core::export::Record>> + '_> {
+) -> Result<impl Iterator<Item = Result<crate::core::dlq::export::Record>> + '_> {
     let shown = path.display().to_string();
     let read_err = move |source| Error::Read {
         path: path.display().to_string(),
         source,
     };
     let file = std::fs::File::open(path).map_err(read_err)?;
-    let lines = crate::core::export::BoundedLines::new(
+    let lines = crate::core::dlq::export::BoundedLines::new(
         std::io::BufReader::new(file),
-        crate::core::export::MAX_LINE_BYTES,
+        crate::core::dlq::export::MAX_LINE_BYTES,
     );
     Ok(lines.enumerate().filter_map(move |(i, line)| match line {
-        Err(crate::core::export::FileLineError::Io(source)) => Some(Err(read_err(source))),
+        Err(crate::core::dlq::export::FileLineError::Io(source)) => Some(Err(read_err(source))),
         Err(e) => Some(Err(Error::Usage(format!("{shown}:{}: {e}", i + 1)))),
         Ok(line) if line.trim().is_empty() => None,
         Ok(line) => Some(
-            crate::core::export::from_line(&line)
+            crate::core::dlq::export::from_line(&line)
                 .map_err(|e| Error::Usage(format!("{shown}:{}: {e}", i + 1))),
         ),
     }))

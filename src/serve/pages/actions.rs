@@ -1,7 +1,7 @@
 //! The actions: their forms, the jobs they start, the jobs' pages and the
 //! export download.
 
-use super::*;
+use super::parts::*;
 
 /// A posted form's fields, once its CSRF token is checked.
 fn checked_form(
@@ -189,7 +189,7 @@ fn state_name(s: JobState) -> &'static str {
 
 /// `GET /jobs/{id}`.
 pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
-    let page = job_at(&app, path).map(|j| job_page(&app, &j.view()));
+    let page = job_at(&app.jobs, path).map(|j| job_page(&app, &j.view()));
     respond(&app, page)
 }
 
@@ -242,7 +242,7 @@ pub async fn cancel(
     if let Err(f) = checked_form(&app, authed.as_deref(), &headers, &body) {
         return error_page(&app, &f);
     }
-    match job_at(&app, path) {
+    match job_at(&app.jobs, path) {
         Ok(j) => {
             j.cancel.cancel();
             Redirect::to(&format!("/jobs/{}", j.id())).into_response()
@@ -253,7 +253,7 @@ pub async fn cancel(
 
 /// `GET /jobs/{id}/download`: an export job's file.
 pub async fn download(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> Response {
-    let job = match job_at(&app, path) {
+    let job = match job_at(&app.jobs, path) {
         Ok(j) => j,
         Err(f) => return error_page(&app, &f),
     };

@@ -1,6 +1,6 @@
 //! One message: its properties, headers, error history and body.
 
-use super::*;
+use super::parts::*;
 
 /// Which message: `?id=ID`, or `?group=G&n=N` (the Nth of the group, from
 /// 0, for a message with no id).
@@ -53,7 +53,7 @@ fn body_markup(bytes: &[u8]) -> Markup {
 
 fn message_page(app: &App, pipeline: &str, m: &PeekedMessage) -> Markup {
     let group = &m.group;
-    let timeline = crate::core::dlq::timeline(&m.described);
+    let timeline = crate::core::dlq::describe::timeline(&m.described);
     let bytes = body_bytes(m);
     let headers = m.headers.as_object().cloned().unwrap_or_default();
     let content = html! {

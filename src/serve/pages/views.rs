@@ -1,12 +1,12 @@
 //! The DLQ's views: the overview of every pipeline, a DLQ's groups, and a
 //! group's messages.
 
-use super::*;
+use super::parts::*;
 
 /// A small chart: the DLQ's depth (line) and inflow (bars) over the hour.
-fn chart(history: &[crate::core::history::Sample], now_ms: u64) -> Markup {
+fn chart(history: &[crate::serve::history::Sample], now_ms: u64) -> Markup {
     let (w, h) = (240.0, 40.0);
-    let c = crate::core::history::chart(history, now_ms, w, h);
+    let c = crate::serve::history::chart(history, now_ms, w, h);
     html! {
         svg.chart width="240" height="40" viewBox="0 0 240 40" role="img"
             aria-label=(format!("DLQ depth over the last hour, up to {}; inflow up to {} per sample", c.max_depth, c.max_inflow)) {
@@ -90,11 +90,11 @@ fn every(ms: u64) -> String {
     }
 }
 
-fn health_name(h: crate::core::history::Health) -> &'static str {
+fn health_name(h: crate::serve::history::Health) -> &'static str {
     match h {
-        crate::core::history::Health::Healthy => "healthy",
-        crate::core::history::Health::Warning => "warning",
-        crate::core::history::Health::Alert => "alert",
+        crate::serve::history::Health::Healthy => "healthy",
+        crate::serve::history::Health::Warning => "warning",
+        crate::serve::history::Health::Alert => "alert",
     }
 }
 
@@ -216,7 +216,7 @@ fn action_fields(app: &App, count: u64, group: &str) -> Markup {
 fn group_page(
     app: &App,
     pipeline: &str,
-    (g, counted): (&crate::core::dlq::Group, &CachedSummary),
+    (g, counted): (&crate::core::dlq::describe::Group, &CachedSummary),
     page: u16,
     messages: &[PeekedMessage],
     more: bool,
@@ -260,7 +260,7 @@ fn group_page(
                         td { (opt(m.described.dead_lettered_at.as_deref())) }
                         td.num { (opt(m.described.attempts)) }
                         td.mono.cut { (opt(m.described.last_error.as_deref())) }
-                        td.mono.cut { (crate::core::dlq::body_preview(&body_bytes(m), 60)) }
+                        td.mono.cut { (crate::core::dlq::describe::body_preview(&body_bytes(m), 60)) }
                     }
                 }
             }

@@ -57,7 +57,7 @@ impl Pipe {
         let delays: Vec<String> = self
             .delays
             .iter()
-            .map(|d| dlqctl::core::duration::tier_name(*d))
+            .map(|d| dlqctl::core::values::duration::tier_name(*d))
             .collect();
         let mut y = format!(
             "version: 1\npipelines:\n  - name: {}\n    queue_type: {}\n    retry: {{ delays: [{}], max_attempts: {}, jitter: {} }}\n",
@@ -100,7 +100,7 @@ impl Pipe {
         format!(
             "{}.retry.{}",
             self.name,
-            dlqctl::core::duration::tier_name(delay_ms)
+            dlqctl::core::values::duration::tier_name(delay_ms)
         )
     }
 
@@ -506,5 +506,5 @@ pub fn now_rfc3339() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("a clock after 1970")
         .as_millis() as u64;
-    dlqctl::core::text::rfc3339_millis(ms)
+    dlqctl::core::values::text::rfc3339_millis(ms)
 }

@@ -262,7 +262,7 @@ fn repair_last_line(path: &std::path::Path) -> Result<()> {
         if start == 0 {
             break 0;
         }
-        if tail.len() > dlqctl::core::export::MAX_LINE_BYTES {
+        if tail.len() > dlqctl::core::dlq::export::MAX_LINE_BYTES {
             return Err(Error::Usage(format!(
                 "{shown} ends with {} bytes and no newline, more than an export line: is this \
                  an export file? Not appending to it",
@@ -274,7 +274,7 @@ fn repair_last_line(path: &std::path::Path) -> Result<()> {
     };
     let whole = std::str::from_utf8(&tail)
         .ok()
-        .is_some_and(|t| dlqctl::core::export::from_line(t).is_ok());
+        .is_some_and(|t| dlqctl::core::dlq::export::from_line(t).is_ok());
     if whole {
         f.seek(SeekFrom::End(0)).map_err(io_err)?;
         f.write_all(b"\n").map_err(io_err)?;

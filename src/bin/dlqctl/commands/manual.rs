@@ -1,7 +1,7 @@
 //! `dlqctl completions` and `dlqctl man`: generated from the command line
 //! itself (`cli.rs`), so they never disagree with `--help`.
 
-use crate::cli::Cli;
+use crate::cli::{Cli, VERSION};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
@@ -40,7 +40,7 @@ pub fn man(path: &[String]) -> Result<Outcome> {
         cmd = sub
             .name(name.clone())
             .bin_name(name.replace('-', " "))
-            .version(crate::VERSION);
+            .version(VERSION);
     }
     let mut page = Vec::new();
     clap_mangen::Man::new(cmd).render(&mut page)?;

@@ -4,8 +4,8 @@
 use crate::cli::{OutputFormat, ProvisionArgs};
 use crate::exit::Outcome;
 use crate::output;
+use crate::output::annotations::{annotations, PipelineLines};
 use anyhow::Result;
-use dlqctl::core::github::{annotations, PipelineLines};
 use dlqctl::core::topology::plan;
 use dlqctl::load_topology;
 use dlqctl::Error;

@@ -13,11 +13,11 @@ pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
     let token = a.auth_token.clone();
     if let Some(why) = token
         .as_deref()
-        .and_then(dlqctl::core::web_guard::refuse_token)
+        .and_then(dlqctl::serve::web_guard::refuse_token)
     {
         return Err(Error::Usage(why).into());
     }
-    if let Some(why) = dlqctl::core::web_guard::refuse_listen(a.listen, token.is_some()) {
+    if let Some(why) = dlqctl::serve::web_guard::refuse_listen(a.listen, token.is_some()) {
         return Err(Error::Usage(why).into());
     }
     if a.sample_every.is_zero() {

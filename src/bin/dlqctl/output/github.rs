@@ -1,8 +1,8 @@
 //! What a GitHub Actions log shows, with `--format github`: each finding as
 //! a workflow command (an annotation on the topology file, see
-//! `dlqctl::core::github`), with the text headline and hint around them.
+//! `crate::output::annotations`), with the text headline and hint around them.
 
-use dlqctl::core::github::{annotations, PipelineLines};
+use crate::output::annotations::{annotations, PipelineLines};
 use dlqctl::ops::provision::Report;
 
 /// `provision --check`: the headline, an annotation per finding, the hint.

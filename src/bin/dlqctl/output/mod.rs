@@ -7,6 +7,7 @@
 //! reported on standard error and exits 1, so a script never takes a cut
 //! output for a whole one.
 
+pub mod annotations;
 pub mod github;
 pub mod json;
 pub mod progress;
@@ -19,7 +20,7 @@ use std::io::Write;
 /// message, file or broker string quoted in a report can drive the
 /// terminal.
 pub fn stdout(text: &str) -> std::io::Result<()> {
-    let text = dlqctl::core::text::escape_controls_keep_lines(text);
+    let text = dlqctl::core::values::text::escape_controls_keep_lines(text);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
@@ -44,7 +45,7 @@ pub fn stdout_line(text: &str) -> std::io::Result<()> {
 /// characters escaped as [`stdout`] does. A failed write to standard
 /// error cannot be reported anywhere: it is ignored, never a panic.
 pub fn stderr_line(text: &str) {
-    let text = dlqctl::core::text::escape_controls_keep_lines(text);
+    let text = dlqctl::core::values::text::escape_controls_keep_lines(text);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(format!("{text}\n").as_bytes());
     let _ = err.flush();

@@ -1,9 +1,9 @@
 //! What a person sees: plans, findings and reports as text.
 
-use dlqctl::core::finding::Finding;
-use dlqctl::core::text::escape_controls as esc;
+use dlqctl::core::check::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
+use dlqctl::core::values::text::escape_controls as esc;
 use dlqctl::ops::dlq::export::ExportReport;
 use dlqctl::ops::dlq::purge::PurgeReport;
 use dlqctl::ops::dlq::replay::ReplayReport;
@@ -309,7 +309,7 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
         if let Some(e) = &d.last_error {
             out += &format!(
                 "   last error: {}\n",
-                dlqctl::core::dlq::body_preview(e.as_bytes(), width.saturating_sub(15))
+                dlqctl::core::dlq::describe::body_preview(e.as_bytes(), width.saturating_sub(15))
             );
         }
         for h in &d.errors {
@@ -317,21 +317,24 @@ pub fn peek_text(report: &PeekReport, width: usize) -> String {
             let error = h.get("error").and_then(|e| e.as_str()).unwrap_or("");
             out += &format!(
                 "   attempt {attempt}: {}\n",
-                dlqctl::core::dlq::body_preview(error.as_bytes(), width.saturating_sub(15))
+                dlqctl::core::dlq::describe::body_preview(
+                    error.as_bytes(),
+                    width.saturating_sub(15)
+                )
             );
         }
         let body = base64_body(&m.body_base64);
         out += &format!(
             "   body ({} bytes): {}\n",
             m.body_bytes,
-            dlqctl::core::dlq::body_preview(&body, width.saturating_sub(20))
+            dlqctl::core::dlq::describe::body_preview(&body, width.saturating_sub(20))
         );
     }
     out
 }
 
 fn base64_body(b64: &str) -> Vec<u8> {
-    dlqctl::core::shortstr::from_base64(b64).unwrap_or_default()
+    dlqctl::core::values::shortstr::from_base64(b64).unwrap_or_default()
 }
 
 /// `dlq summary` as a table, largest group first.

@@ -1,6 +1,5 @@
 //! What a provision or a check found about one object.
 
-use crate::core::policy::PolicyKind;
 use crate::core::topology::plan::BindingSpec;
 
 /// What kind of object a finding is about.
@@ -61,7 +60,7 @@ pub enum Finding {
     },
     /// An object with dlqctl's generated names for a pipeline of the file
     /// that the file no longer describes (`--check` only; see
-    /// [`crate::core::stale`]). `provision` never deletes it.
+    /// [`crate::core::check::stale`]). `provision` never deletes it.
     NotInTopology {
         /// Object kind.
         object: ObjectKind,
@@ -72,7 +71,7 @@ pub enum Finding {
         messages: Option<u64>,
     },
     /// A policy or operator policy makes the queue differ from the
-    /// topology (see [`crate::core::policy`]).
+    /// topology (see [`crate::core::check::policy`]).
     PolicyOverrides {
         /// Object kind (a queue).
         object: ObjectKind,
@@ -222,4 +221,28 @@ impl std::fmt::Display for Finding {
 /// The name a binding is reported under.
 pub fn binding_name(b: &BindingSpec) -> String {
     format!("{} -> {} [{}]", b.exchange, b.queue, b.routing_key)
+}
+
+/// Which kind of policy set a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// A plain policy (`rabbitmqctl set_policy`).
+    Policy,
+    /// An operator policy (`rabbitmqctl set_operator_policy`).
+    OperatorPolicy,
+    /// Both apply and dlqctl could not tell which one set the key (their
+    /// definitions could not be read).
+    Either,
+}
+
+impl PolicyKind {
+    /// `policy`, `operator policy`, or `policy or operator policy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Policy => "policy",
+            PolicyKind::OperatorPolicy => "operator policy",
+            PolicyKind::Either => "policy or operator policy",
+        }
+    }
 }

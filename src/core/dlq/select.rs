@@ -6,8 +6,8 @@
 //! Every selector given must match (AND); `--message-id` may be repeated
 //! and matches any of its ids (OR). No selector: every message matches.
 
-use crate::core::dlq::Described;
-use crate::core::fingerprint::{group_id, normalise};
+use crate::core::dlq::describe::Described;
+use crate::core::dlq::fingerprint::{group_id, normalise};
 use serde_json::Value;
 
 /// Which messages a DLQ command takes.
@@ -87,7 +87,7 @@ impl Selector {
             let at = d
                 .dead_lettered_at
                 .as_deref()
-                .and_then(crate::core::text::parse_rfc3339_millis);
+                .and_then(crate::core::values::text::parse_rfc3339_millis);
             match at {
                 Some(at) if now_unix_ms.saturating_sub(age) > at => {}
                 _ => return false,
@@ -97,7 +97,7 @@ impl Selector {
     }
 }
 
-/// The summary group a message belongs to (see [`crate::core::dlq::Grouper`]).
+/// The summary group a message belongs to (see [`crate::core::dlq::describe::Grouper`]).
 pub fn message_group(d: &Described) -> String {
     group_id(
         d.reason.as_deref().unwrap_or(""),

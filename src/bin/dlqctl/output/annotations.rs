@@ -7,9 +7,9 @@
 //! Actions"): `::error file=F,line=L,title=T::MESSAGE`, with `%`, CR and LF
 //! escaped in the message, and `:` and `,` too in property values.
 
-use crate::core::finding::{binding_name, Finding, ObjectKind};
-use crate::core::topology::plan::{Plan, Role};
-use crate::core::topology::Topology;
+use dlqctl::core::check::finding::{binding_name, Finding, ObjectKind};
+use dlqctl::core::topology::plan::{Plan, Role};
+use dlqctl::core::topology::Topology;
 use std::collections::HashMap;
 
 /// The title of an annotation for a difference.
@@ -231,7 +231,7 @@ pub fn annotations(file: &str, findings: &[Finding], lines: &PipelineLines<'_>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::topology::{parse_topology, plan};
+    use dlqctl::core::topology::{parse_topology, plan};
 
     const YAML: &str = "version: 1
 defaults:
@@ -403,7 +403,7 @@ pipelines:
 
     #[test]
     fn policy_overrides_are_errors_and_policy_information_a_notice() {
-        use crate::core::policy::PolicyKind;
+        use dlqctl::core::check::policy::PolicyKind;
         with_lines(|l| {
             let findings = vec![
                 Finding::PolicyOverrides {

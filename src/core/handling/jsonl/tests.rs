@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::message::NotUtf8;
+use crate::core::handling::message::NotUtf8;
 use serde_json::json;
 
 fn msg() -> HandlerMessage {

@@ -26,34 +26,12 @@
 //! (a `max-length` on a main queue) overrides, and the finding's note says
 //! what the queue's overflow then does ([`overflow_in_force`]).
 
-use crate::core::finding::{Finding, ObjectKind};
+use crate::core::check::finding::{Finding, ObjectKind};
 use crate::core::topology::plan::QueueSpec;
 use crate::core::topology::ArgValue;
 use serde_json::{Map, Value};
 
-/// Which kind of policy set a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyKind {
-    /// A plain policy (`rabbitmqctl set_policy`).
-    Policy,
-    /// An operator policy (`rabbitmqctl set_operator_policy`).
-    OperatorPolicy,
-    /// Both apply and dlqctl could not tell which one set the key (their
-    /// definitions could not be read).
-    Either,
-}
-
-impl PolicyKind {
-    /// `policy`, `operator policy`, or `policy or operator policy`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PolicyKind::Policy => "policy",
-            PolicyKind::OperatorPolicy => "operator policy",
-            PolicyKind::Either => "policy or operator policy",
-        }
-    }
-}
+pub use crate::core::check::finding::PolicyKind;
 
 /// The policies that apply to one queue, as the management API reports
 /// them.

@@ -29,7 +29,7 @@
 //! when both are and they differ, the one that no longer matches
 //! `body_sha256` is the edited one and wins (both edited: an error).
 
-use crate::core::shortstr;
+use crate::core::values::shortstr;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };

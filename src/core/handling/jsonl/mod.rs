@@ -12,9 +12,9 @@
 //!    [`parse_answer`]).
 //! 4. EOF on the process's stdin means "exit now".
 
-use crate::core::message::HandlerMessage;
-use crate::core::outcome::Outcome;
-use crate::core::shortstr;
+use crate::core::handling::message::HandlerMessage;
+use crate::core::handling::outcome::Outcome;
+use crate::core::values::shortstr;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -246,7 +246,7 @@ fn parse_retry_after(v: &Value) -> Result<Duration, String> {
                 "`retry_after` must be whole milliseconds ≥ 0 or a duration like \"2s\", not {n}"
             )),
         },
-        Value::String(s) => crate::core::duration::parse_millis(s)
+        Value::String(s) => crate::core::values::duration::parse_millis(s)
             .map(Duration::from_millis)
             .map_err(|e| format!("`retry_after`: {e}")),
         other => Err(format!(

@@ -24,6 +24,10 @@ use base64::Engine as _;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 
+/// Values nested deeper than this are written as `null` when headers are
+/// turned into JSON (here and by `headers_to_json`).
+pub(crate) const MAX_JSON_DEPTH: usize = 64;
+
 /// The bytes the short string holding `s` is sent as (and was received as).
 pub fn raw_bytes(s: &str) -> Cow<'_, [u8]> {
     lapin::types::short_string_wire_bytes(s)
@@ -187,7 +191,7 @@ fn table_keys(t: &FieldTable, depth: usize, limit: usize, out: &mut Vec<String>)
 
 fn value_keys(v: &AMQPValue, depth: usize, limit: usize, out: &mut Vec<String>) {
     // Bounded like the header JSON: deeper values are not searched.
-    if depth > crate::core::retry::MAX_JSON_DEPTH {
+    if depth > MAX_JSON_DEPTH {
         return;
     }
     match v {

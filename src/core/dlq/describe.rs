@@ -41,7 +41,7 @@ pub fn describe(headers: &Value) -> Described {
     let from_death = |k: &str| death.and_then(|d| d.get(k));
     let death_time = from_death("time")
         .and_then(Value::as_u64)
-        .map(|secs| crate::core::text::rfc3339_millis(secs.saturating_mul(1000)));
+        .map(|secs| crate::core::values::text::rfc3339_millis(secs.saturating_mul(1000)));
     let death_reason = || {
         from_death("reason")
             .and_then(Value::as_str)
@@ -57,7 +57,7 @@ pub fn describe(headers: &Value) -> Described {
     // headers the replay kept.
     if death.is_some()
         && headers
-            .get(crate::core::replay::REPLAYED_AT_HEADER)
+            .get(crate::core::dlq::replay::REPLAYED_AT_HEADER)
             .is_some()
     {
         return Described {
@@ -77,7 +77,7 @@ fn describe_dlqctl_first(headers: &Value, death: Option<&Value>) -> Described {
     let from_death = |k: &str| death.and_then(|d| d.get(k));
     let death_time = from_death("time")
         .and_then(Value::as_u64)
-        .map(|secs| crate::core::text::rfc3339_millis(secs.saturating_mul(1000)));
+        .map(|secs| crate::core::values::text::rfc3339_millis(secs.saturating_mul(1000)));
     Described {
         reason: text(REASON_HEADER).or_else(|| {
             from_death("reason")
@@ -289,7 +289,7 @@ mod tests {
 }
 
 /// One group of `dlq summary`: the messages sharing a reason and an error
-/// fingerprint ([`crate::core::fingerprint`]).
+/// fingerprint ([`crate::core::dlq::fingerprint`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Group {
     /// The group's short stable id (the `--group` selector).
@@ -323,8 +323,8 @@ impl Grouper {
     pub fn add(&mut self, d: &Described, message_id: Option<&str>) {
         let reason = d.reason.clone().unwrap_or_default();
         let fingerprint =
-            crate::core::fingerprint::normalise(d.last_error.as_deref().unwrap_or(""));
-        let id = crate::core::fingerprint::group_id(&reason, &fingerprint);
+            crate::core::dlq::fingerprint::normalise(d.last_error.as_deref().unwrap_or(""));
+        let id = crate::core::dlq::fingerprint::group_id(&reason, &fingerprint);
         let at = d.dead_lettered_at.clone();
         match self.index.get(&id) {
             Some(&i) => {
@@ -416,7 +416,7 @@ mod grouper_tests {
         assert_eq!(top.example_message_id.as_deref(), Some("e1"));
         assert_eq!(
             top.id,
-            crate::core::fingerprint::group_id("exhausted", "order <n> not found")
+            crate::core::dlq::fingerprint::group_id("exhausted", "order <n> not found")
         );
         // Same fingerprint, another reason: another group.
         assert!(groups

@@ -4,7 +4,7 @@
 
 use crate::core::retry::copy::{is_broker_history, kept_properties};
 use crate::core::retry::ATTEMPT_HEADER;
-use crate::core::text::rfc3339_millis;
+use crate::core::values::text::rfc3339_millis;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
@@ -135,7 +135,7 @@ pub fn remaining_retention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::shortstr;
+    use crate::core::values::shortstr;
     use lapin::types::FieldArray;
 
     fn original() -> BasicProperties {

@@ -3,7 +3,7 @@
 //! to list every difference by redeclaring with the broker's value
 //! substituted (rabbitmq-facts.md, "Checking without creating").
 
-use crate::core::finding::{Finding, ObjectKind};
+use crate::core::check::finding::{Finding, ObjectKind};
 use crate::core::topology::plan::{ExchangeSpec, QueueSpec};
 use crate::core::topology::{ArgValue, Arguments};
 

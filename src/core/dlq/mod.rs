@@ -1,0 +1,17 @@
+//! The rules of the DLQ commands (`dlq peek`, `summary`, `export`,
+//! `replay`, `purge`) and of the web page's DLQ views.
+//!
+//! - [`describe`]: what a dead-lettered message says about itself, and
+//!   the summary groups.
+//! - [`fingerprint`]: the error fingerprint messages are grouped by.
+//! - [`select`]: the selectors every DLQ command shares.
+//! - [`export`]: the lossless JSON Lines form of a message.
+//! - [`replay`]: the replay and rotation copies.
+//! - [`rate`]: `--rate`, a token bucket.
+
+pub mod describe;
+pub mod export;
+pub mod fingerprint;
+pub mod rate;
+pub mod replay;
+pub mod select;

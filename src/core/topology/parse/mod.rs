@@ -1,0 +1,22 @@
+//! From YAML text to a valid [`Topology`](super::Topology), collecting
+//! every problem, one file per part of the topology file:
+//!
+//! - `read`: the reader (it collects problems) and its scalars;
+//! - `file`: the whole file: `version`, `defaults`, `pipelines`;
+//! - `settings`: what a pipeline and `defaults` share (`retry`,
+//!   `dead_letter`, `circuit_breaker`, ...);
+//! - `pipeline`: one pipeline, its settings applied over the defaults;
+//! - `exchange`: a producers' exchange and its bindings;
+//! - `arguments`: a main queue's extra arguments;
+//! - `names`: the names of every queue and exchange.
+
+mod arguments;
+mod exchange;
+mod file;
+mod names;
+mod pipeline;
+mod read;
+mod settings;
+
+pub use file::{parse_topology, Invalid};
+pub use read::Problem;

@@ -1,0 +1,58 @@
+//! A worker's settings.
+
+use crate::amqp::brokers::Brokers;
+use crate::core::retry::DeadLetterMode;
+use crate::core::topology::Pipeline;
+use std::time::Duration;
+
+/// Settings of a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The pipeline to consume (its main queue).
+    pub pipeline: Pipeline,
+    /// The broker addresses, tried in order; on a lost connection the
+    /// worker moves on to the next.
+    pub brokers: Brokers,
+    /// Unacked deliveries the broker may push to this worker. Keep it at
+    /// `concurrency` unless handlers are very short: a delivery beyond the
+    /// concurrency waits unstarted, and every reconnect or shutdown returns
+    /// it to the queue, which on a quorum queue counts toward
+    /// `x-delivery-limit` (so a flapping connection could dead-letter
+    /// messages no handler saw).
+    pub prefetch: u16,
+    /// Handler runs at once.
+    pub concurrency: usize,
+    /// How to dead-letter.
+    pub dead_letter: DeadLetterMode,
+    /// At shutdown, how long in-flight handlers may take.
+    pub grace: Duration,
+    /// How long to wait for a publisher confirm before counting the copy
+    /// as refused.
+    pub confirm_timeout: Duration,
+    /// Publishing channels, each with many copies in flight (at most
+    /// `concurrency` are used).
+    pub publish_channels: usize,
+    /// The largest pause between two tries of a refused publish.
+    pub max_publish_backoff: Duration,
+    /// The largest pause between two reconnection attempts.
+    pub max_reconnect_backoff: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for a pipeline: one handler at a time with prefetch 1,
+    /// republish dead-letters, 30 s grace.
+    pub fn new(pipeline: Pipeline, brokers: impl Into<Brokers>) -> Self {
+        WorkerConfig {
+            pipeline,
+            brokers: brokers.into(),
+            prefetch: 1,
+            concurrency: 1,
+            dead_letter: DeadLetterMode::Republish,
+            grace: Duration::from_secs(30),
+            confirm_timeout: Duration::from_secs(30),
+            publish_channels: 4,
+            max_publish_backoff: Duration::from_secs(5),
+            max_reconnect_backoff: Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The state every delivery task of a worker shares.
+
+use crate::core::retry::breaker::Breaker;
+use crate::worker::metrics::QueueCounters;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::Notify;
+use tracing::warn;
+
+/// State shared by every delivery task.
+pub(super) struct Shared {
+    pub(super) retry_queues: Vec<String>,
+    /// Tasks currently retrying a refused publish: no new handler starts
+    /// while this is above zero.
+    pub(super) refusing: AtomicUsize,
+    pub(super) unblocked: Notify,
+    pub(super) breaker: Option<Mutex<Breaker>>,
+    pub(super) started: Instant,
+    /// The index of the broker address connected to last.
+    pub(super) address: AtomicUsize,
+    /// The connection was lost: start at the next address.
+    pub(super) move_on: AtomicBool,
+    pub(super) warned: Mutex<HashSet<String>>,
+    pub(super) counters: QueueCounters,
+}
+
+impl Shared {
+    pub(super) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Logs a header warning once per distinct text.
+    pub(super) fn warn_once(&self, text: &str) {
+        let first = self
+            .warned
+            .lock()
+            .map(|mut w| w.len() < 1000 && w.insert(text.to_string()))
+            .unwrap_or(false);
+        if first {
+            warn!(warning = text, "malformed header, treated as absent");
+        }
+    }
+}
