@@ -174,6 +174,13 @@ struct FileSink {
 }
 
 impl FileSink {
+    /// The writer, or an error once an earlier write failed.
+    fn writer(&mut self) -> std::io::Result<&mut std::io::BufWriter<std::fs::File>> {
+        self.writer
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("an earlier write failed"))
+    }
+
     fn failed(&mut self, e: std::io::Error) -> std::io::Error {
         if let Some(w) = self.writer.take() {
             // The buffer is dropped, not flushed: what it holds is past the
@@ -192,9 +199,7 @@ impl FileSink {
 impl dlqctl::ops::dlq::export::Sink for FileSink {
     fn write_line(&mut self, line: &str) -> std::io::Result<()> {
         use std::io::Write;
-        let Some(w) = self.writer.as_mut() else {
-            return Err(std::io::Error::other("an earlier write failed"));
-        };
+        let w = self.writer()?;
         let r = w
             .write_all(line.as_bytes())
             .and_then(|()| w.write_all(b"\n"));
@@ -203,9 +208,7 @@ impl dlqctl::ops::dlq::export::Sink for FileSink {
 
     fn sync(&mut self) -> std::io::Result<()> {
         use std::io::Write;
-        let Some(w) = self.writer.as_mut() else {
-            return Err(std::io::Error::other("an earlier write failed"));
-        };
+        let w = self.writer()?;
         let r = w
             .flush()
             .and_then(|()| w.get_ref().sync_data())
