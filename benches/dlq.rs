@@ -170,6 +170,11 @@ async fn main() {
         raw_read(&args[i + 1], args[i + 2].parse().expect("N")).await;
         return;
     }
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
+    // nextest (`--list ...`) run this binary as a test: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let n = n();
     let bench = common::BenchPipeline::provision("dlq");
     let (name, dlq, f) = (bench.name.clone(), bench.dlq.clone(), bench.file.clone());
