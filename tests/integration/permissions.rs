@@ -5,7 +5,7 @@
 
 use crate::support::script::Script;
 use crate::support::worker::*;
-use crate::support::{management_url, unique_prefix, Dlqctl, Scratch};
+use crate::support::{amqp_url_with, management_url, unique_prefix, Dlqctl, Scratch};
 use serde_json::json;
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ impl Scope {
 
     /// The scratch vhost's AMQP URL for `user`.
     fn url(&self, user: &str, password: &str) -> String {
-        format!("amqp://{user}:{password}@127.0.0.1:5672/{}", self.vhost)
+        amqp_url_with("amqp", user, password, &self.vhost, "")
     }
 
     /// A user with these permissions (regexes) in the scratch vhost.

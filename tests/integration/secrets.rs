@@ -1,7 +1,7 @@
 //! Passwords never appear in output, whatever they contain and however
 //! the URL reaches dlqctl (`--url`, `AMQP_URL`, `--management-url`).
 
-use crate::support::{unique_prefix, Dlqctl, Scratch};
+use crate::support::{amqp_url_with, unique_prefix, Dlqctl, Scratch};
 
 /// Passwords with every URL delimiter, percent signs, and very short ones.
 const PASSWORDS: [&str; 9] = [
@@ -111,7 +111,7 @@ fn passwords_with_url_delimiters_never_appear_in_errors() {
 
 /// Connection mistakes get a hint that names them, not "is RabbitMQ
 /// running?": TLS spoken to the plain port, and a frame_max the broker
-/// refuses. The broker answers on 5672 for both.
+/// refuses. The broker under test answers on its plain port for both.
 #[test]
 fn tls_to_a_plain_port_and_a_refused_frame_max_are_named() {
     let dir = Scratch::new();
@@ -122,15 +122,15 @@ fn tls_to_a_plain_port_and_a_refused_frame_max_are_named() {
     let f = file.to_str().unwrap();
     for (url, wanted) in [
         (
-            "amqps://guest:guest@127.0.0.1:5672/%2f",
+            amqp_url_with("amqps", "guest", "guest", "%2f", ""),
             "the port may speak plain AMQP",
         ),
         (
-            "amqp://guest:guest@127.0.0.1:5672/%2f?frame_max=512",
+            amqp_url_with("amqp", "guest", "guest", "%2f", "frame_max=512"),
             "frame_max",
         ),
     ] {
-        let (code, text) = run(&["provision", f, "--url", url], &[]);
+        let (code, text) = run(&["provision", f, "--url", &url], &[]);
         assert_eq!(code, Some(1), "{url}: {text}");
         assert!(text.contains(wanted), "{url}: no `{wanted}` in {text}");
         assert!(!text.contains("is RabbitMQ running"), "{url}: {text}");

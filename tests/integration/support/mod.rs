@@ -38,6 +38,21 @@ pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::amqp::connection::DEFAULT_URL.to_string())
 }
 
+/// The broker under test's URL with another scheme, user, password, vhost
+/// or query: tests that need a wrong URL still point at the broker under
+/// test (its host and port), never at a fixed 127.0.0.1:5672.
+pub fn amqp_url_with(scheme: &str, user: &str, password: &str, vhost: &str, query: &str) -> String {
+    let url = reqwest::Url::parse(&amqp_url()).expect("AMQP_URL is a URL");
+    let host = url.host_str().expect("AMQP_URL names a host");
+    let port = url.port().unwrap_or(5672);
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    format!("{scheme}://{user}:{password}@{host}:{port}/{vhost}{query}")
+}
+
 /// The management API the tests use.
 pub fn management_url() -> String {
     std::env::var("DLQCTL_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into())
