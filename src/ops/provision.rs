@@ -13,7 +13,7 @@ use crate::core::topology::plan::Plan;
 use crate::core::topology::ArgValue;
 use crate::error::Result;
 use lapin::Connection;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How long `--check` waits for the management API to report the policies
@@ -32,6 +32,14 @@ pub struct Report {
     pub ok: usize,
     /// Everything that is not as wanted.
     pub findings: Vec<Finding>,
+    /// Exchanges and queues this provision created (empty for a check, and
+    /// for a provision that found drift: it declares nothing then).
+    pub created: Vec<PlannedObject>,
+    /// Exchanges and queues that existed as wanted before this provision.
+    pub unchanged: Vec<PlannedObject>,
+    /// Bindings declared (a binding that exists is declared again, which
+    /// changes nothing; AMQP cannot tell the two apart).
+    pub bindings: usize,
     /// Wall time.
     #[serde(skip)]
     pub elapsed: Duration,
@@ -50,16 +58,103 @@ impl Report {
     }
 }
 
-/// Declares every object of the plan: exchanges, then queues, then
-/// bindings, `parallelism` at a time. Never deletes or purges. An object
-/// that exists with other arguments is left as it is and reported with
-/// every difference.
+/// An exchange or queue of the plan, as `provision` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PlannedObject {
+    /// `exchange` or `queue`.
+    pub object: ObjectKind,
+    /// Its name.
+    pub name: String,
+}
+
+/// Provisions all or nothing: checks every exchange and queue first (a
+/// passive declare, then the drift search on those that exist). When any
+/// differs in a way a redeclare cannot fix (other arguments or type, or a
+/// refusal), it declares nothing and reports every difference. Otherwise
+/// it declares the missing exchanges and queues, then every binding,
+/// `parallelism` at a time, and reports each exchange and queue as created
+/// or unchanged. Never deletes or purges.
+///
+/// Between the check and the declarations someone else may create an
+/// object with other arguments: that declaration is refused and reported
+/// like any drift, after the objects before it were created.
 pub async fn provision(conn: &Connection, plan: &Plan, parallelism: usize) -> Result<Report> {
     let start = Instant::now();
     let mut report = Report::default();
-    report.absorb(declare_plan(conn, plan, parallelism).await?);
+    let (_, found) = inspect_plan(conn, plan, parallelism).await?;
+    let (missing, blocking) = split_missing(found);
+    if !blocking.is_empty() {
+        report.findings = blocking;
+        report.elapsed = start.elapsed();
+        return Ok(report);
+    }
+    // By kind and name: a first provision of a large file misses them all.
+    let missing_names = |kind: ObjectKind| -> HashSet<&str> {
+        missing
+            .iter()
+            .filter(|m| m.object == kind)
+            .map(|m| m.name.as_str())
+            .collect()
+    };
+    let (missing_ex, missing_q) = (
+        missing_names(ObjectKind::Exchange),
+        missing_names(ObjectKind::Queue),
+    );
+    let todo = Plan {
+        exchanges: (plan.exchanges.iter())
+            .filter(|e| missing_ex.contains(e.name.as_str()))
+            .cloned()
+            .collect(),
+        queues: (plan.queues.iter())
+            .filter(|q| missing_q.contains(q.name.as_str()))
+            .cloned()
+            .collect(),
+        bindings: plan.bindings.clone(),
+    };
+    report.absorb(declare_plan(conn, &todo, parallelism).await?);
+    report.ok += plan.exchanges.len() + plan.queues.len() - missing.len();
+    let planned = (plan.exchanges.iter())
+        .map(|e| (ObjectKind::Exchange, &e.name, &missing_ex))
+        .chain(
+            plan.queues
+                .iter()
+                .map(|q| (ObjectKind::Queue, &q.name, &missing_q)),
+        );
+    // A declaration refused after the check (someone else created the
+    // object meanwhile) is a finding, not a creation.
+    let refused: HashSet<&str> = report.findings.iter().map(Finding::name).collect();
+    for (object, name, missing) in planned {
+        let o = PlannedObject {
+            object,
+            name: name.clone(),
+        };
+        if refused.contains(name.as_str()) {
+            continue;
+        }
+        if missing.contains(name.as_str()) {
+            report.created.push(o);
+        } else {
+            report.unchanged.push(o);
+        }
+    }
+    report.bindings = plan.bindings.len();
     report.elapsed = start.elapsed();
     Ok(report)
+}
+
+/// Splits what the check of exchanges and queues found into the objects
+/// that are missing (a declaration creates them) and everything else (a
+/// declaration cannot fix it).
+fn split_missing(found: Vec<Finding>) -> (Vec<PlannedObject>, Vec<Finding>) {
+    let mut missing = Vec::new();
+    let mut blocking = Vec::new();
+    for f in found {
+        match f {
+            Finding::Missing { object, name } => missing.push(PlannedObject { object, name }),
+            other => blocking.push(other),
+        }
+    }
+    (missing, blocking)
 }
 
 /// Checks the plan against the broker without creating anything: missing
@@ -269,5 +364,52 @@ fn stale_unverified(reason: String) -> Finding {
         object: ObjectKind::Queue,
         name: "(objects the topology no longer describes)".into(),
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn missing(object: ObjectKind, name: &str) -> Finding {
+        Finding::Missing {
+            object,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn missing_objects_are_created_and_anything_else_blocks_the_provision() {
+        let differs = Finding::Differs {
+            object: ObjectKind::Queue,
+            name: "q".into(),
+            argument: "x-message-ttl".into(),
+            wanted: "1000".into(),
+            actual: "2000".into(),
+        };
+        let refused = Finding::Failed {
+            object: ObjectKind::Exchange,
+            name: "e".into(),
+            message: "ACCESS_REFUSED".into(),
+            reply_code: Some(403),
+        };
+        let (m, b) = split_missing(vec![
+            missing(ObjectKind::Exchange, "x"),
+            differs.clone(),
+            missing(ObjectKind::Queue, "y"),
+            refused.clone(),
+        ]);
+        let names: Vec<_> = m.iter().map(|o| (o.object, o.name.as_str())).collect();
+        assert_eq!(
+            names,
+            vec![(ObjectKind::Exchange, "x"), (ObjectKind::Queue, "y")]
+        );
+        assert_eq!(b, vec![differs, refused]);
+
+        let (m, b) = split_missing(vec![missing(ObjectKind::Queue, "y")]);
+        assert_eq!(m.len(), 1);
+        assert!(b.is_empty(), "a missing object alone blocks nothing");
+        let (m, b) = split_missing(vec![]);
+        assert!(m.is_empty() && b.is_empty());
     }
 }

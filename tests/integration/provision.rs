@@ -124,6 +124,15 @@ async fn provision_creates_every_object_with_the_planned_arguments() {
         "{}",
         run.stdout
     );
+    assert!(
+        run.stdout.contains(": 13 created, 0 unchanged"),
+        "{}",
+        run.stdout
+    );
+    for q in &plan.queues {
+        let line = format!("  created queue {}\n", q.name);
+        assert!(run.stdout.contains(&line), "no `{line}` in {}", run.stdout);
+    }
 
     for q in &plan.queues {
         let info = b
@@ -216,6 +225,25 @@ async fn a_second_provision_changes_nothing_and_keeps_messages() {
     let run = provision(&file, &[]).await;
     run.assert_code(0);
     assert!(run.stderr.trim().is_empty(), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains(": 0 created, 13 unchanged"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("created queue"), "{}", run.stdout);
+    let run = provision(&file, &["--json"]).await;
+    run.assert_code(0);
+    let v: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(v["created"], json!([]), "{v:#}");
+    assert_eq!(v["unchanged"].as_array().map(Vec::len), Some(13), "{v:#}");
+    assert_eq!(v["bindings_declared"], 8, "{v:#}");
+    assert!(
+        v["unchanged"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"object": "queue", "name": main})),
+        "{v:#}"
+    );
 
     assert_eq!(snapshot(&b, &plan).await, before);
     let queues_after = b.mgmt.names_with_prefix("queues", &c.prefix).await.unwrap();
@@ -354,14 +382,37 @@ async fn provision_reports_every_drifted_argument_and_keeps_the_messages() {
     );
     assert!(run.stderr.contains("Migrate"), "{}", run.stderr);
 
+    assert!(
+        run.stderr.contains("nothing was declared"),
+        "{}",
+        run.stderr
+    );
+
     // The queue is left as it was, messages included.
     assert_eq!(b.message_count(&main).await, Some(3));
     let q = b.mgmt.queue(&main).await.unwrap();
     assert_eq!(q.arguments["x-delivery-limit"], json!(5));
     assert!(!q.arguments.contains_key("x-overflow"));
-    // Everything else was declared.
-    assert!(b.mgmt.queue(&c.name("orders-failed")).await.is_some());
-    assert!(b.mgmt.exchange(&c.name("orders.retry")).await.is_some());
+    // All or nothing: none of the missing objects was created.
+    let plan = plan_of(&file);
+    for q in plan.queues.iter().filter(|q| q.name != main) {
+        assert!(b.mgmt.queue(&q.name).await.is_none(), "{} created", q.name);
+    }
+    for e in &plan.exchanges {
+        assert!(
+            b.mgmt.exchange(&e.name).await.is_none(),
+            "{} created",
+            e.name
+        );
+    }
+
+    // The same with --json: every difference, nothing created.
+    let run = provision(&file, &["--json"]).await;
+    run.assert_code(1);
+    let v: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(v["status"], "drift", "{v:#}");
+    assert_eq!(v["created"], json!([]), "{v:#}");
+    assert_eq!(v["findings"].as_array().map(Vec::len), Some(3), "{v:#}");
 }
 
 #[tokio::test]

@@ -125,6 +125,19 @@ pub enum Finding {
 }
 
 impl Finding {
+    /// The name of the object the finding is about.
+    pub fn name(&self) -> &str {
+        match self {
+            Finding::Missing { name, .. }
+            | Finding::Differs { name, .. }
+            | Finding::Unverified { name, .. }
+            | Finding::NotInTopology { name, .. }
+            | Finding::PolicyOverrides { name, .. }
+            | Finding::PolicyInfo { name, .. }
+            | Finding::Failed { name, .. } => name,
+        }
+    }
+
     /// True for findings that mean "the broker is not as wanted" (not
     /// merely unverified, nor information).
     pub fn is_difference(&self) -> bool {

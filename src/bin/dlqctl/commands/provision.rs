@@ -61,7 +61,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
                 _ if a.check => "differs",
                 _ => "drift",
             };
-            output::stdout_line(&output::json::report_json(&report, status))?;
+            output::stdout_line(&output::json::report_json(&report, status, !a.check))?;
         }
         OutputFormat::Github if a.check || differs => {
             let lines = PipelineLines::new(&t, &p);
@@ -76,13 +76,7 @@ pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
         }
         _ if a.check => output::stdout(&output::text::check_text(&file, &report))?,
         _ if differs => output::stderr_line(&output::text::drift_text(&file, &report)),
-        _ => output::stdout_line(&format!(
-            "{file}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s",
-            p.exchanges.len(),
-            p.queues.len(),
-            p.bindings.len(),
-            report.elapsed.as_secs_f64()
-        ))?,
+        _ => output::stdout_line(&output::text::provisioned_text(&file, &p, &report))?,
     }
     Ok(outcome)
 }

@@ -10,13 +10,19 @@ pub fn plan_json(plan: &Plan) -> String {
 }
 
 /// A provision or check report as JSON.
-pub fn report_json(report: &Report, status: &str) -> String {
-    let v = serde_json::json!({
+pub fn report_json(report: &Report, status: &str, provision: bool) -> String {
+    let mut v = serde_json::json!({
         "status": status,
         "ok": report.ok,
         "elapsed_ms": report.elapsed.as_millis() as u64,
         "findings": report.findings,
     });
+    if provision {
+        // What this provision did, object by object (nothing on drift).
+        v["created"] = serde_json::json!(report.created);
+        v["unchanged"] = serde_json::json!(report.unchanged);
+        v["bindings_declared"] = serde_json::json!(report.bindings);
+    }
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 

@@ -153,7 +153,13 @@ pub fn drift_text(file: &str, report: &Report) -> String {
         .iter()
         .cloned()
         .partition(|f| matches!(f, Finding::Failed { .. }));
-    let mut out = format!("{file}: {} object(s) declared", report.ok);
+    // All or nothing: on drift nothing is declared, unless an object was
+    // created by someone else between the check and the declarations.
+    let mut out = if report.created.is_empty() && report.unchanged.is_empty() {
+        format!("{file}: nothing was declared")
+    } else {
+        format!("{file}: {} object(s) declared", report.ok)
+    };
     if !refused.is_empty() {
         out += &format!("; the broker refused these:\n{}", findings_text(&refused));
     }
@@ -165,6 +171,34 @@ pub fn drift_text(file: &str, report: &Report) -> String {
         );
     }
     out.trim_end().to_string()
+}
+
+/// How many created objects a provision names one by one; `--json` lists
+/// them all.
+const CREATED_SHOWN: usize = 20;
+
+/// A provision that found no drift: the counts, what it created (the first
+/// [`CREATED_SHOWN`]) and how many were already as wanted.
+pub fn provisioned_text(file: &str, plan: &Plan, report: &Report) -> String {
+    let mut out = format!(
+        "{file}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s: {} created, {} unchanged",
+        plan.exchanges.len(),
+        plan.queues.len(),
+        plan.bindings.len(),
+        report.elapsed.as_secs_f64(),
+        report.created.len(),
+        report.unchanged.len(),
+    );
+    for o in report.created.iter().take(CREATED_SHOWN) {
+        out += &format!("\n  created {} {}", o.object.as_str(), o.name);
+    }
+    if report.created.len() > CREATED_SHOWN {
+        out += &format!(
+            "\n  ... and {} more (--json lists every one)",
+            report.created.len() - CREATED_SHOWN
+        );
+    }
+    out
 }
 
 /// `status` as a table: a row per queue, then what is missing, what is
