@@ -26,11 +26,7 @@ const FN_MAX_LINES: usize = 100;
 /// longer long is named in the test's output: take it off.
 const BEING_SHORTENED: &[(&str, &str)] = &[
     ("src/handler/exec.rs", "run"),
-    ("src/handler/jsonl/supervisor.rs", "start"),
-    ("src/worker/mod.rs", "session"),
     ("src/ops/dlq/replay.rs", "pass"),
-    ("src/ops/status.rs", "status"),
-    ("src/ops/dlq/export.rs", "export"),
 ];
 
 /// What the core may not name: I/O, the clock, randomness.
