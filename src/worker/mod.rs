@@ -254,10 +254,7 @@ impl<H: Handler> Worker<H> {
             self.cfg.publish_channels.min(self.cfg.concurrency),
             self.cfg.confirm_timeout,
         ));
-        publisher.warm_up().await.map_err(|e| Error::Broker {
-            context: "cannot open the publishing channel".into(),
-            message: e,
-        })?;
+        publisher.warm_up().await?;
         let consumer = consume
             .basic_consume(
                 p.name.as_str().into(),

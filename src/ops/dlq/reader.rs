@@ -9,6 +9,7 @@ use crate::amqp::declare::passive_queue;
 use crate::core::dlq::describe::{describe, Described};
 use crate::core::dlq::export::Record;
 use crate::core::dlq::replay::{remaining_retention, rotation_copy};
+use crate::core::retry::confirm::Refusal;
 use crate::core::retry::headers_to_json;
 use crate::core::values::shortstr;
 use crate::error::{Error, Result};
@@ -286,7 +287,7 @@ pub struct DlqReader {
     stats: ReadStats,
     to_read: u64,
     held: u64,
-    rotation_refused: Option<String>,
+    rotation_refused: Option<Refusal>,
 }
 
 impl DlqReader {
@@ -493,7 +494,10 @@ impl DlqReader {
                     .publish("", &self.dlq, &m.record.body, props, m.tag)
                     .await
             }
-            None => vec![(vec![m.tag], Err("no publishing channel".to_string()))],
+            None => vec![(
+                vec![m.tag],
+                Err(Refusal::Channel("no publishing channel".into())),
+            )],
         };
         let finished = !done.is_empty();
         self.rotated(done)?;
@@ -668,7 +672,7 @@ async fn wait_for_returns(conn: Arc<Connection>, dlq: String, expected: u64) {
 /// How long a finished read waits at most for its returns to show.
 const RETURN_SETTLE: Duration = Duration::from_secs(5);
 
-fn rotation_error(dlq: &str, why: &str) -> Error {
+fn rotation_error(dlq: &str, why: &Refusal) -> Error {
     Error::Broker {
         context: format!("stopped: {dlq} refused a rotated copy of a kept message"),
         message: format!(
