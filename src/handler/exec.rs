@@ -1,8 +1,10 @@
 //! `-- COMMAND ARGS...`: run a program per message.
 //!
 //! The program is started directly (no shell), in a process group of its
-//! own. The body is written to its stdin, which is then closed; a program
-//! that does not read stdin is fine. Its environment is ours plus
+//! own, with default signal dispositions and an empty signal mask, and dies
+//! with dlqctl (`src/handler/process/spawn.rs` says how, at the cost of a
+//! `posix_spawn`). The body is written to its stdin, which is then closed;
+//! a program that does not read stdin is fine. Its environment is ours plus
 //! `DLQCTL_QUEUE`, `DLQCTL_MESSAGE_ID` (empty when the message has none),
 //! `DLQCTL_ATTEMPT`, `DLQCTL_MAX_ATTEMPTS`, `DLQCTL_EXCHANGE`,
 //! `DLQCTL_ROUTING_KEY` (the original exchange and routing key) and
