@@ -656,7 +656,11 @@ async fn run() {
             println!(
                 "  ratio worker/hand-written: {:.2}{}",
                 wk / raw,
-                if conc == 8 { " (target >= 3)" } else { "" }
+                if conc == 8 {
+                    " (target >= 2)"
+                } else {
+                    " (target >= 1)"
+                }
             );
         }
         println!();
