@@ -1,4 +1,4 @@
-//! The DLQ operations: peek, summary, export, replay and purge. Library
+//! The DLQ operations: peek, summary, export, replay, redrive and purge. Library
 //! code that returns typed reports, takes a progress callback and never
 //! prints; the CLI and `dlqctl serve` share it.
 //!
@@ -21,6 +21,7 @@
 pub mod export;
 pub mod purge;
 pub(crate) mod reader;
+pub mod redrive;
 pub mod replay;
 
 pub use reader::{
