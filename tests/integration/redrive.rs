@@ -348,13 +348,21 @@ async fn dlq_redrive_exits_3_when_the_canary_fails_and_a_second_run_meanwhile_is
     let second = redrive_now(&file, &f.pipe.name).await;
     second.assert_code(1);
     assert_eq!(json(&second)["result"], "busy", "{}", second.output());
+    // The DLQ's own lock is held only while a pass reads: a peek waits at
+    // most for the end of the canaries' pass, not for the canary's wait.
+    let asked = Instant::now();
     let peek = Dlqctl::new("dlq")
         .arg("peek")
         .arg(&file)
-        .args(["--queue", &f.pipe.name, "--json"])
+        .args(["--queue", &f.pipe.name, "--json", "--wait"])
         .run()
         .await;
     peek.assert_code(0);
+    assert!(
+        asked.elapsed() < Duration::from_secs(15) && !first.is_finished(),
+        "the peek waited {:?}",
+        asked.elapsed()
+    );
     let first = first.await.unwrap();
     first.assert_code(3);
     let r = json(&first);
