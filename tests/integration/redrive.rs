@@ -283,6 +283,19 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
     let r = json(&run);
     assert_eq!(r["result"], "nothing_eligible", "{r}");
     assert_eq!(r["waiting_for_person"], 2, "{r}");
+    let summary = Dlqctl::new("dlq")
+        .arg("summary")
+        .arg(&file)
+        .args(["--queue", &f.pipe.name, "--json"])
+        .run()
+        .await;
+    summary.assert_code(0);
+    assert_eq!(
+        json(&summary)["waiting_for_person"],
+        2,
+        "{}",
+        summary.output()
+    );
     f.broker
         .wait_for_count(&f.pipe.dlq(), 2, Duration::from_secs(10))
         .await;

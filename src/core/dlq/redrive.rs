@@ -5,6 +5,7 @@
 //! ([`next_wait`]). The shell (`ops::dlq::redrive`) reads the DLQ and
 //! publishes; nothing here does I/O.
 
+use crate::core::dlq::describe::Described;
 use crate::core::dlq::replay::{replay_copy, REPLAYED_HEADER};
 use crate::core::topology::Redrive;
 use lapin::types::{AMQPValue, FieldTable};
@@ -44,6 +45,20 @@ pub struct Seen<'a> {
     pub dead_lettered_at_ms: Option<u64>,
     /// Automatic redrives so far ([`redriven_count`]).
     pub redriven: u64,
+}
+
+impl<'a> Seen<'a> {
+    /// What a verdict reads of a DLQ message: its description and headers.
+    pub fn of(d: &'a Described, headers: Option<&FieldTable>) -> Seen<'a> {
+        Seen {
+            reason: d.reason.as_deref(),
+            dead_lettered_at_ms: d
+                .dead_lettered_at
+                .as_deref()
+                .and_then(crate::core::values::text::parse_rfc3339_millis),
+            redriven: redriven_count(headers),
+        }
+    }
 }
 
 /// The verdict on a message at `now_unix_ms`. The reason comes first (a
@@ -320,6 +335,36 @@ mod tests {
             t.insert((*k).into(), v.clone());
         }
         t
+    }
+
+    #[test]
+    fn a_message_is_seen_through_its_description_and_headers() {
+        let d = Described {
+            reason: Some("exhausted".into()),
+            dead_lettered_at: Some("2026-01-01T00:00:00.000Z".into()),
+            ..Described::default()
+        };
+        let h = headers(&[(REDRIVEN_HEADER, AMQPValue::LongLongInt(2))]);
+        assert_eq!(
+            Seen::of(&d, Some(&h)),
+            Seen {
+                reason: Some("exhausted"),
+                dead_lettered_at_ms: Some(NOW),
+                redriven: 2
+            }
+        );
+        let bad = Described {
+            dead_lettered_at: Some("yesterday".into()),
+            ..Described::default()
+        };
+        assert_eq!(
+            Seen::of(&bad, None),
+            Seen {
+                reason: None,
+                dead_lettered_at_ms: None,
+                redriven: 0
+            }
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::replay::{
 };
 use super::{Message, Target};
 use crate::core::dlq::redrive::{
-    canary_passed, next_wait, redrive_copy, redriven_count, verdict, RunResult, Seen, Verdict,
+    canary_passed, next_wait, redrive_copy, verdict, RunResult, Seen, Verdict,
 };
 use crate::core::dlq::select::Selector;
 use crate::core::topology::{Pipeline, Redrive};
@@ -68,16 +68,7 @@ struct Hooks<'a> {
 
 impl Hooks<'_> {
     fn verdict(&self, m: &Message, now: u64) -> Verdict {
-        let at = m
-            .described
-            .dead_lettered_at
-            .as_deref()
-            .and_then(crate::core::values::text::parse_rfc3339_millis);
-        let seen = Seen {
-            reason: m.described.reason.as_deref(),
-            dead_lettered_at_ms: at,
-            redriven: redriven_count(m.record.properties.headers().as_ref()),
-        };
+        let seen = Seen::of(&m.described, m.record.properties.headers().as_ref());
         verdict(self.policy, &seen, now)
     }
 }

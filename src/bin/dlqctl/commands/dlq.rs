@@ -73,8 +73,13 @@ fn print_report<T: serde::Serialize>(
 pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
     let o = open(&a.target, "summary").await?;
     let mut bar = Reporter::new("grouped", a.json);
-    let result =
-        dlqctl::ops::dlq::summary(&o.target, &a.select.selector(), &mut |p| bar.update(p)).await;
+    let result = dlqctl::ops::dlq::summary_for(
+        &o.target,
+        &a.select.selector(),
+        o.pipeline.dead_letter.redrive.as_ref(),
+        &mut |p| bar.update(p),
+    )
+    .await;
     bar.finish();
     o.close().await;
     let r = result?;

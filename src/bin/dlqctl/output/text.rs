@@ -395,6 +395,11 @@ pub fn summary_text(r: &SummaryReport) -> String {
     if r.cancelled {
         out += "stopped by a signal before the end: the groups count what was read\n";
     }
+    if let Some(n) = r.waiting_for_person {
+        out += &format!(
+            "{n} message(s) past the redrive policy's max_redrives wait for a person (dlq replay moves them)\n"
+        );
+    }
     for g in &r.groups {
         out += &format!(
             "{} {:>6}  {:<10} first {} last {} from {} e.g. {}\n           {}\n",
