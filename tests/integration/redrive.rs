@@ -300,6 +300,26 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
         .wait_for_count(&f.pipe.dlq(), 2, Duration::from_secs(10))
         .await;
 
+    // The web page shows the policy and the count; its API has the count.
+    let page = crate::support::serve::Served::start(&file, &[] as &[&str]).await;
+    let html = page
+        .get(&format!("/pipelines/{}", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(html.text.contains("data-test=\"redrive\""), "{}", html.text);
+    assert!(
+        html.text.contains("data-test=\"waiting\">2<"),
+        "{}",
+        html.text
+    );
+    let api = page
+        .get(&format!("/api/pipelines/{}/summary", f.pipe.name))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(api["waiting_for_person"], 2, "{api}");
+    drop(page);
+
     // A worker's look counts them in its gauge.
     let mut w = WorkerProc::spawn(
         &file,
