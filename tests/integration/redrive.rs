@@ -144,7 +144,13 @@ async fn after_an_outage_the_exhausted_messages_go_back_by_themselves() {
     let moved: u64 = runs.iter().map(|r| r["moved"].as_u64().unwrap_or(0)).sum();
     assert_eq!(moved, 50, "{runs:#?}");
     assert!(
-        runs.iter().all(|r| r["result"] != "canary_failed"),
+        runs.iter()
+            .all(|r| r["result"] != "canary_failed" && r["result"] != "failed"),
+        "{runs:#?}"
+    );
+    // The looks before min_age found nothing to move, and said so.
+    assert!(
+        runs.iter().any(|r| r["result"] == "nothing_eligible"),
         "{runs:#?}"
     );
     let passed = runs.iter().find(|r| r["result"] == "moved").unwrap();
@@ -194,6 +200,7 @@ async fn while_the_dependency_stays_down_only_the_canary_moves_and_the_wait_doub
         runs.iter().all(|r| r["moved"].as_u64().unwrap_or(0) <= 3),
         "{runs:#?}"
     );
+    assert!(runs.iter().all(|r| r["result"] != "failed"), "{runs:#?}");
 }
 
 /// `permanent` messages are never moved unless the policy lists them;

@@ -221,8 +221,11 @@ pub async fn replay_with(
                 cr.came_back = count_replay_id(t, &opts.replay_id, hooks).await?;
             }
         }
-        cr.passed = !report.cancelled && hooks.canary_passed(cr.sent, cr.came_back);
-        let go_on = cr.passed && report.stopped.is_none();
+        // No canary sent: the canary's pass read the whole snapshot and
+        // found nothing to move, so there is no rest to move either.
+        cr.passed =
+            !report.cancelled && (cr.sent == 0 || hooks.canary_passed(cr.sent, cr.came_back));
+        let go_on = cr.passed && report.stopped.is_none() && cr.sent > 0;
         if !cr.passed && !report.cancelled {
             report.stopped = Some(format!(
                 "the canary failed: {} of {} replayed messages came back to {} within {}",
