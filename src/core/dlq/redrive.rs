@@ -489,6 +489,55 @@ mod tests {
     }
 
     #[test]
+    fn over_a_grid_the_verdict_and_the_wait_keep_their_bounds() {
+        let reasons = [Some("exhausted"), Some("permanent"), None];
+        for max_redrives in [1u32, 3, 10] {
+            for min_age in [1u64, 1000, 5 * MIN] {
+                let p = Redrive {
+                    min_age,
+                    max_redrives,
+                    ..Redrive::default()
+                };
+                for reason in reasons {
+                    for redriven in [0u64, 1, 2, 3, 9, 10, 11] {
+                        let mut was_eligible = false;
+                        for age in [0u64, 1, 999, 1000, 1001, 5 * MIN - 1, 5 * MIN, 10 * MIN] {
+                            let v = verdict(&p, &seen(reason, Some(age), redriven), NOW);
+                            let want = if reason != Some("exhausted") {
+                                Verdict::ReasonNotListed
+                            } else if redriven >= u64::from(max_redrives) {
+                                Verdict::WaitingForPerson
+                            } else if age >= min_age {
+                                Verdict::Eligible
+                            } else {
+                                Verdict::TooYoung
+                            };
+                            assert_eq!(v, want, "{p:?} {reason:?} {redriven} {age}");
+                            // Older never makes a message less eligible.
+                            assert!(!was_eligible || v == Verdict::Eligible);
+                            was_eligible |= v == Verdict::Eligible;
+                        }
+                    }
+                }
+            }
+        }
+        for every in [1000u64, 60_000, 3_600_000, 7_200_000] {
+            let mut w = 0;
+            for k in 0..40 {
+                let r = RunResult::ALL[k % RunResult::ALL.len()];
+                let before = w;
+                w = next_wait(every, w, r);
+                assert!(w >= every && w <= MAX_WAIT_MS.max(every), "{every} {w}");
+                if r == RunResult::CanaryFailed {
+                    assert!(w >= before.min(MAX_WAIT_MS.max(every)));
+                } else {
+                    assert_eq!(w, every);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_wait_doubles_after_a_failed_canary_up_to_an_hour_and_resets_after_success() {
         let every = 60_000;
         let mut w = every;
