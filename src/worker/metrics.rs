@@ -8,6 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels of a decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +35,16 @@ pub struct ReasonLabels {
     pub queue: String,
     /// `permanent`, `exhausted`, `too_large`.
     pub reason: String,
+}
+
+/// Labels of a redrive run.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `moved`, `canary_failed`, `unhealthy`, `nothing_eligible`, `busy`,
+    /// `failed`.
+    pub result: String,
 }
 
 /// Labels of a pipeline alone.
@@ -67,6 +78,16 @@ pub struct Metrics {
     /// The wait scheduled between a failed attempt and the next (the
     /// tier's delay), in seconds.
     pub retry_delay_seconds: Histogram,
+    /// Automatic redrive runs by result.
+    pub redrive_runs: Family<RunLabels, Counter>,
+    /// Messages moved back by automatic redrive (canaries included).
+    pub redriven_messages: Family<QueueLabels, Counter>,
+    /// DLQ messages past `max_redrives`, waiting for a person (as the last
+    /// run that read the DLQ counted them).
+    pub redrive_waiting_for_person: Family<QueueLabels, Gauge>,
+    /// How long until the next redrive look, in seconds (doubles after a
+    /// failed canary).
+    pub redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -89,6 +110,30 @@ impl Metrics {
         let first_attempt_successes = Family::<QueueLabels, Counter>::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
         let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
+        let redrive_runs = Family::<RunLabels, Counter>::default();
+        let redriven_messages = Family::<QueueLabels, Counter>::default();
+        let redrive_waiting_for_person = Family::<QueueLabels, Gauge>::default();
+        let redrive_next_wait_seconds = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "redrive_runs",
+            "Automatic redrive runs, by result",
+            redrive_runs.clone(),
+        );
+        registry.register(
+            "redriven_messages",
+            "Messages moved from the DLQ back to the main queue by automatic redrive",
+            redriven_messages.clone(),
+        );
+        registry.register(
+            "redrive_waiting_for_person",
+            "DLQ messages past max_redrives, which only a person moves",
+            redrive_waiting_for_person.clone(),
+        );
+        registry.register(
+            "redrive_next_wait_seconds",
+            "Time until the next automatic redrive look",
+            redrive_next_wait_seconds.clone(),
+        );
         registry.register(
             "first_attempt_successes",
             "Messages handled successfully on their first attempt",
@@ -147,7 +192,34 @@ impl Metrics {
             first_attempt_successes,
             dead_letters,
             retry_delay_seconds,
+            redrive_runs,
+            redriven_messages,
+            redrive_waiting_for_person,
+            redrive_next_wait_seconds,
         }
+    }
+
+    /// Counts a redrive run: its result, what it moved, the messages
+    /// waiting for a person (when it read the DLQ) and the next wait.
+    pub fn record_redrive(&self, r: &crate::ops::dlq::redrive::RedriveReport) {
+        let queue = QueueLabels {
+            queue: r.queue.clone(),
+        };
+        self.redrive_runs
+            .get_or_create(&RunLabels {
+                queue: r.queue.clone(),
+                result: r.result.label().to_string(),
+            })
+            .inc();
+        self.redriven_messages.get_or_create(&queue).inc_by(r.moved);
+        if let Some(n) = r.waiting_for_person {
+            self.redrive_waiting_for_person
+                .get_or_create(&queue)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.redrive_next_wait_seconds
+            .get_or_create(&queue)
+            .set(r.next_wait_ms as f64 / 1000.0);
     }
 
     /// The OpenMetrics text exposition.
@@ -316,6 +388,41 @@ mod tests {
             text.contains("dlqctl_retry_delay_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_redrive_runs_moved_waiting_and_next_wait() {
+        use crate::core::dlq::redrive::RunResult;
+        let m = Metrics::new();
+        let mut r = crate::ops::dlq::redrive::RedriveReport {
+            queue: "orders".into(),
+            dlq: "orders.dlq".into(),
+            result: RunResult::CanaryFailed,
+            moved: 5,
+            waiting_for_person: Some(2),
+            canary: None,
+            health: None,
+            why: None,
+            replay_id: "r".into(),
+            next_wait_ms: 120_000,
+            elapsed_ms: 0,
+        };
+        m.record_redrive(&r);
+        r.result = RunResult::Moved;
+        r.moved = 45;
+        r.waiting_for_person = None;
+        r.next_wait_ms = 1500;
+        m.record_redrive(&r);
+        let text = m.render();
+        for want in [
+            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
+            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
+            "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
+            "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
+            "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
+        ] {
+            assert!(text.contains(want), "{want} in:\n{text}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod jsonl;
 mod permissions;
 mod poison;
 mod provision;
+mod redrive;
 mod secrets;
 mod serve;
 mod serve_browser;

@@ -185,6 +185,10 @@ pub enum DlqCommand {
     /// Move a snapshot of a pipeline's DLQ (or an export file) back to its
     /// main queue.
     Replay(ReplayArgs),
+    /// Run the pipeline's automatic redrive policy once, now (exit 0: moved
+    /// or nothing eligible; 3: the canary failed or the health probe said
+    /// unhealthy).
+    Redrive(RedriveArgs),
     /// Remove messages from a pipeline's DLQ, with no copy (needs --yes).
     Purge(PurgeArgs),
 }
@@ -343,6 +347,16 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
+/// `dlqctl dlq redrive`.
+#[derive(Debug, Args)]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    pub target: DlqTarget,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `dlqctl dlq purge`.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
@@ -460,6 +474,10 @@ pub struct WorkArgs {
     /// with its ready line.
     #[arg(long, default_value = "60s", requires = "jsonl", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub handler_start_timeout: std::time::Duration,
+    /// Do not run the pipeline's automatic redrive policy
+    /// (`dead_letter.redrive`) in this worker.
+    #[arg(long)]
+    pub no_redrive: bool,
     #[command(flatten)]
     pub connection: Connection,
     /// The handler program and its arguments (after `--`).

@@ -20,6 +20,7 @@ pub async fn run(command: &Command) -> Result<Outcome> {
             crate::cli::DlqCommand::Summary(a) => commands::dlq::summary(a).await,
             crate::cli::DlqCommand::Export(a) => commands::dlq::export(a).await,
             crate::cli::DlqCommand::Replay(a) => commands::dlq::replay(a).await,
+            crate::cli::DlqCommand::Redrive(a) => commands::dlq::redrive(a).await,
             crate::cli::DlqCommand::Purge(a) => commands::dlq::purge(a).await,
         },
     }

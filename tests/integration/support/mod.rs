@@ -14,6 +14,7 @@
 //! it is dropped, also when the test panics.
 
 pub mod chaos;
+pub mod dependency;
 pub mod dlq;
 pub mod policy;
 pub mod relay;
