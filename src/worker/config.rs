@@ -36,6 +36,11 @@ pub struct WorkerConfig {
     pub max_publish_backoff: Duration,
     /// The largest pause between two reconnection attempts.
     pub max_reconnect_backoff: Duration,
+    /// At start, how long to keep trying to reach the broker before
+    /// giving up (0, the default: the first connection must succeed).
+    /// Only an unreachable broker (or one refusing the connection) is
+    /// waited for; a missing topology still fails at once.
+    pub wait_for_broker: Duration,
 }
 
 impl WorkerConfig {
@@ -53,6 +58,7 @@ impl WorkerConfig {
             publish_channels: 4,
             max_publish_backoff: Duration::from_secs(5),
             max_reconnect_backoff: Duration::from_secs(30),
+            wait_for_broker: Duration::ZERO,
         }
     }
 }

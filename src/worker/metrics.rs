@@ -1,6 +1,6 @@
 //! Prometheus metrics of a worker, in OpenMetrics text.
 
-use crate::core::retry::Settlement;
+use crate::core::retry::{DeadLetterReason, Settlement};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -60,6 +60,9 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// 1 while the circuit breaker is open.
     pub circuit_open: Gauge,
+    /// 1 while the worker is connected and has its consumer on the main
+    /// queue (what `/readyz` answers).
+    pub consuming: Gauge,
     /// Messages that succeeded on their first attempt.
     pub first_attempt_successes: Family<QueueLabels, Counter>,
     /// Dead-letters by reason.
@@ -86,6 +89,7 @@ impl Metrics {
         let reconnects = Counter::default();
         let in_flight = Gauge::default();
         let circuit_open = Gauge::default();
+        let consuming = Gauge::default();
         let first_attempt_successes = Family::<QueueLabels, Counter>::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
         let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
@@ -135,6 +139,11 @@ impl Metrics {
             "1 while the circuit breaker is open",
             circuit_open.clone(),
         );
+        registry.register(
+            "consuming",
+            "1 while the worker is connected and consuming its queue",
+            consuming.clone(),
+        );
         Metrics {
             registry,
             decisions,
@@ -144,6 +153,7 @@ impl Metrics {
             reconnects,
             in_flight,
             circuit_open,
+            consuming,
             first_attempt_successes,
             dead_letters,
             retry_delay_seconds,
@@ -215,6 +225,14 @@ impl QueueCounters {
 impl Metrics {
     /// The counters of `queue`.
     pub fn queue_counters(&self, queue: &str) -> QueueCounters {
+        // Every reason starts at 0, so that /metrics names the family
+        // before the first dead-letter and a rate() has a start.
+        for reason in DeadLetterReason::ALL {
+            let _ = self.dead_letters.get_or_create(&ReasonLabels {
+                queue: queue.to_string(),
+                reason: reason.as_str().to_string(),
+            });
+        }
         QueueCounters {
             queue: queue.to_string(),
             first_attempt_successes: self
@@ -255,28 +273,67 @@ pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::Tcp
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves `GET /metrics` on `listener` until the token is cancelled.
+/// What `/readyz` answers: 200 while the worker is connected and
+/// consuming its queue, else 503 (connecting, waiting for the broker, or
+/// reconnecting after a lost connection).
+pub fn readiness(metrics: &Metrics) -> (u16, &'static str) {
+    if metrics.consuming.get() > 0 {
+        (200, "ready: connected and consuming\n")
+    } else {
+        (
+            503,
+            "not ready: not consuming (connecting to the broker, or reconnecting)\n",
+        )
+    }
+}
+
+/// Serves `GET /metrics`, `/healthz` (200 while the process answers) and
+/// `/readyz` (see [`readiness`]) on `listener` until the token is
+/// cancelled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
     stop: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
+    use axum::http::StatusCode;
     use axum::routing::get;
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.render(),
-                )
-            }
-        }),
-    );
+    let for_metrics = metrics.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = for_metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok: alive\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    let (code, text) = readiness(&m);
+                    (
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                        text,
+                    )
+                }
+            }),
+        )
+        .route(
+            "/",
+            get(|| async {
+                "dlqctl work: /metrics (Prometheus), /healthz (alive), /readyz (consuming)\n"
+            }),
+        );
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
@@ -285,6 +342,17 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_only_while_consuming() {
+        let m = Metrics::new();
+        assert_eq!(readiness(&m).0, 503);
+        m.consuming.set(1);
+        assert_eq!(readiness(&m).0, 200);
+        assert!(m.render().contains("dlqctl_consuming 1"));
+        m.consuming.set(0);
+        assert_eq!(readiness(&m).0, 503);
+    }
 
     #[test]
     fn renders_first_attempt_successes_dead_letters_by_reason_and_retry_delays() {
@@ -336,6 +404,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("dlqctl_handlers_in_flight 0"), "{text}");
+        assert!(text.contains("dlqctl_consuming 0"), "{text}");
         assert!(
             text.contains("dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1"),
             "{text}"

@@ -109,6 +109,7 @@ pub async fn export(
         ),
         source: e,
     };
+    let mut groups = crate::core::dlq::select::GroupCheck::new(&opts.selector);
     let outcome = async {
         loop {
             if opts.limit.is_some_and(|l| p.selected >= l) {
@@ -117,6 +118,7 @@ pub async fn export(
             }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
+            groups.see(&m.described);
             p.read += 1;
             let wanted = opts.limit.is_none_or(|l| p.selected < l);
             if wanted && selected(&opts.selector, &m, now) {
@@ -169,6 +171,7 @@ pub async fn export(
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
+    super::refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(ExportReport {
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,
