@@ -7,6 +7,24 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
+/// [`exponential_buckets`] rounded to 4 significant digits, so that the
+/// bounds read as written (`le="0.3"`, not `le="0.30000000000000004"`).
+fn readable_buckets(start: f64, factor: f64, length: u16) -> impl Iterator<Item = f64> {
+    exponential_buckets(start, factor, length).map(|b| {
+        if b <= 0.0 || !b.is_finite() {
+            return b;
+        }
+        let digits = 3 - b.log10().floor() as i32;
+        if digits >= 0 {
+            let m = 10f64.powi(digits);
+            (b * m).round() / m
+        } else {
+            let m = 10f64.powi(-digits);
+            (b / m).round() * m
+        }
+    })
+}
 use prometheus_client::registry::Registry;
 
 /// Labels of a decision.
@@ -84,7 +102,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("dlqctl");
         let decisions = Family::<DecisionLabels, Counter>::default();
         let outcomes = Family::<OutcomeLabels, Counter>::default();
-        let handler_seconds = Histogram::new(exponential_buckets(0.001, 2.5, 14));
+        let handler_seconds = Histogram::new(readable_buckets(0.001, 2.5, 14));
         let publish_refusals = Counter::default();
         let reconnects = Counter::default();
         let in_flight = Gauge::default();
@@ -92,7 +110,7 @@ impl Metrics {
         let consuming = Gauge::default();
         let first_attempt_successes = Family::<QueueLabels, Counter>::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
-        let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
+        let retry_delay_seconds = Histogram::new(readable_buckets(0.1, 3.0, 14));
         registry.register(
             "first_attempt_successes",
             "Messages handled successfully on their first attempt",
@@ -342,6 +360,25 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_bounds_read_as_written() {
+        let text = Metrics::new().render();
+        let bounds: Vec<&str> = text
+            .split("le=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(bounds.len() >= 28, "{text}");
+        for b in &bounds {
+            assert!(b.len() <= 8, "le=\"{b}\" in\n{text}");
+        }
+        for b in [
+            "0.3", "2.7", "0.0025", "0.01563", "149.0", "159400.0", "+Inf",
+        ] {
+            assert!(bounds.contains(&b), "no le=\"{b}\" in {bounds:?}");
+        }
+    }
 
     #[test]
     fn ready_only_while_consuming() {
