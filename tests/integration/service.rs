@@ -278,3 +278,33 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
     );
     w.stop().await;
 }
+
+/// A host name that does not resolve says so, with its own advice, not
+/// "is RabbitMQ running?"; a refused port keeps that advice. Exit 1 both.
+#[tokio::test]
+async fn a_host_that_does_not_resolve_is_told_apart_from_a_broker_that_is_down() {
+    let scratch = crate::support::Scratch::new();
+    let file = scratch.write("t.yaml", "version: 1\npipelines:\n  - name: orders\n");
+    let status = |url: String| {
+        crate::support::Dlqctl::new("status")
+            .arg(&file)
+            .args(["--url", &url])
+            .run()
+    };
+    let dns = status("amqp://guest:guest@no-such-host.invalid:5672/%2f".into()).await;
+    dns.assert_code(1);
+    let out = dns.output();
+    assert!(
+        out.contains("the host name `no-such-host.invalid` does not resolve"),
+        "{out}"
+    );
+    assert!(out.contains("check the host name"), "{out}");
+    assert!(!out.contains("is RabbitMQ running"), "{out}");
+    let down = status(format!("amqp://guest:guest@{}/%2f", free_port())).await;
+    down.assert_code(1);
+    assert!(
+        down.output().contains("is RabbitMQ running"),
+        "{}",
+        down.output()
+    );
+}
