@@ -72,10 +72,25 @@ pub fn load_pipeline(path: impl AsRef<Path>, queue: &str) -> Result<Pipeline> {
         Some(p) => Ok(p.clone()),
         None => {
             let names: Vec<_> = topology.pipelines.iter().map(|p| p.name.as_str()).collect();
+            // A DLQ, a retry queue or an exchange of a pipeline: name it.
+            let owner = topology.pipelines.iter().find_map(|p| {
+                let what = if p.dead_letter.queue == queue {
+                    "the DLQ"
+                } else if p.retry_queues().iter().any(|q| q == queue) {
+                    "a retry queue"
+                } else {
+                    return None;
+                };
+                Some(format!(
+                    "; it is {what} of pipeline `{}`: give --queue {}",
+                    p.name, p.name
+                ))
+            });
             Err(Error::Usage(format!(
-                "queue `{queue}` is not a pipeline of {} (pipelines: {})",
+                "queue `{queue}` is not a pipeline of {} (pipelines: {}){}",
                 path.display(),
-                names.join(", ")
+                names.join(", "),
+                owner.unwrap_or_default()
             )))
         }
     }
@@ -105,6 +120,19 @@ mod tests {
         let e = load_pipeline(&p, "billing").unwrap_err().to_string();
         assert!(e.contains("queue `billing` is not a pipeline of"), "{e}");
         assert!(e.contains("(pipelines: orders)"), "{e}");
+        assert!(!e.contains("give --queue"), "{e}");
+        // A DLQ or a retry queue points to its pipeline.
+        let e = load_pipeline(&p, "orders.dlq").unwrap_err().to_string();
+        assert!(
+            e.ends_with("; it is the DLQ of pipeline `orders`: give --queue orders"),
+            "{e}"
+        );
+        let q = load_topology(&p).unwrap().pipelines[0].retry_queues()[0].clone();
+        let e = load_pipeline(&p, &q).unwrap_err().to_string();
+        assert!(
+            e.ends_with("; it is a retry queue of pipeline `orders`: give --queue orders"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(p.parent().unwrap());
     }
 

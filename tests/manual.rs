@@ -188,3 +188,57 @@ fn version_names_the_commit_when_built_from_git() {
         }
     }
 }
+
+/// `cargo package --list` (what `cargo package` and a crates.io upload
+/// would hold) lists the code, the user guide, the examples and the
+/// licences, and nothing else: no tests, benches, screenshots, CI or
+/// deploy files.
+#[test]
+fn the_package_lists_only_what_belongs() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["package", "--list", "--locked", "--allow-dirty"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo package --list");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    let files: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
+    let belongs = |f: &str| {
+        [
+            ".cargo_vcs_info.json",
+            "Cargo.toml",
+            "Cargo.toml.orig",
+            "Cargo.lock",
+            "build.rs",
+            "README.md",
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+        ]
+        .contains(&f)
+            || f.starts_with("src/")
+            || f.starts_with("examples/")
+            || f.starts_with("topology/")
+            || (f.starts_with("docs/") && (f.ends_with(".md") || f.starts_with("docs/ci/")))
+    };
+    let stray: Vec<&&str> = files.iter().filter(|f| !belongs(f)).collect();
+    assert!(stray.is_empty(), "files that do not belong: {stray:?}");
+    for needed in [
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "README.md",
+        "Cargo.lock",
+        "build.rs",
+        "src/lib.rs",
+        "src/bin/dlqctl/main.rs",
+        "topology/orders.yaml",
+        "topology/demo-handler.sh",
+        "examples/publish.rs",
+        "docs/production.md",
+    ] {
+        assert!(
+            files.contains(&needed),
+            "{needed} is not in the package: {files:?}"
+        );
+    }
+}

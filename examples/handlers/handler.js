@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A dlqctl JSON-lines handler in Node.js (standard library only).
 //
-//   dlqctl work topology/example.yaml --queue orders --jsonl \
+//   dlqctl work topology/orders.yaml --queue orders --jsonl \
 //       -- node examples/handlers/handler.js
 //
 // dlqctl writes a hello line, this answers the ready line, then each

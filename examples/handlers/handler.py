@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A dlqctl JSON-lines handler in plain Python (standard library only).
 
-    dlqctl work topology/example.yaml --queue orders --jsonl \
+    dlqctl work topology/orders.yaml --queue orders --jsonl \
         -- python3 examples/handlers/handler.py
 
 dlqctl writes a hello line, this answers the ready line, then each message

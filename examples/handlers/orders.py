@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The handler of handler.py, written with the dlqctl_handler helper.
 
-    dlqctl work topology/example.yaml --queue orders --jsonl --concurrency 8 \
+    dlqctl work topology/orders.yaml --queue orders --jsonl --concurrency 8 \
         -- python3 examples/handlers/orders.py
 """
 import os

@@ -203,8 +203,34 @@ impl BrokerUrl {
                 hint: start_hint(),
             }),
             Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) if self.unresolvable().await => Err(Error::Connect {
+                endpoint,
+                reason: format!(
+                    "the host name `{}` does not resolve ({})",
+                    self.host(),
+                    redact_in(&describe_lapin_error(&e), self.password())
+                ),
+                hint: "check the host name in --url / AMQP_URL (a typo, or a name only \
+                       another network's DNS knows)"
+                    .to_string(),
+            }),
             Ok(Err(e)) => Err(self.connect_error(&e)),
         }
+    }
+
+    /// Whether the URL's host is a name that does not resolve (asked only
+    /// after a failed connection: a DNS failure deserves its own words,
+    /// not "is RabbitMQ running?").
+    async fn unresolvable(&self) -> bool {
+        let host = self.host().trim_matches(|c| c == '[' || c == ']');
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            return false;
+        }
+        let lookup = tokio::net::lookup_host((host, self.uri.authority.port));
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), lookup).await,
+            Ok(Err(_))
+        )
     }
 
     fn connect_error(&self, e: &lapin::Error) -> Error {

@@ -219,6 +219,11 @@ pub async fn action(
         Ok(r) => r,
         Err(f) => return fail(f),
     };
+    if let Some(g) = request.selection.group.as_deref() {
+        if let Err(f) = check_group(&app, &pipeline, g).await {
+            return fail(f);
+        }
+    }
     match app.jobs.start(&app, &pipeline, request) {
         Ok(id) => {
             let view = app.jobs.get(id).map(|j| j.view());
@@ -229,6 +234,47 @@ pub async fn action(
             (StatusCode::ACCEPTED, Json(v)).into_response()
         }
         Err(f) => fail(f),
+    }
+}
+
+/// 400 when `group` is not a group of the pipeline's DLQ (by a summary
+/// younger than [`super::state::GROUP_COUNT_FRESH_MS`], made now when
+/// there is none), naming its groups. A DLQ that cannot be read now (busy,
+/// say) is not checked: starting the job tells why.
+async fn check_group(app: &App, pipeline: &str, group: &str) -> Result<(), Fail> {
+    let p = app.pipeline(pipeline)?.clone();
+    if app.jobs.running_on(&p.name).is_some() {
+        // Starting the job says 409, naming the one running.
+        return Ok(());
+    }
+    match app.group(&p, group).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            let now = crate::ops::dlq::now_ms();
+            let Some(s) = app
+                .cached_summary(&p.name)
+                .filter(|s| now.saturating_sub(s.at_ms) < super::state::GROUP_COUNT_FRESH_MS)
+            else {
+                return Ok(());
+            };
+            let groups: Vec<(String, String, u64)> = s
+                .report
+                .groups
+                .iter()
+                .map(|g| {
+                    let reason = g.reason.clone().unwrap_or_else(|| "unknown".into());
+                    (g.id.clone(), reason, g.count)
+                })
+                .collect();
+            Err(Fail::bad_request(crate::core::dlq::select::unknown_group(
+                group,
+                &p.dead_letter.queue,
+                &groups,
+                false,
+            )))
+        }
+        Err(crate::error::Error::Busy { .. }) => Ok(()),
+        Err(e) => Err(Fail::from(e)),
     }
 }
 

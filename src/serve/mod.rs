@@ -68,10 +68,42 @@ pub async fn run(
     })
 }
 
-/// Every route.
+/// How long `/readyz` waits for the broker before answering 503.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `/readyz`: 200 when the broker answers (the status connection is open,
+/// or opens), else 503. Its body says no more than that: it is served
+/// without the token.
+async fn readyz(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+) -> (axum::http::StatusCode, &'static str) {
+    use axum::http::StatusCode;
+    match tokio::time::timeout(READY_TIMEOUT, app.broker_reachable()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready: broker reachable\n"),
+        Ok(Err(e)) => {
+            tracing::debug!("serve: /readyz: {e}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: broker unreachable\n",
+            )
+        }
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: broker unreachable (no answer within 3 s)\n",
+        ),
+    }
+}
+
+/// Every route. `/healthz` and `/readyz` are outside the guard (no token,
+/// any `Host`): a supervisor's probe has neither, and they tell nothing
+/// but alive and whether the broker answers.
 pub(crate) fn router(app: Arc<App>) -> axum::Router {
     use axum::routing::{get, post};
-    axum::Router::new()
+    let probes = axum::Router::new()
+        .route("/healthz", get(|| async { "ok: alive\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(app.clone());
+    let guarded = axum::Router::new()
         .route("/", get(pages::overview))
         .route("/pipelines/{pipeline}", get(pages::dlq))
         .route("/pipelines/{pipeline}/groups/{group}", get(pages::group))
@@ -96,5 +128,6 @@ pub(crate) fn router(app: Arc<App>) -> axum::Router {
             app.clone(),
             guard::guard,
         ))
-        .with_state(app)
+        .with_state(app);
+    probes.merge(guarded)
 }

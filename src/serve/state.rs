@@ -223,6 +223,12 @@ impl App {
         Ok((conn, at, mgmt))
     }
 
+    /// Whether the broker answers: the status connection is open, or
+    /// opens now.
+    pub async fn broker_reachable(&self) -> Result<()> {
+        self.status_conn().await.map(|_| ())
+    }
+
     /// Forgets the status connection after a failure on it.
     async fn drop_status_conn(&self) {
         if let Some(s) = self.status_conn.lock().await.take() {
@@ -371,6 +377,15 @@ impl App {
             },
             Err(e) => Err(e),
         }
+    }
+
+    /// `pipeline`'s last summary, when there is one.
+    pub fn cached_summary(&self, pipeline: &str) -> Option<CachedSummary> {
+        self.summaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(pipeline)
+            .cloned()
     }
 
     /// The group `id` of `pipeline`'s last summary, when it is younger than

@@ -39,6 +39,11 @@ pub struct WorkerConfig {
     /// Run the pipeline's automatic redrive policy (`dead_letter.redrive`)
     /// on its timer, when it has one (`dlqctl work --no-redrive`: off).
     pub redrive: bool,
+    /// At start, how long to keep trying to reach the broker before
+    /// giving up (0, the default: the first connection must succeed).
+    /// Only an unreachable broker (or one refusing the connection) is
+    /// waited for; a missing topology still fails at once.
+    pub wait_for_broker: Duration,
 }
 
 impl WorkerConfig {
@@ -58,6 +63,7 @@ impl WorkerConfig {
             max_publish_backoff: Duration::from_secs(5),
             max_reconnect_backoff: Duration::from_secs(30),
             redrive: true,
+            wait_for_broker: Duration::ZERO,
         }
     }
 }

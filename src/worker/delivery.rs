@@ -495,6 +495,11 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
-        assert!(!text.contains("dlqctl_dead_letters_total{"), "{text}");
+        // Every reason is there from the start, at 0, and stays there.
+        for reason in ["permanent", "exhausted", "too_large"] {
+            let zero =
+                format!("dlqctl_dead_letters_total{{queue=\"orders\",reason=\"{reason}\"}} 0");
+            assert!(text.contains(&zero), "{zero} in\n{text}");
+        }
     }
 }

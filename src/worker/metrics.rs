@@ -1,12 +1,30 @@
 //! Prometheus metrics of a worker, in OpenMetrics text.
 
-use crate::core::retry::Settlement;
+use crate::core::retry::{DeadLetterReason, Settlement};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
+/// [`exponential_buckets`] rounded to 4 significant digits, so that the
+/// bounds read as written (`le="0.3"`, not `le="0.30000000000000004"`).
+fn readable_buckets(start: f64, factor: f64, length: u16) -> impl Iterator<Item = f64> {
+    exponential_buckets(start, factor, length).map(|b| {
+        if b <= 0.0 || !b.is_finite() {
+            return b;
+        }
+        let digits = 3 - b.log10().floor() as i32;
+        if digits >= 0 {
+            let m = 10f64.powi(digits);
+            (b * m).round() / m
+        } else {
+            let m = 10f64.powi(-digits);
+            (b / m).round() * m
+        }
+    })
+}
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -71,6 +89,9 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// 1 while the circuit breaker is open.
     pub circuit_open: Gauge,
+    /// 1 while the worker is connected and has its consumer on the main
+    /// queue (what `/readyz` answers).
+    pub consuming: Gauge,
     /// Messages that succeeded on their first attempt.
     pub first_attempt_successes: Family<QueueLabels, Counter>,
     /// Dead-letters by reason.
@@ -102,14 +123,15 @@ impl Metrics {
         let mut registry = Registry::with_prefix("dlqctl");
         let decisions = Family::<DecisionLabels, Counter>::default();
         let outcomes = Family::<OutcomeLabels, Counter>::default();
-        let handler_seconds = Histogram::new(exponential_buckets(0.001, 2.5, 14));
+        let handler_seconds = Histogram::new(readable_buckets(0.001, 2.5, 14));
         let publish_refusals = Counter::default();
         let reconnects = Counter::default();
         let in_flight = Gauge::default();
         let circuit_open = Gauge::default();
+        let consuming = Gauge::default();
         let first_attempt_successes = Family::<QueueLabels, Counter>::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
-        let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
+        let retry_delay_seconds = Histogram::new(readable_buckets(0.1, 3.0, 14));
         let redrive_runs = Family::<RunLabels, Counter>::default();
         let redriven_messages = Family::<QueueLabels, Counter>::default();
         let redrive_waiting_for_person = Family::<QueueLabels, Gauge>::default();
@@ -180,6 +202,11 @@ impl Metrics {
             "1 while the circuit breaker is open",
             circuit_open.clone(),
         );
+        registry.register(
+            "consuming",
+            "1 while the worker is connected and consuming its queue",
+            consuming.clone(),
+        );
         Metrics {
             registry,
             decisions,
@@ -189,6 +216,7 @@ impl Metrics {
             reconnects,
             in_flight,
             circuit_open,
+            consuming,
             first_attempt_successes,
             dead_letters,
             retry_delay_seconds,
@@ -287,6 +315,14 @@ impl QueueCounters {
 impl Metrics {
     /// The counters of `queue`.
     pub fn queue_counters(&self, queue: &str) -> QueueCounters {
+        // Every reason starts at 0, so that /metrics names the family
+        // before the first dead-letter and a rate() has a start.
+        for reason in DeadLetterReason::ALL {
+            let _ = self.dead_letters.get_or_create(&ReasonLabels {
+                queue: queue.to_string(),
+                reason: reason.as_str().to_string(),
+            });
+        }
         QueueCounters {
             queue: queue.to_string(),
             first_attempt_successes: self
@@ -327,28 +363,67 @@ pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::Tcp
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves `GET /metrics` on `listener` until the token is cancelled.
+/// What `/readyz` answers: 200 while the worker is connected and
+/// consuming its queue, else 503 (connecting, waiting for the broker, or
+/// reconnecting after a lost connection).
+pub fn readiness(metrics: &Metrics) -> (u16, &'static str) {
+    if metrics.consuming.get() > 0 {
+        (200, "ready: connected and consuming\n")
+    } else {
+        (
+            503,
+            "not ready: not consuming (connecting to the broker, or reconnecting)\n",
+        )
+    }
+}
+
+/// Serves `GET /metrics`, `/healthz` (200 while the process answers) and
+/// `/readyz` (see [`readiness`]) on `listener` until the token is
+/// cancelled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
     stop: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
+    use axum::http::StatusCode;
     use axum::routing::get;
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.render(),
-                )
-            }
-        }),
-    );
+    let for_metrics = metrics.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = for_metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok: alive\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    let (code, text) = readiness(&m);
+                    (
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                        text,
+                    )
+                }
+            }),
+        )
+        .route(
+            "/",
+            get(|| async {
+                "dlqctl work: /metrics (Prometheus), /healthz (alive), /readyz (consuming)\n"
+            }),
+        );
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
@@ -357,6 +432,36 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_bounds_read_as_written() {
+        let text = Metrics::new().render();
+        let bounds: Vec<&str> = text
+            .split("le=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(bounds.len() >= 28, "{text}");
+        for b in &bounds {
+            assert!(b.len() <= 8, "le=\"{b}\" in\n{text}");
+        }
+        for b in [
+            "0.3", "2.7", "0.0025", "0.01563", "149.0", "159400.0", "+Inf",
+        ] {
+            assert!(bounds.contains(&b), "no le=\"{b}\" in {bounds:?}");
+        }
+    }
+
+    #[test]
+    fn ready_only_while_consuming() {
+        let m = Metrics::new();
+        assert_eq!(readiness(&m).0, 503);
+        m.consuming.set(1);
+        assert_eq!(readiness(&m).0, 200);
+        assert!(m.render().contains("dlqctl_consuming 1"));
+        m.consuming.set(0);
+        assert_eq!(readiness(&m).0, 503);
+    }
 
     #[test]
     fn renders_first_attempt_successes_dead_letters_by_reason_and_retry_delays() {
@@ -443,6 +548,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("dlqctl_handlers_in_flight 0"), "{text}");
+        assert!(text.contains("dlqctl_consuming 0"), "{text}");
         assert!(
             text.contains("dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1"),
             "{text}"

@@ -134,14 +134,36 @@ impl<H: Handler> Worker<H> {
         let mut backoff = Backoff::new(Duration::from_millis(200), self.cfg.max_reconnect_backoff);
         let mut first = true;
         let mut last_error: Option<String> = None;
+        let wait_until = Instant::now() + self.cfg.wait_for_broker;
+        let mut start_backoff = Backoff::new(Duration::from_millis(200), START_RETRY_MAX);
         loop {
             let started = Instant::now();
             let end = self.session(&shutdown, &hurry).await;
             let end = match end {
                 Ok(SessionEnd::Shutdown) => return Ok(()),
+                Err(e @ Error::Connect { .. }) if first && Instant::now() < wait_until => {
+                    // --wait-for-broker: the broker may still be starting.
+                    let left = wait_until.saturating_duration_since(Instant::now());
+                    let pause = start_backoff.next_wait().min(left);
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        warn!(queue = %self.cfg.pipeline.name, error = %text, waiting_up_to_s = left.as_secs(), "broker not reachable yet; retrying (--wait-for-broker)");
+                    } else {
+                        debug!(queue = %self.cfg.pipeline.name, error = %text, "broker still not reachable");
+                    }
+                    last_error = Some(text);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    continue;
+                }
                 Err(e) if first => return Err(e),
                 other => other,
             };
+            if first {
+                last_error = None;
+            }
             match &end {
                 Ok(SessionEnd::Shutdown) => {}
                 Ok(SessionEnd::Lost(reason)) => {
@@ -185,6 +207,7 @@ impl<H: Handler> Worker<H> {
     ) -> Result<SessionEnd> {
         let (conn, at) = self.connect().await?;
         let (consume, publisher, mut consumer) = self.open(&conn).await?;
+        self.metrics.consuming.set(1);
         let template = DeliveryTask {
             cfg: self.cfg.clone(),
             handler: self.handler.clone(),
@@ -204,6 +227,7 @@ impl<H: Handler> Worker<H> {
         let end = self
             .consume(shutdown, &consume, &mut consumer, &tracker, &template)
             .await;
+        self.metrics.consuming.set(0);
         tracker.close();
         const NETWORK_STEP: Duration = Duration::from_secs(5);
         match &end {
@@ -415,6 +439,10 @@ async fn return_unstarted(consume: &Channel) {
         Err(_) => debug!("returning unstarted deliveries timed out; closing returns them"),
     }
 }
+
+/// The longest pause between two tries to reach the broker at start
+/// (`wait_for_broker`): short, so a worker starts soon after its broker.
+const START_RETRY_MAX: Duration = Duration::from_secs(5);
 
 const CLOSED_WHILE_WAITING: &str =
     "the connection or the consuming channel closed while no handler could start";

@@ -176,3 +176,75 @@ async fn the_embedded_worker_example_retries_dead_letters_and_stops_on_sigint() 
     assert_eq!(header_str(&dead, "dlqctl-reason"), "permanent");
     assert_eq!(f.broker.get(&f.pipe.dlq()).await.map(|d| d.data), None);
 }
+
+/// The README's quick start ends in a replay that succeeds, with the demo
+/// handler `topology/demo-handler.sh` on a pipeline of the test's own
+/// (short tiers): `bad input` is dead-lettered as permanent and `service
+/// down` as exhausted; a canary replay before the fix fails (exit 3, the
+/// canary `bad input` came back); once the service is back
+/// (`DEMO_SERVICE_UP=1` in the worker's environment), the replay of the
+/// exhausted messages passes its canary (exit 0), the worker acks `service
+/// down`, and only `bad input` stays in the DLQ.
+#[tokio::test]
+async fn the_quick_start_reaches_a_replay_that_succeeds() {
+    use crate::support::worker::WorkerProc;
+    use crate::support::Dlqctl;
+    const SECS_30: Duration = Duration::from_secs(30);
+    let f = PipeFixture::new(&[100, 200], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let handler = format!("{}/topology/demo-handler.sh", env!("CARGO_MANIFEST_DIR"));
+    let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--", &handler]);
+    w.wait_consuming().await;
+    publish(&f.broker, "", &f.pipe.name, b"bad input", with_id("bad")).await;
+    f.broker.wait_for_count(&f.pipe.dlq(), 1, SECS_30).await;
+    publish(
+        &f.broker,
+        "",
+        &f.pipe.name,
+        b"service down",
+        with_id("down"),
+    )
+    .await;
+    f.broker.wait_for_count(&f.pipe.dlq(), 2, SECS_30).await;
+    let replay = |extra: &'static [&'static str]| {
+        Dlqctl::new("dlq")
+            .arg("replay")
+            .arg(&file)
+            .args([
+                "--queue",
+                &f.pipe.name,
+                "--canary",
+                "1",
+                "--canary-wait",
+                "3s",
+            ])
+            .args(extra)
+            .run()
+    };
+
+    // Before the fix: the canary comes back, the rest stays.
+    let before = replay(&[]).await;
+    before.assert_code(3);
+    assert!(before.output().contains("canary"), "{}", before.output());
+    w.stop().await;
+
+    // The service is back: the worker runs again with the fix.
+    let mut w = WorkerProc::spawn_with_env(
+        &file,
+        &f.pipe.name,
+        &["--", &handler],
+        &[("DEMO_SERVICE_UP", "1")],
+    );
+    w.wait_consuming().await;
+    let after = replay(&["--filter-reason", "exhausted"]).await;
+    after.assert_code(0);
+    let handled = w.wait_decisions(1, SECS_30).await;
+    assert_eq!(handled[0]["decision"], "ack", "{}", w.output());
+    assert_eq!(handled[0]["message_id"], "down", "{}", w.output());
+    f.broker.wait_for_count(&f.pipe.dlq(), 1, SECS_30).await;
+    let left = crate::support::worker::drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(header_str(&left[0], "dlqctl-reason"), "permanent");
+    w.stop().await;
+    assert_empty(&f.broker, &f.all_queues()).await;
+}

@@ -227,7 +227,7 @@ pub struct Selectors {
     pub message_ids: Vec<String>,
     /// Only this reason (permanent, exhausted, too_large, or the broker's
     /// rejected, expired, maxlen, delivery_limit).
-    #[arg(long, value_name = "REASON")]
+    #[arg(long, value_name = "REASON", value_parser = clap::builder::PossibleValuesParser::new(dlqctl::core::dlq::select::REASONS))]
     pub filter_reason: Option<String>,
     /// Only messages whose header K is V (repeatable: all of them).
     #[arg(long, value_name = "K=V", value_parser = dlqctl::core::dlq::select::parse_header_filter)]
@@ -456,9 +456,15 @@ pub struct WorkArgs {
     /// SIGTERM ends it at once).
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
-    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090).
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090),
+    /// with /healthz (alive) and /readyz (connected and consuming).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// At start, keep trying to reach the broker this long before giving
+    /// up with exit 1 (`0s`: fail at once). A topology that is not
+    /// provisioned still fails at once.
+    #[arg(long, default_value = "60s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
+    pub wait_for_broker: std::time::Duration,
     /// POST each message to this URL instead of running a command.
     #[arg(long, conflicts_with_all = ["command", "jsonl"])]
     pub http: Option<String>,

@@ -97,6 +97,118 @@ impl Selector {
     }
 }
 
+/// Every reason `--filter-reason` takes: dlqctl's own `dlqctl-reason`
+/// values, then the broker's `x-death` reasons. A reason outside the list
+/// could match nothing, so it is refused (exit 2) instead of selecting
+/// nothing.
+pub const REASONS: [&str; 7] = [
+    "permanent",
+    "exhausted",
+    "too_large",
+    "rejected",
+    "expired",
+    "maxlen",
+    "delivery_limit",
+];
+
+/// The most groups an unknown `--group`'s error lists.
+const GROUPS_LISTED: usize = 20;
+/// The most distinct groups a [`GroupCheck`] keeps (past it, counted only).
+const GROUPS_KEPT: usize = 10_000;
+
+/// Tells a `--group` that names no group of the DLQ: a command feeds it
+/// every message it reads; when the run read its whole snapshot and never
+/// met the group, [`GroupCheck::verdict`] says so with the groups it did
+/// meet (a typo must not read as "nothing to do").
+#[derive(Debug, Default)]
+pub struct GroupCheck {
+    wanted: Option<String>,
+    found: bool,
+    /// Group id → (reason, messages).
+    seen: std::collections::BTreeMap<String, (String, u64)>,
+    others: u64,
+}
+
+impl GroupCheck {
+    /// A check of `selector`'s group (none: nothing to check).
+    pub fn new(selector: &Selector) -> Self {
+        GroupCheck {
+            wanted: selector.group.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Notes one message read (whatever the other selectors say).
+    pub fn see(&mut self, d: &Described) {
+        let Some(wanted) = &self.wanted else { return };
+        if self.found {
+            return;
+        }
+        let id = message_group(d);
+        if wanted.eq_ignore_ascii_case(&id) {
+            self.found = true;
+            self.seen.clear();
+            return;
+        }
+        let kept = self.seen.len();
+        match self.seen.get_mut(&id) {
+            Some(e) => e.1 += 1,
+            None if kept < GROUPS_KEPT => {
+                let reason = d.reason.clone().unwrap_or_else(|| "unknown".into());
+                self.seen.insert(id, (reason, 1));
+            }
+            None => self.others += 1,
+        }
+    }
+
+    /// After a run that read its whole snapshot: the error when the group
+    /// was never met, naming the groups that were (largest first).
+    pub fn verdict(&self, dlq: &str) -> Option<String> {
+        let wanted = self.wanted.as_ref()?;
+        if self.found {
+            return None;
+        }
+        let mut groups: Vec<(String, String, u64)> = self
+            .seen
+            .iter()
+            .map(|(id, (reason, n))| (id.clone(), reason.clone(), *n))
+            .collect();
+        groups.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        Some(unknown_group(wanted, dlq, &groups, self.others > 0))
+    }
+}
+
+/// The error for `--group WANTED` naming no group of `dlq`, whose groups
+/// (id, reason, messages; largest first) are `groups`, and more when
+/// `more_untold`. An empty DLQ says so.
+pub fn unknown_group(
+    wanted: &str,
+    dlq: &str,
+    groups: &[(String, String, u64)],
+    more_untold: bool,
+) -> String {
+    if groups.is_empty() && !more_untold {
+        return format!(
+            "--group {wanted}: {dlq} holds no message, so no group (see `dlqctl dlq summary`)"
+        );
+    }
+    let listed: Vec<String> = groups
+        .iter()
+        .take(GROUPS_LISTED)
+        .map(|(id, reason, n)| format!("{id} ({reason}, {n})"))
+        .collect();
+    let more = match (groups.len().saturating_sub(GROUPS_LISTED), more_untold) {
+        (0, false) => String::new(),
+        (n, false) => format!(" and {n} more"),
+        (_, true) => " and more".to_string(),
+    };
+    format!(
+        "--group {wanted} is not a group of {dlq}; its groups (id, reason, messages): {}{more} \
+         (see `dlqctl dlq summary`)",
+        listed.join(", ")
+    )
+}
+
 /// The summary group a message belongs to (see [`crate::core::dlq::describe::Grouper`]).
 pub fn message_group(d: &Described) -> String {
     group_id(
@@ -128,6 +240,73 @@ pub fn parse_header_filter(s: &str) -> Result<(String, String), String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_group_met_passes_and_one_never_met_names_the_groups_met() {
+        let a = described("exhausted", "timeout 1", None);
+        let b = described("permanent", "bad input", None);
+        let id_a = message_group(&a);
+        let id_b = message_group(&b);
+        let mut none = GroupCheck::new(&Selector::default());
+        none.see(&a);
+        assert_eq!(none.verdict("orders.dlq"), None);
+
+        let mut found = GroupCheck::new(&Selector {
+            group: Some(id_b.to_uppercase()),
+            ..Selector::default()
+        });
+        found.see(&a);
+        found.see(&b);
+        assert_eq!(found.verdict("orders.dlq"), None);
+
+        let mut typo = GroupCheck::new(&Selector {
+            group: Some("zzz".into()),
+            ..Selector::default()
+        });
+        typo.see(&b);
+        typo.see(&a);
+        typo.see(&described("exhausted", "timeout 2", None));
+        let e = typo.verdict("orders.dlq").expect("an error");
+        assert!(
+            e.starts_with("--group zzz is not a group of orders.dlq"),
+            "{e}"
+        );
+        // Largest first: "timeout 1" and "timeout 2" share a fingerprint.
+        let at_a = e.find(&format!("{id_a} (exhausted, 2)")).expect(&e);
+        let at_b = e.find(&format!("{id_b} (permanent, 1)")).expect(&e);
+        assert!(at_a < at_b, "{e}");
+
+        let empty = GroupCheck::new(&Selector {
+            group: Some("zzz".into()),
+            ..Selector::default()
+        });
+        assert!(empty
+            .verdict("orders.dlq")
+            .expect("an error")
+            .contains("holds no message"));
+    }
+
+    #[test]
+    fn a_group_check_lists_at_most_twenty_groups() {
+        let mut c = GroupCheck::new(&Selector {
+            group: Some("zzz".into()),
+            ..Selector::default()
+        });
+        for k in 0..25 {
+            c.see(&described(&format!("r{k}"), "e", None));
+        }
+        let e = c.verdict("q").expect("an error");
+        assert_eq!(e.matches("(r").count(), 20, "{e}");
+        assert!(e.contains("and 5 more"), "{e}");
+    }
+
+    #[test]
+    fn every_reason_dlqctl_writes_is_a_known_reason() {
+        use crate::core::retry::DeadLetterReason;
+        for r in DeadLetterReason::ALL {
+            assert!(REASONS.contains(&r.as_str()), "{r}");
+        }
+    }
 
     fn described(reason: &str, error: &str, at: Option<&str>) -> Described {
         Described {

@@ -36,6 +36,13 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
+    /// Every reason.
+    pub const ALL: [DeadLetterReason; 3] = [
+        DeadLetterReason::Permanent,
+        DeadLetterReason::Exhausted,
+        DeadLetterReason::TooLarge,
+    ];
+
     /// `permanent`, `exhausted` or `too_large`.
     pub fn as_str(self) -> &'static str {
         match self {

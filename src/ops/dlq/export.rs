@@ -99,11 +99,13 @@ pub async fn export(
         },
         unsynced: Vec::new(),
         last_sync: Instant::now(),
+        groups: crate::core::dlq::select::GroupCheck::new(&opts.selector),
     };
     let outcome = run.all(&mut r, progress).await;
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
+    super::refuse_unknown_group(&run.groups, &t.dlq, stats.cancelled)?;
     let p = run.p;
     Ok(ExportReport {
         queue: t.dlq.clone(),
@@ -129,6 +131,8 @@ struct Run<'a> {
     p: Progress,
     unsynced: Vec<u64>,
     last_sync: Instant,
+    /// Whether `--group` names a group of the snapshot.
+    groups: crate::core::dlq::select::GroupCheck,
 }
 
 impl Run<'_> {
@@ -162,6 +166,7 @@ impl Run<'_> {
     /// Writes one message's line if it is selected, else keeps it.
     async fn one(&mut self, r: &mut DlqReader, m: Message) -> Result<()> {
         let now = now_ms();
+        self.groups.see(&m.described);
         self.p.read += 1;
         let wanted = self.opts.limit.is_none_or(|l| self.p.selected < l);
         if !(wanted && selected(&self.opts.selector, &m, now)) {

@@ -29,7 +29,7 @@ pub use reader::{
 };
 
 use crate::core::dlq::describe::Described;
-use crate::core::dlq::select::{Candidate, Selector};
+use crate::core::dlq::select::{Candidate, GroupCheck, Selector};
 use crate::error::Result;
 use lapin::Connection;
 use std::sync::Arc;
@@ -89,6 +89,15 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// After a read that was not cancelled: bad usage when `--group` names
+/// no group of the messages read (see [`GroupCheck`]).
+pub(crate) fn refuse_unknown_group(check: &GroupCheck, dlq: &str, cancelled: bool) -> Result<()> {
+    match check.verdict(dlq) {
+        Some(why) if !cancelled => Err(crate::error::Error::Usage(why)),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the selector takes this message.
@@ -188,10 +197,12 @@ pub(crate) async fn peek_from(
     let mut r = t.open().await?;
     let mut messages = Vec::new();
     let mut matched = 0usize;
+    let mut groups = GroupCheck::new(selector);
     let outcome = async {
         while limit > messages.len() {
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
+            groups.see(&m.described);
             if selected(selector, &m, now) {
                 if matched >= skip {
                     messages.push(PeekedMessage::of(&m));
@@ -206,6 +217,7 @@ pub(crate) async fn peek_from(
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
+    refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(PeekReport {
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,
@@ -267,9 +279,11 @@ pub async fn summary_for(
         total: r.snapshot(),
         ..Default::default()
     };
+    let mut groups = GroupCheck::new(selector);
     let outcome = async {
         while let Some(m) = r.next().await? {
             let now = now_ms();
+            groups.see(&m.described);
             p.read += 1;
             if let (Some(policy), Some(n)) = (policy, waiting.as_mut()) {
                 let seen = Seen::of(&m.described, m.record.properties.headers().as_ref());
@@ -291,6 +305,7 @@ pub async fn summary_for(
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
+    refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(SummaryReport {
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,

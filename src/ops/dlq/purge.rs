@@ -27,8 +27,8 @@ pub struct PurgeReport {
 }
 
 /// Removes (with `remove`) or counts the messages `selector` takes, at most
-/// `limit`. Without a selector, counting is the snapshot itself and reads
-/// nothing.
+/// `limit`. Every purge takes the DLQ's lock first, counting included.
+/// Without a selector, counting is the snapshot itself and reads nothing.
 pub async fn purge(
     t: &Target,
     selector: &Selector,
@@ -37,13 +37,15 @@ pub async fn purge(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<PurgeReport> {
     if !remove && selector.is_empty() {
-        let counts = crate::amqp::declare::passive_queue(&t.conn, &t.dlq)
-            .await?
-            .ok_or_else(|| Error::Broker {
-                context: format!("cannot read {}", t.dlq),
-                message: "the queue does not exist".into(),
-            })?;
-        let snapshot = u64::from(counts.ready);
+        // The count is the snapshot, read under the DLQ's lock like every
+        // DLQ command's (waiting for it with `wait`): without the lock, a
+        // replay in progress holds the messages unacked and the count
+        // would say 0. Nothing is read.
+        let mut counting = t.clone();
+        counting.read.at_most = Some(0);
+        let r = counting.open().await?;
+        let stats = r.finish().await?;
+        let snapshot = stats.snapshot;
         let removed = limit.map_or(snapshot, |l| l.min(snapshot));
         return Ok(PurgeReport {
             queue: t.dlq.clone(),
@@ -51,6 +53,7 @@ pub async fn purge(
             removed,
             kept: snapshot - removed,
             counted_only: true,
+            cancelled: stats.cancelled,
             ..Default::default()
         });
     }
@@ -59,6 +62,7 @@ pub async fn purge(
         total: r.snapshot(),
         ..Default::default()
     };
+    let mut groups = crate::core::dlq::select::GroupCheck::new(selector);
     let outcome = async {
         loop {
             if limit.is_some_and(|l| p.selected >= l) {
@@ -67,6 +71,7 @@ pub async fn purge(
             }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
+            groups.see(&m.described);
             p.read += 1;
             let wanted = limit.is_none_or(|l| p.selected < l);
             if wanted && selected(selector, &m, now) {
@@ -88,6 +93,7 @@ pub async fn purge(
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
+    super::refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(PurgeReport {
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,

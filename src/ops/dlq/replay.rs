@@ -10,7 +10,7 @@ use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
 use crate::core::dlq::rate::TokenBucket;
 use crate::core::dlq::replay::{replay_copy, replay_id_of};
-use crate::core::dlq::select::Selector;
+use crate::core::dlq::select::{GroupCheck, Selector};
 use crate::core::retry::fit::fit_retry_copy;
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -313,6 +313,9 @@ async fn pass(
     // what it needs itself).
     target.read.describe = !opts.selector.is_empty() || hooks.reads_headers();
     hooks.pass_started();
+    // Only the first pass checks `--group` (after a canary, the group's
+    // messages may all be gone): the first is the one with no total yet.
+    let check_group = p.total == 0;
     let mut r = target.open().await?;
     if p.total == 0 {
         p.total = r.snapshot();
@@ -327,6 +330,11 @@ async fn pass(
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
     let mut taken = 0u64;
+    let mut groups = if check_group {
+        GroupCheck::new(&opts.selector)
+    } else {
+        GroupCheck::default()
+    };
     let outcome = async {
         loop {
             // Copies in flight hold their originals unacked: settle them
@@ -345,6 +353,7 @@ async fn pass(
             }
             let Some(m) = r.next().await? else { break };
             let now = now_ms();
+            groups.see(&m.described);
             p.read += 1;
             report.read += 1;
             hooks.seen(&m, now);
@@ -436,6 +445,7 @@ async fn pass(
     let stats = stats?;
     report.rotated += stats.rotated;
     report.cancelled |= cancelled || stats.cancelled;
+    super::refuse_unknown_group(&groups, &t.dlq, report.cancelled)?;
     Ok(snapshot)
 }
 

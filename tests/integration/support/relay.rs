@@ -21,9 +21,13 @@ pub struct Relay {
 impl Relay {
     /// Listens on a free local port and forwards each connection to `target`.
     pub async fn start(target: SocketAddr) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a relay");
+        Relay::start_on("127.0.0.1:0".parse().expect("an address"), target).await
+    }
+
+    /// Listens on `listen` (a port a client already tries: a broker that
+    /// comes up late) and forwards each connection to `target`.
+    pub async fn start_on(listen: SocketAddr, target: SocketAddr) -> Relay {
+        let listener = TcpListener::bind(listen).await.expect("bind a relay");
         let addr = listener.local_addr().expect("relay address");
         let closed = CancellationToken::new();
         let silent = Arc::new(AtomicBool::new(false));

@@ -199,11 +199,25 @@ impl WorkerProc {
     /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS...`
     /// (`ARGS` include `-- HANDLER` or `--http URL`).
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(file: &Path, queue: &str, args: &[S]) -> WorkerProc {
-        let mut child = Dlqctl::json_log("work")
+        WorkerProc::spawn_with_env(file, queue, args, &[])
+    }
+
+    /// [`WorkerProc::spawn`] with these variables in its environment (and
+    /// so in its handlers').
+    pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(
+        file: &Path,
+        queue: &str,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> WorkerProc {
+        let mut command = Dlqctl::json_log("work")
             .arg(file)
             .args(["--queue", queue])
-            .args(args)
-            .spawn();
+            .args(args);
+        for (k, v) in env {
+            command = command.env(k, v);
+        }
+        let mut child = command.spawn();
         let pid = child.id().expect("a pid") as i32;
         let lines = crate::support::collect_output(&mut child);
         WorkerProc { child, pid, lines }

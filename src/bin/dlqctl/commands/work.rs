@@ -34,6 +34,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.grace = a.grace;
     cfg.dead_letter = a.dead_letter;
     cfg.redrive = !a.no_redrive;
+    cfg.wait_for_broker = a.wait_for_broker;
     match (&a.http, a.command.split_first()) {
         (Some(url), _) => {
             let h = HttpHandler::new(url, a.handler_timeout)

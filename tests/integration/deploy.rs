@@ -1,0 +1,278 @@
+//! The service files in `deploy/`: the systemd unit passes `systemd-analyze
+//! verify`, and the Kubernetes manifests read as YAML and hang together
+//! (names, mounts, probes, the pipeline the scaler watches). No broker and
+//! no cluster needed; the manifests were never applied to a real cluster
+//! (deploy/kubernetes/README.md says so).
+
+use crate::support::Scratch;
+use serde_json::Value;
+use std::process::Command;
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read_yaml(path: &str) -> Value {
+    let full = repo(path);
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{full} is not YAML: {e}"))
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// `systemd-analyze verify` accepts the unit with nothing to say: no
+/// unknown key, no value it cannot parse, the program it starts exists
+/// (the built binary stands in for /usr/local/bin/dlqctl) and its
+/// `Documentation=man:dlqctl(1)` resolves (to the page `dlqctl man`
+/// writes). The hardening the unit promises is there.
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let tool = Command::new("systemd-analyze").arg("--version").output();
+    assert!(
+        tool.as_ref().is_ok_and(|o| o.status.success()),
+        "systemd-analyze is needed to check deploy/systemd/dlqctl-work@.service and was not \
+         found or does not run ({tool:?}): install systemd (apt-get install systemd; .ci/run \
+         does)"
+    );
+    let unit =
+        std::fs::read_to_string(repo("deploy/systemd/dlqctl-work@.service")).expect("the unit");
+    for line in [
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "NoNewPrivileges=yes",
+        "PrivateTmp=yes",
+        "CapabilityBoundingSet=",
+        "Restart=on-failure",
+        "RestartPreventExitStatus=2",
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=45s",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(
+            unit.lines().any(|l| l.trim() == line),
+            "the unit lacks `{line}`"
+        );
+    }
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/dlqctl work "),
+        "{unit}"
+    );
+    assert!(unit.contains("--queue %i"), "{unit}");
+
+    let scratch = Scratch::new();
+    let bin = env!("CARGO_BIN_EXE_dlqctl");
+    let man = scratch.path().join("man/man1");
+    std::fs::create_dir_all(&man).expect("a man directory");
+    let page = Command::new(bin).arg("man").output().expect("dlqctl man");
+    assert!(page.status.success(), "dlqctl man failed");
+    std::fs::write(man.join("dlqctl.1"), &page.stdout).expect("the man page");
+    let copy = scratch.path().join("dlqctl-work@.service");
+    std::fs::write(&copy, unit.replace("/usr/local/bin/dlqctl", bin)).expect("the unit copy");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .env("MANPATH", scratch.path().join("man"))
+        .output()
+        .expect("systemd-analyze verify");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {}\n{said}",
+        out.status
+    );
+
+    // The check has teeth: a misspelt key is reported.
+    let bad = scratch.path().join("bad@.service");
+    std::fs::write(
+        &bad,
+        unit.replace("/usr/local/bin/dlqctl", bin)
+            .replace("ProtectSystem=strict", "ProtectSystem=strictest"),
+    )
+    .expect("a bad copy");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&bad)
+        .env("MANPATH", scratch.path().join("man"))
+        .output()
+        .expect("systemd-analyze verify");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("strictest"),
+        "a bad value went unnoticed"
+    );
+}
+
+/// The arguments after `name` in a container's args.
+fn after<'a>(args: &[&'a str], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| *a == name)
+        .and_then(|i| args.get(i + 1).copied())
+}
+
+/// The container's mount of the topology ConfigMap, as its mount path.
+fn topology_mount(pod: &Value, container: &Value) -> String {
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["configMap"]["name"] == "dlqctl-topology")
+        .expect("a volume of the ConfigMap dlqctl-topology");
+    let name = volume["name"].as_str().expect("a volume name");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["name"] == name)
+        .expect("the topology volume mounted");
+    assert_eq!(mount["readOnly"], true, "{mount}");
+    mount["mountPath"]
+        .as_str()
+        .expect("a mountPath")
+        .to_string()
+}
+
+/// The container's AMQP_URL comes from the Secret `dlqctl-broker`.
+fn assert_broker_secret(container: &Value) {
+    let env = container["env"].as_array().expect("env");
+    let url = env
+        .iter()
+        .find(|e| e["name"] == "AMQP_URL")
+        .expect("AMQP_URL set");
+    assert_eq!(url["valueFrom"]["secretKeyRef"]["name"], "dlqctl-broker");
+    assert_eq!(url["valueFrom"]["secretKeyRef"]["key"], "amqp-url");
+}
+
+fn assert_hardened(pod: &Value, container: &Value) {
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{pod}");
+    let sc = &container["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{sc}");
+    assert_eq!(strings(&sc["capabilities"]["drop"]), vec!["ALL"], "{sc}");
+}
+
+#[test]
+fn the_kubernetes_manifests_hang_together() {
+    let cm = read_yaml("deploy/kubernetes/configmap.yaml");
+    assert_eq!(cm["kind"], "ConfigMap");
+    assert_eq!(cm["metadata"]["name"], "dlqctl-topology");
+    let topology_text = cm["data"]["topology.yaml"].as_str().expect("topology.yaml");
+    // The topology is valid, as `dlqctl validate` reads it.
+    let scratch = Scratch::new();
+    let file = scratch.write("topology.yaml", topology_text);
+    let topology = dlqctl::load_topology(&file).expect("the ConfigMap's topology is valid");
+
+    let job = read_yaml("deploy/kubernetes/provision-job.yaml");
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(job["apiVersion"], "batch/v1");
+    let pod = &job["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args = strings(&c["args"]);
+    let at = topology_mount(pod, c);
+    assert_eq!(args, vec!["provision", &format!("{at}/topology.yaml")]);
+    assert_broker_secret(c);
+    assert_hardened(pod, c);
+    assert_eq!(pod["restartPolicy"], "OnFailure");
+
+    let d = read_yaml("deploy/kubernetes/deployment.yaml");
+    assert_eq!(d["kind"], "Deployment");
+    assert_eq!(d["apiVersion"], "apps/v1");
+    let name = d["metadata"]["name"].as_str().expect("a name");
+    let selector = d["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    let labels = &d["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in selector {
+        assert_eq!(&labels[k], v, "the selector does not select the pods");
+    }
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args = strings(&c["args"]);
+    assert_eq!(args[0], "work");
+    let at = topology_mount(pod, c);
+    assert_eq!(args[1], format!("{at}/topology.yaml"));
+    let queue = after(&args, "--queue").expect("--queue");
+    assert!(
+        topology.pipeline(queue).is_some(),
+        "--queue {queue} is not a pipeline of the ConfigMap"
+    );
+    assert!(after(&args, "--wait-for-broker").is_some(), "{args:?}");
+    let metrics: std::net::SocketAddr = after(&args, "--metrics-addr")
+        .expect("--metrics-addr")
+        .parse()
+        .expect("a socket address");
+    assert!(
+        metrics.ip().is_unspecified(),
+        "the kubelet probes the pod's address: --metrics-addr must listen on 0.0.0.0"
+    );
+    let port = c["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["containerPort"] == metrics.port())
+        .expect("the metrics port declared");
+    let port_name = port["name"].as_str().expect("a port name");
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &c[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert!(
+            get["port"] == port_name || get["port"] == metrics.port(),
+            "{probe} is not on the metrics port: {get}"
+        );
+    }
+    let grace: u64 = after(&args, "--grace")
+        .map(|g| {
+            dlqctl::core::values::duration::parse_cli_duration(g)
+                .expect("a duration")
+                .as_secs()
+        })
+        .unwrap_or(30);
+    let termination = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("terminationGracePeriodSeconds");
+    assert!(
+        termination > grace,
+        "terminationGracePeriodSeconds {termination} must exceed --grace {grace} s"
+    );
+    assert_broker_secret(c);
+    assert_hardened(pod, c);
+    assert!(args.contains(&"--"), "no handler after --: {args:?}");
+
+    let so = read_yaml("deploy/kubernetes/scaledobject.yaml");
+    assert_eq!(so["kind"], "ScaledObject");
+    assert_eq!(so["apiVersion"], "keda.sh/v1alpha1");
+    assert_eq!(so["spec"]["scaleTargetRef"]["name"], name);
+    let trigger = &so["spec"]["triggers"][0];
+    assert_eq!(trigger["type"], "rabbitmq");
+    assert_eq!(trigger["metadata"]["queueName"], queue);
+    assert_eq!(trigger["metadata"]["mode"], "QueueLength");
+    assert!(
+        trigger["metadata"]["value"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 0),
+        "{trigger}"
+    );
+    let min = so["spec"]["minReplicaCount"].as_u64().expect("min");
+    let max = so["spec"]["maxReplicaCount"].as_u64().expect("max");
+    assert!(min >= 1 && max > min, "{min}..{max}");
+    let auth = trigger["authenticationRef"]["name"].as_str().expect("auth");
+
+    let ta = read_yaml("deploy/kubernetes/triggerauthentication.yaml");
+    assert_eq!(ta["kind"], "TriggerAuthentication");
+    assert_eq!(ta["metadata"]["name"], auth);
+    let host = &ta["spec"]["secretTargetRef"][0];
+    assert_eq!(host["parameter"], "host");
+    assert_eq!(host["name"], "dlqctl-broker");
+    assert_eq!(host["key"], "amqp-url");
+
+    let readme = std::fs::read_to_string(repo("deploy/kubernetes/README.md")).expect("README");
+    assert!(readme.contains("Not applied to a real cluster"), "{readme}");
+}
