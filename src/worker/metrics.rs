@@ -8,6 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels of a decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,6 +68,10 @@ pub struct Metrics {
     /// The wait scheduled between a failed attempt and the next (the
     /// tier's delay), in seconds.
     pub retry_delay_seconds: Histogram,
+    /// The handler timeout the worker was started with, per pipeline
+    /// (`dlqctl doctor --metrics-url` compares it with the broker's
+    /// consumer timeout).
+    pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -89,6 +94,12 @@ impl Metrics {
         let first_attempt_successes = Family::<QueueLabels, Counter>::default();
         let dead_letters = Family::<ReasonLabels, Counter>::default();
         let retry_delay_seconds = Histogram::new(exponential_buckets(0.1, 3.0, 14));
+        let handler_timeout_seconds = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "handler_timeout_seconds",
+            "The handler timeout the worker was started with",
+            handler_timeout_seconds.clone(),
+        );
         registry.register(
             "first_attempt_successes",
             "Messages handled successfully on their first attempt",
@@ -147,7 +158,17 @@ impl Metrics {
             first_attempt_successes,
             dead_letters,
             retry_delay_seconds,
+            handler_timeout_seconds,
         }
+    }
+
+    /// Publishes the handler timeout of `queue`'s workers.
+    pub fn set_handler_timeout(&self, queue: &str, timeout: std::time::Duration) {
+        self.handler_timeout_seconds
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(timeout.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition.

@@ -11,6 +11,7 @@ mod cli_io;
 mod cluster;
 mod dlq;
 mod dlq_ops;
+mod doctor;
 mod example;
 mod failover;
 mod jsonl;

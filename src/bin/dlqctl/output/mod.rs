@@ -8,6 +8,7 @@
 //! output for a whole one.
 
 pub mod annotations;
+pub mod doctor;
 pub mod github;
 pub mod json;
 pub mod progress;
