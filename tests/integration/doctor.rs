@@ -283,3 +283,73 @@ async fn doctor_exits_1_without_a_broker_and_2_on_bad_usage() {
     run.assert_code(2);
     drop(f);
 }
+
+// ---------------------------------------------------------------- drill messages
+
+/// A drill message (header `dlqctl-drill`) never reaches the handler: the
+/// worker fails it as transient through every tier (10 s and 1 m, with the
+/// short per-message expiration of drill copies, so in seconds, not a
+/// minute), dead-letters it as `exhausted` with dlqctl's headers, and acks
+/// it without the handler when it is replayed. The handler records every
+/// call: it has none.
+#[tokio::test]
+async fn drill_messages_never_reach_the_handler_and_walk_every_tier_fast() {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |p| p.dlq_ttl = Some("14d")).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let mut h = lapin::types::FieldTable::default();
+    h.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-test".into()),
+    );
+    let start = std::time::Instant::now();
+    publish(
+        &f.broker,
+        "",
+        &f.pipe.name,
+        b"drill",
+        with_id("d-1").with_headers(h),
+    )
+    .await;
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 1, Duration::from_secs(20))
+        .await;
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "{took:?}: the tiers' delays were waited"
+    );
+    let decisions: Vec<String> = w
+        .decisions()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        decisions,
+        vec!["retry", "retry", "dead_letter"],
+        "{}",
+        w.output()
+    );
+    let tiers: Vec<String> = w
+        .decisions()
+        .iter()
+        .map(|d| d["tier"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(tiers, vec!["10s", "1m", ""], "{}", w.output());
+
+    // Replayed: acked without the handler.
+    let run = Dlqctl::new("dlq")
+        .args(["replay"])
+        .arg(&file)
+        .args(["--queue", &f.pipe.name])
+        .run()
+        .await;
+    run.assert_code(0);
+    w.wait_decisions(4, Duration::from_secs(20)).await;
+    assert_eq!(w.decisions()[3]["decision"], "ack", "{}", w.output());
+    assert_eq!(script.calls().len(), 0, "the handler saw a drill message");
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    w.stop().await;
+}
