@@ -353,3 +353,180 @@ async fn drill_messages_never_reach_the_handler_and_walk_every_tier_fast() {
     assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
     w.stop().await;
 }
+
+// ---------------------------------------------------------------- dlqctl drill
+
+async fn drill(file: &Path, queue: &str, extra: &[&str]) -> Run {
+    Dlqctl::new("drill")
+        .arg(file)
+        .args(["--queue", queue])
+        .args(extra)
+        .run()
+        .await
+}
+
+/// A provisioned pipeline with tiers of 10 s and 1 m (three attempts) and
+/// a worker whose handler records every call, serving metrics.
+async fn drilled() -> (PipeFixture, std::path::PathBuf, Script, WorkerProc, String) {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |p| p.dlq_ttl = Some("14d")).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--metrics-addr", "127.0.0.1:0"],
+    );
+    let ev = w
+        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
+        .await;
+    let url = format!(
+        "http://{}/metrics",
+        ev[0]["addr"].as_str().unwrap_or_default()
+    );
+    w.wait_consuming().await;
+    (f, file, script, w, url)
+}
+
+#[tokio::test]
+async fn drill_passes_on_a_healthy_pipeline_well_under_the_tiers_delay() {
+    let (f, file, script, mut w, url) = drilled().await;
+    let start = std::time::Instant::now();
+    let run = drill(&file, &f.pipe.name, &["--metrics-url", &url]).await;
+    let took = start.elapsed();
+    run.assert_code(0);
+    assert!(
+        took < Duration::from_secs(20),
+        "{took:?} (the tiers alone are 70 s)"
+    );
+    assert!(
+        run.stdout
+            .starts_with(&format!("dlqctl drill {}: pass", f.pipe.name)),
+        "{}",
+        run.output()
+    );
+    for step in [
+        "consumer",
+        "published",
+        "attempt 1",
+        "tier 10s",
+        "tier 1m",
+        "dead-lettered",
+        "dlq",
+        "metric",
+        "replayed",
+        "acked",
+    ] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("  ok    {step} "))),
+            "no step `{step}` in\n{}",
+            run.output()
+        );
+    }
+    assert_eq!(
+        script.calls().len(),
+        0,
+        "a drill message reached the handler"
+    );
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    let run = drill(&file, &f.pipe.name, &["--format", "json"]).await;
+    run.assert_code(0);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(doc["failed"], Value::Null, "{doc:#}");
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_consumer_step_without_a_worker() {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let run = drill(&file, &f.pipe.name, &[]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `consumer`")
+            && run
+                .stdout
+                .contains(&format!("no worker consumes {}", f.pipe.name)),
+        "{}",
+        run.output()
+    );
+    // Nothing was published.
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
+    let run = drill(
+        &file,
+        &f.pipe.name,
+        &["--url", "amqp://guest:guest@127.0.0.1:1/%2f"],
+    )
+    .await;
+    run.assert_code(1);
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_dlq_step_when_the_dlx_has_no_binding() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    let ch = f.broker.channel().await;
+    ch.queue_unbind(
+        f.pipe.dlq().as_str().into(),
+        f.pipe.dlx().as_str().into(),
+        "".into(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .expect("unbind");
+    let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `dlq`")
+            && run.stdout.contains(&format!(
+                "{} has no binding to {}",
+                f.pipe.dlx(),
+                f.pipe.dlq()
+            )),
+        "{}",
+        run.output()
+    );
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_tier_whose_dead_letter_route_is_broken() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    // The 10 s tier, redeclared by hand with a scratch routing key.
+    let tier = f.pipe.retry_queue(10_000);
+    let ch = f.broker.channel().await;
+    ch.queue_delete(tier.as_str().into(), Default::default())
+        .await
+        .expect("delete the tier");
+    let args = table(&[
+        ("x-queue-type", s("quorum")),
+        ("x-message-ttl", i(10_000)),
+        ("x-dead-letter-exchange", s("")),
+        ("x-dead-letter-routing-key", s(&f.cleanup.name("scratch"))),
+        ("x-dead-letter-strategy", s("at-least-once")),
+        ("x-overflow", s("reject-publish")),
+    ]);
+    f.broker.declare_queue(&tier, args).await;
+    ch.queue_bind(
+        tier.as_str().into(),
+        f.pipe.retry_exchange().as_str().into(),
+        "10s".into(),
+        Default::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .expect("bind the tier");
+    let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `tier 10s`")
+            && run.stdout.contains(&format!("{tier} does not route back")),
+        "{}",
+        run.output()
+    );
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}

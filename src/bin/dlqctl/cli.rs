@@ -106,6 +106,10 @@ pub enum Command {
     /// from the topology (policies, limits, health, permissions); changes
     /// nothing; exit 3 on any fail.
     Doctor(Box<DoctorArgs>),
+    /// A fire drill on a live pipeline: a marked message walks every tier
+    /// to the DLQ and is replayed (needs a running `dlqctl work`); exit 3
+    /// naming the step that did not hold.
+    Drill(Box<DrillArgs>),
     /// Operate on a pipeline's dead-letter queue.
     #[command(subcommand)]
     Dlq(Box<DlqCommand>),
@@ -414,6 +418,32 @@ pub struct DoctorArgs {
     /// Management API for policies, statistics and permissions [default:
     /// the AMQP host, port 15672]. Repeatable, one per --url, in the same
     /// order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// `dlqctl drill`.
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// How long the message may take to reach the DLQ.
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
+    pub timeout: std::time::Duration,
+    /// A worker's metrics page, to see its dead-letter counter go up.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
+    /// Output format. `github`: the step that failed as an `::error`
+    /// annotation on the pipeline's line.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Management API, to name the step that broke [default: the AMQP
+    /// host, port 15672].
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
     pub management_url: Vec<String>,
     #[command(flatten)]

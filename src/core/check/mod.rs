@@ -6,10 +6,12 @@
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
+//! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
 
 pub mod doctor;
 pub mod drift;
+pub mod drill;
 pub mod finding;
 pub mod permissions;
 pub mod policy;

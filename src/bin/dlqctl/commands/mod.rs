@@ -3,6 +3,7 @@
 
 pub mod dlq;
 pub mod doctor;
+pub mod drill;
 pub mod manual;
 pub mod provision;
 pub mod serve;

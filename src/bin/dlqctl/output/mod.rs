@@ -9,6 +9,7 @@
 
 pub mod annotations;
 pub mod doctor;
+pub mod drill;
 pub mod github;
 pub mod json;
 pub mod progress;
