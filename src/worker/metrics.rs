@@ -109,6 +109,10 @@ pub struct Metrics {
     /// How long until the next redrive look, in seconds (doubles after a
     /// failed canary).
     pub redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// The handler timeout the worker was started with, per pipeline
+    /// (`dlqctl doctor --metrics-url` compares it with the broker's
+    /// consumer timeout).
+    pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -155,6 +159,12 @@ impl Metrics {
             "redrive_next_wait_seconds",
             "Time until the next automatic redrive look",
             redrive_next_wait_seconds.clone(),
+        );
+        let handler_timeout_seconds = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "handler_timeout_seconds",
+            "The handler timeout the worker was started with",
+            handler_timeout_seconds.clone(),
         );
         registry.register(
             "first_attempt_successes",
@@ -224,6 +234,7 @@ impl Metrics {
             redriven_messages,
             redrive_waiting_for_person,
             redrive_next_wait_seconds,
+            handler_timeout_seconds,
         }
     }
 
@@ -248,6 +259,15 @@ impl Metrics {
         self.redrive_next_wait_seconds
             .get_or_create(&queue)
             .set(r.next_wait_ms as f64 / 1000.0);
+    }
+
+    /// Publishes the handler timeout of `queue`'s workers.
+    pub fn set_handler_timeout(&self, queue: &str, timeout: std::time::Duration) {
+        self.handler_timeout_seconds
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(timeout.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition.

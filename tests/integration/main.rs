@@ -13,6 +13,7 @@ mod deploy;
 mod dlq;
 mod dlq_ops;
 mod dlq_selectors;
+mod doctor;
 mod example;
 mod failover;
 mod jsonl;

@@ -12,6 +12,8 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Provision(a) => commands::provision::provision(a).await,
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
+        Command::Doctor(a) => commands::doctor::doctor(a).await,
+        Command::Drill(a) => commands::drill::drill(a).await,
         Command::Serve(a) => commands::serve::serve(a).await,
         Command::Completions { shell } => commands::manual::completions(*shell),
         Command::Man { command } => commands::manual::man(command),
