@@ -192,102 +192,15 @@ impl ExecHandler {
     }
 
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
-        // A program that cannot start for a reason of the machine (deleted,
-        // not executable, no file descriptors left, ...) is not the
-        // message's fault: the message is held, unacked and with its
-        // attempts untouched, and the start is tried again with backoff.
-        // Every handler slot soon waits the same way, so consumption pauses
-        // (the prefetch follows the concurrency) until the program can
-        // start; nothing is retried or dead-lettered for it.
-        let mut backoff = crate::core::retry::backoff::Backoff::new(
-            Duration::from_millis(200),
-            Duration::from_secs(30),
-        );
-        let mut paused = false;
-        let (child, _headers_file) = loop {
-            let (env, headers_file) = match self.environment(msg) {
-                Ok(c) => c,
-                Err(e) => {
-                    return Outcome::transient(format!(
-                        "cannot write the headers file for handler `{}`: {}",
-                        self.program.to_string_lossy(),
-                        io_error_text(&e)
-                    ))
-                }
-            };
-            match spawn(&self.program, &self.args, &env) {
-                Ok(child) => {
-                    if paused {
-                        tracing::info!(program = %self.program.to_string_lossy(), "the handler starts again: resuming");
-                    }
-                    break (child, headers_file);
-                }
-                // The message itself cannot be handed to a program (a NUL
-                // byte in its id, exchange or routing key, or an environment
-                // still too large): no retry will change that.
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::InvalidInput
-                        || e.raw_os_error() == Some(libc::E2BIG) =>
-                {
-                    return Outcome::permanent(format!(
-                        "cannot pass this message to handler `{}`: {}",
-                        self.program.to_string_lossy(),
-                        io_error_text(&e)
-                    ))
-                }
-                Err(e) => {
-                    if !paused {
-                        tracing::warn!(
-                            program = %self.program.to_string_lossy(),
-                            error = %io_error_text(&e),
-                            "cannot start the handler: holding its message (no attempt counted) and \
-                             trying again with backoff; consumption pauses until it starts"
-                        );
-                        paused = true;
-                    }
-                    tokio::time::sleep(backoff.next_wait()).await;
-                }
-            }
+        let (mut child, _headers_file) = match self.start(msg).await {
+            Ok(started) => started,
+            Err(outcome) => return outcome,
         };
-        let mut child: Spawned = child;
-        let mut stdin = child.stdin.take();
         let mut stderr = child.stderr.take();
         let mut tail = TailBuffer::new(STDERR_TAIL_BYTES);
-        let deadline = Instant::now() + self.timeout;
-
-        // Feed stdin, drain stderr and wait for the exit, until the deadline.
-        let status = {
-            let wait = child.wait();
-            tokio::pin!(wait);
-            let write = async {
-                if let Some(mut pipe) = stdin.take() {
-                    // EPIPE (the program exited or closed stdin without
-                    // reading it all) is not an error; others are logged.
-                    match pipe.write_all(&msg.body).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                        Err(e) => tracing::debug!(error = %e, "writing the handler's stdin"),
-                    }
-                    // Dropping the pipe closes it: the program sees EOF.
-                }
-            };
-            tokio::pin!(write);
-            let mut writing = true;
-            let mut buf = vec![0u8; 8192];
-            loop {
-                tokio::select! {
-                    status = &mut wait => break Some(status),
-                    () = &mut write, if writing => writing = false,
-                    n = read_some(&mut stderr, &mut buf) => match n {
-                        Some(n) => tail.push(&buf[..n]),
-                        None => stderr = None,
-                    },
-                    () = tokio::time::sleep_until(deadline) => break None,
-                }
-            }
-        };
-        drop(stdin);
-
+        let status = self
+            .feed_and_wait(&mut child, msg, &mut stderr, &mut tail)
+            .await;
         let (status, timed_out) = match status {
             Some(status) => (status, false),
             None => {
@@ -295,20 +208,7 @@ impl ExecHandler {
                 (child.wait().await, true)
             }
         };
-
-        // Whatever is left in the stderr pipe, unless a left-behind child
-        // holds it open past the grace period.
-        let grace = Instant::now() + STDERR_GRACE;
-        let mut buf = vec![0u8; 8192];
-        while stderr.is_some() {
-            tokio::select! {
-                n = read_some(&mut stderr, &mut buf) => match n {
-                    Some(n) => tail.push(&buf[..n]),
-                    None => stderr = None,
-                },
-                () = tokio::time::sleep_until(grace) => break,
-            }
-        }
+        drain_stderr(&mut stderr, &mut tail).await;
 
         let tail = tail.text();
         let status = match status {
@@ -327,6 +227,124 @@ impl ExecHandler {
             ));
         }
         outcome_of(status, tail)
+    }
+
+    /// Starts the program for `msg`. A program that cannot start for a
+    /// reason of the machine (deleted, not executable, no file descriptors
+    /// left, ...) is not the message's fault: the message is held, unacked
+    /// and with its attempts untouched, and the start is tried again with
+    /// backoff. Every handler slot soon waits the same way, so consumption
+    /// pauses (the prefetch follows the concurrency) until the program can
+    /// start; nothing is retried or dead-lettered for it. `Err`: the
+    /// message's outcome without a run.
+    async fn start(&self, msg: &HandlerMessage) -> Result<(Spawned, Option<HeadersFile>), Outcome> {
+        let mut backoff = crate::core::retry::backoff::Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+        );
+        let mut paused = false;
+        loop {
+            let (env, headers_file) = self.environment(msg).map_err(|e| {
+                Outcome::transient(format!(
+                    "cannot write the headers file for handler `{}`: {}",
+                    self.program.to_string_lossy(),
+                    io_error_text(&e)
+                ))
+            })?;
+            match spawn(&self.program, &self.args, &env) {
+                Ok(child) => {
+                    if paused {
+                        tracing::info!(program = %self.program.to_string_lossy(), "the handler starts again: resuming");
+                    }
+                    return Ok((child, headers_file));
+                }
+                // The message itself cannot be handed to a program (a NUL
+                // byte in its id, exchange or routing key, or an environment
+                // still too large): no retry will change that.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::InvalidInput
+                        || e.raw_os_error() == Some(libc::E2BIG) =>
+                {
+                    return Err(Outcome::permanent(format!(
+                        "cannot pass this message to handler `{}`: {}",
+                        self.program.to_string_lossy(),
+                        io_error_text(&e)
+                    )))
+                }
+                Err(e) => {
+                    if !paused {
+                        tracing::warn!(
+                            program = %self.program.to_string_lossy(),
+                            error = %io_error_text(&e),
+                            "cannot start the handler: holding its message (no attempt counted) and \
+                             trying again with backoff; consumption pauses until it starts"
+                        );
+                        paused = true;
+                    }
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
+            }
+        }
+    }
+
+    /// Feeds the body to stdin, keeps the tail of stderr and waits for the
+    /// exit, until the handler timeout (`None`: it ran out).
+    async fn feed_and_wait(
+        &self,
+        child: &mut Spawned,
+        msg: &HandlerMessage,
+        stderr: &mut Option<tokio::net::unix::pipe::Receiver>,
+        tail: &mut TailBuffer,
+    ) -> Option<std::io::Result<std::process::ExitStatus>> {
+        let deadline = Instant::now() + self.timeout;
+        let mut stdin = child.stdin.take();
+        let wait = child.wait();
+        tokio::pin!(wait);
+        let write = async {
+            if let Some(mut pipe) = stdin.take() {
+                // EPIPE (the program exited or closed stdin without
+                // reading it all) is not an error; others are logged.
+                match pipe.write_all(&msg.body).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    Err(e) => tracing::debug!(error = %e, "writing the handler's stdin"),
+                }
+                // Dropping the pipe closes it: the program sees EOF.
+            }
+        };
+        tokio::pin!(write);
+        let mut writing = true;
+        let mut buf = vec![0u8; 8192];
+        loop {
+            tokio::select! {
+                status = &mut wait => break Some(status),
+                () = &mut write, if writing => writing = false,
+                n = read_some(stderr, &mut buf) => match n {
+                    Some(n) => tail.push(&buf[..n]),
+                    None => *stderr = None,
+                },
+                () = tokio::time::sleep_until(deadline) => break None,
+            }
+        }
+    }
+}
+
+/// Reads what is left in the stderr pipe, unless a left-behind child holds
+/// it open past the grace period.
+async fn drain_stderr(
+    stderr: &mut Option<tokio::net::unix::pipe::Receiver>,
+    tail: &mut TailBuffer,
+) {
+    let grace = Instant::now() + STDERR_GRACE;
+    let mut buf = vec![0u8; 8192];
+    while stderr.is_some() {
+        tokio::select! {
+            n = read_some(stderr, &mut buf) => match n {
+                Some(n) => tail.push(&buf[..n]),
+                None => *stderr = None,
+            },
+            () = tokio::time::sleep_until(grace) => break,
+        }
     }
 }
 

@@ -121,120 +121,80 @@ impl Default for Metrics {
     }
 }
 
+/// A new metric of type `M`, registered in `registry` as `name`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    register_as(registry, name, help, M::default())
+}
+
+/// `metric`, registered in `registry` as `name`.
+fn register_as<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// A registry with every metric registered.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("dlqctl");
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        let outcomes = Family::<OutcomeLabels, Counter>::default();
-        let handler_seconds = Histogram::new(readable_buckets(0.001, 2.5, 14));
-        let publish_refusals = Counter::default();
-        let reconnects = Counter::default();
-        let in_flight = Gauge::default();
-        let circuit_open = Gauge::default();
-        let consuming = Gauge::default();
-        let first_attempt_successes = Family::<QueueLabels, Counter>::default();
-        let dead_letters = Family::<ReasonLabels, Counter>::default();
-        let retry_delay_seconds = Histogram::new(readable_buckets(0.1, 3.0, 14));
-        let redrive_runs = Family::<RunLabels, Counter>::default();
-        let redriven_messages = Family::<QueueLabels, Counter>::default();
-        let redrive_waiting_for_person = Family::<QueueLabels, Gauge>::default();
-        let redrive_next_wait_seconds = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "redrive_runs",
-            "Automatic redrive runs, by result",
-            redrive_runs.clone(),
-        );
-        registry.register(
-            "redriven_messages",
-            "Messages moved from the DLQ back to the main queue by automatic redrive",
-            redriven_messages.clone(),
-        );
-        registry.register(
-            "redrive_waiting_for_person",
-            "DLQ messages past max_redrives, which only a person moves",
-            redrive_waiting_for_person.clone(),
-        );
-        registry.register(
-            "redrive_next_wait_seconds",
-            "Time until the next automatic redrive look",
-            redrive_next_wait_seconds.clone(),
-        );
-        let handler_timeout_seconds = Family::<QueueLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "handler_timeout_seconds",
-            "The handler timeout the worker was started with",
-            handler_timeout_seconds.clone(),
-        );
-        registry.register(
-            "first_attempt_successes",
-            "Messages handled successfully on their first attempt",
-            first_attempt_successes.clone(),
-        );
-        registry.register(
-            "dead_letters",
-            "Messages dead-lettered, by reason",
-            dead_letters.clone(),
-        );
-        registry.register(
-            "retry_delay_seconds",
-            "Wait scheduled between a failed attempt and the next (the tier's delay)",
-            retry_delay_seconds.clone(),
-        );
-        registry.register(
-            "decisions",
-            "Decisions carried out per message",
-            decisions.clone(),
-        );
-        registry.register("handler_runs", "Handler runs by outcome", outcomes.clone());
-        registry.register(
-            "handler_duration_seconds",
-            "Handler run time",
-            handler_seconds.clone(),
-        );
-        registry.register(
-            "publish_refusals",
-            "Copies the broker refused",
-            publish_refusals.clone(),
-        );
-        registry.register(
-            "reconnects",
-            "Reconnections to the broker",
-            reconnects.clone(),
-        );
-        registry.register(
-            "handlers_in_flight",
-            "Handler runs in progress",
-            in_flight.clone(),
-        );
-        registry.register(
-            "circuit_open",
-            "1 while the circuit breaker is open",
-            circuit_open.clone(),
-        );
-        registry.register(
-            "consuming",
-            "1 while the worker is connected and consuming its queue",
-            consuming.clone(),
-        );
+        let r = &mut registry;
         Metrics {
+            redrive_runs: registered(r, "redrive_runs", "Automatic redrive runs, by result"),
+            redriven_messages: registered(
+                r,
+                "redriven_messages",
+                "Messages moved from the DLQ back to the main queue by automatic redrive",
+            ),
+            redrive_waiting_for_person: registered(
+                r,
+                "redrive_waiting_for_person",
+                "DLQ messages past max_redrives, which only a person moves",
+            ),
+            redrive_next_wait_seconds: registered(
+                r,
+                "redrive_next_wait_seconds",
+                "Time until the next automatic redrive look",
+            ),
+            handler_timeout_seconds: registered(
+                r,
+                "handler_timeout_seconds",
+                "The handler timeout the worker was started with",
+            ),
+            first_attempt_successes: registered(
+                r,
+                "first_attempt_successes",
+                "Messages handled successfully on their first attempt",
+            ),
+            dead_letters: registered(r, "dead_letters", "Messages dead-lettered, by reason"),
+            retry_delay_seconds: register_as(
+                r,
+                "retry_delay_seconds",
+                "Wait scheduled between a failed attempt and the next (the tier's delay)",
+                Histogram::new(readable_buckets(0.1, 3.0, 14)),
+            ),
+            decisions: registered(r, "decisions", "Decisions carried out per message"),
+            outcomes: registered(r, "handler_runs", "Handler runs by outcome"),
+            handler_seconds: register_as(
+                r,
+                "handler_duration_seconds",
+                "Handler run time",
+                Histogram::new(readable_buckets(0.001, 2.5, 14)),
+            ),
+            publish_refusals: registered(r, "publish_refusals", "Copies the broker refused"),
+            reconnects: registered(r, "reconnects", "Reconnections to the broker"),
+            in_flight: registered(r, "handlers_in_flight", "Handler runs in progress"),
+            circuit_open: registered(r, "circuit_open", "1 while the circuit breaker is open"),
+            consuming: registered(
+                r,
+                "consuming",
+                "1 while the worker is connected and consuming its queue",
+            ),
             registry,
-            decisions,
-            outcomes,
-            handler_seconds,
-            publish_refusals,
-            reconnects,
-            in_flight,
-            circuit_open,
-            consuming,
-            first_attempt_successes,
-            dead_letters,
-            retry_delay_seconds,
-            redrive_runs,
-            redriven_messages,
-            redrive_waiting_for_person,
-            redrive_next_wait_seconds,
-            handler_timeout_seconds,
         }
     }
 
