@@ -9,22 +9,30 @@
 //! The standard library (and so `tokio::process`) uses `posix_spawn` (a
 //! `clone(CLONE_VM|CLONE_VFORK)` inside glibc) only when nothing must run in
 //! the child; a `pre_exec` hook, which `PR_SET_PDEATHSIG` needs, makes it
-//! `fork` the whole worker instead: the kernel copies every page table of a
-//! multi-threaded process with a runtime and TLS buffers, about 230 µs a
-//! spawn on the 2-core benchmark machine, against about 60 µs for
-//! `posix_spawn` (`strace -f -c` of `BENCH_ONLY=3 cargo bench --bench
-//! worker`, see docs/benchmarks.md). The ways out that issue 26 lists:
+//! `fork` the whole worker instead, copying the page tables of a
+//! multi-threaded process (`strace -f -T -e trace=clone,clone3` of
+//! `BENCH_ONLY=3 cargo bench --bench worker` showed 400 plain `clone`s for
+//! the worker's 400 runs, against `clone3(CLONE_VM|CLONE_VFORK)` for the
+//! hand-written loop's; see docs/benchmarks.md). The ways out that issue 26
+//! lists:
 //!
-//! - a spawner process started once that forks cheaply: one more process
-//!   to supervise, a hop per message, and the handler's parent is no longer
-//!   dlqctl (its death signal would follow the spawner);
-//! - a subreaper plus a pidfd, with `posix_spawn`: no death signal without
-//!   a hook in the child, so a handler that ignores EOF outlives a `kill -9`;
+//! - a spawner process started once, single-threaded, that forks cheaply:
+//!   one more process to start, supervise and restart, and a round trip
+//!   over a socket per message for the request, the pipes (fd passing) and
+//!   the exit status;
+//! - a subreaper plus a pidfd, with `posix_spawn`: a subreaper only adopts
+//!   orphans while dlqctl lives; with no hook in the child there is no
+//!   death signal, so a handler that ignores EOF outlives a `kill -9`;
 //! - `clone(CLONE_VM|CLONE_VFORK|CLONE_PIDFD)` with a child that only makes
 //!   raw, async-signal-safe system calls before `execve`: what glibc's
-//!   `posix_spawn` does, plus the `prctl`. Chosen: measured at 2.04× the
-//!   hand-written consume-spawn-ack loop at concurrency 8 where the fork
-//!   was at 0.52–0.63×.
+//!   `posix_spawn` does, plus the `prctl`, in one process and with no
+//!   round trip.
+//!
+//! Chosen: the third, the only one that keeps every guarantee with no
+//! extra process. It was the only one built and measured (the other two
+//! were judged on the points above, not timed): 1.34–2.69× the
+//! hand-written consume-spawn-ack loop at concurrency 8 where the fork was
+//! at 0.33–0.63×, 0.83–1.26× at concurrency 1 where it was 0.33–0.40×.
 //!
 //! Everything the child needs (paths, argv, envp, the `PATH` candidates of
 //! `execvp`) is built before the `clone`, so the child allocates nothing and
