@@ -429,8 +429,10 @@ async fn two_workers_never_redrive_at_the_same_time() {
     let file = f.pipe.provision(&f.scratch).await;
     publish_many(&f.broker, &f.pipe.dlq(), exhausted("two", 40)).await;
     let args = ["--http", &dep.hook(), "--concurrency", "4"];
-    let mut a = WorkerProc::spawn(&file, &f.pipe.name, &args);
-    let mut b = WorkerProc::spawn(&file, &f.pipe.name, &args);
+    // A busy turn is logged at debug only.
+    let env = [("RUST_LOG", "info,dlqctl::worker::redrive=debug")];
+    let mut a = WorkerProc::spawn_with_env(&file, &f.pipe.name, &args, &env);
+    let mut b = WorkerProc::spawn_with_env(&file, &f.pipe.name, &args, &env);
     dep.wait_successes(40, Duration::from_secs(30), || {
         format!("{}\n{}", a.output(), b.output())
     })
@@ -464,6 +466,19 @@ async fn two_workers_never_redrive_at_the_same_time() {
         .map(|e| e["moved"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(total, 40);
+    // They did meet: a look of one came while the other ran, and skipped.
+    let busy = |w: &WorkerProc| {
+        w.events("redrive run")
+            .iter()
+            .filter(|e| e["result"] == "busy")
+            .count()
+    };
+    assert!(
+        busy(&a) + busy(&b) > 0,
+        "no busy turn:\n{}\n{}",
+        a.output(),
+        b.output()
+    );
     for x in &ra {
         for y in &rb {
             assert!(

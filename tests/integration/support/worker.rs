@@ -199,11 +199,24 @@ impl WorkerProc {
     /// Starts `dlqctl --log-format json work FILE --queue QUEUE ARGS...`
     /// (`ARGS` include `-- HANDLER` or `--http URL`).
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(file: &Path, queue: &str, args: &[S]) -> WorkerProc {
-        let mut child = Dlqctl::json_log("work")
+        WorkerProc::spawn_with_env(file, queue, args, &[])
+    }
+
+    /// As [`WorkerProc::spawn`], with environment variables set (`RUST_LOG`).
+    pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(
+        file: &Path,
+        queue: &str,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> WorkerProc {
+        let mut cmd = Dlqctl::json_log("work")
             .arg(file)
             .args(["--queue", queue])
-            .args(args)
-            .spawn();
+            .args(args);
+        for (k, v) in env {
+            cmd = cmd.env(k, v);
+        }
+        let mut child = cmd.spawn();
         let pid = child.id().expect("a pid") as i32;
         let lines = crate::support::collect_output(&mut child);
         WorkerProc { child, pid, lines }
