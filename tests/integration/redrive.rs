@@ -573,3 +573,26 @@ async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
     assert!(dep.successes().values().all(|n| *n == 1));
     assert_eq!(moved["moved"], 10, "{moved}");
 }
+
+/// `work --no-redrive` leaves the DLQ alone, policy or not.
+#[tokio::test]
+async fn no_redrive_turns_it_off_for_that_worker() {
+    let f = PipeFixture::new(&[100], 2, |p| {
+        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
+    })
+    .await;
+    let file = f.pipe.provision(&f.scratch).await;
+    publish_many(&f.broker, &f.pipe.dlq(), exhausted("off", 3)).await;
+    let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--no-redrive", "--", "/bin/true"]);
+    w.wait_consuming().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    w.stop().await;
+    assert!(
+        w.events("automatic redrive on").is_empty(),
+        "{}",
+        w.output()
+    );
+    assert!(w.events("redrive run").is_empty(), "{}", w.output());
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(3));
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
+}
