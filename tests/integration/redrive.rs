@@ -429,8 +429,10 @@ async fn two_workers_never_redrive_at_the_same_time() {
     let file = f.pipe.provision(&f.scratch).await;
     publish_many(&f.broker, &f.pipe.dlq(), exhausted("two", 40)).await;
     let args = ["--http", &dep.hook(), "--concurrency", "4"];
-    let mut a = WorkerProc::spawn(&file, &f.pipe.name, &args);
-    let mut b = WorkerProc::spawn(&file, &f.pipe.name, &args);
+    // A busy turn is logged at debug only.
+    let env = [("RUST_LOG", "info,dlqctl::worker::redrive=debug")];
+    let mut a = WorkerProc::spawn_with_env(&file, &f.pipe.name, &args, &env);
+    let mut b = WorkerProc::spawn_with_env(&file, &f.pipe.name, &args, &env);
     dep.wait_successes(40, Duration::from_secs(30), || {
         format!("{}\n{}", a.output(), b.output())
     })
@@ -464,10 +466,26 @@ async fn two_workers_never_redrive_at_the_same_time() {
         .map(|e| e["moved"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(total, 40);
+    // They did meet: a look of one came while the other ran, and skipped.
+    let busy = |w: &WorkerProc| {
+        w.events("redrive run")
+            .iter()
+            .filter(|e| e["result"] == "busy")
+            .count()
+    };
+    assert!(
+        busy(&a) + busy(&b) > 0,
+        "no busy turn:\n{}\n{}",
+        a.output(),
+        b.output()
+    );
+    // A run's span ends after it released the lock (the lock queue's
+    // delete, the channel's close): 100 ms of slack, for runs that last
+    // seconds.
     for x in &ra {
         for y in &rb {
             assert!(
-                x.1 <= y.0 || y.1 <= x.0,
+                x.1 <= y.0 + 100 || y.1 <= x.0 + 100,
                 "runs overlap: {x:?} and {y:?}\n{}\n{}",
                 a.output(),
                 b.output()
@@ -557,4 +575,27 @@ async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
     w.stop().await;
     assert!(dep.successes().values().all(|n| *n == 1));
     assert_eq!(moved["moved"], 10, "{moved}");
+}
+
+/// `work --no-redrive` leaves the DLQ alone, policy or not.
+#[tokio::test]
+async fn no_redrive_turns_it_off_for_that_worker() {
+    let f = PipeFixture::new(&[100], 2, |p| {
+        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
+    })
+    .await;
+    let file = f.pipe.provision(&f.scratch).await;
+    publish_many(&f.broker, &f.pipe.dlq(), exhausted("off", 3)).await;
+    let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--no-redrive", "--", "/bin/true"]);
+    w.wait_consuming().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    w.stop().await;
+    assert!(
+        w.events("automatic redrive on").is_empty(),
+        "{}",
+        w.output()
+    );
+    assert!(w.events("redrive run").is_empty(), "{}", w.output());
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(3));
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
 }
