@@ -489,6 +489,21 @@ async fn drill_fails_at_the_dlq_step_when_the_dlx_has_no_binding() {
         run.output()
     );
     assert_eq!(script.calls().len(), 0);
+
+    // Doctor names the missing binding. (The worker's copy, returned as
+    // unroutable, stays unpublished and its original unacked, so nothing
+    // is held as messages_dlx here.)
+    let run = doctor(&file, &[]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains(&format!(
+            "  fail  health       binding {}.dlx -> {}: missing",
+            f.pipe.name,
+            f.pipe.dlq()
+        )),
+        "{}",
+        run.output()
+    );
     w.stop().await;
 }
 
