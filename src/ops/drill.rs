@@ -191,7 +191,8 @@ async fn steps(
             );
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // Each look reads the DLQ up to the drill message (at its tail).
+        tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let tiers = expected_tiers(p);
     let d = &found.described;

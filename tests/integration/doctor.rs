@@ -489,6 +489,21 @@ async fn drill_fails_at_the_dlq_step_when_the_dlx_has_no_binding() {
         run.output()
     );
     assert_eq!(script.calls().len(), 0);
+
+    // Doctor names the missing binding. (The worker's copy, returned as
+    // unroutable, stays unpublished and its original unacked, so nothing
+    // is held as messages_dlx here.)
+    let run = doctor(&file, &[]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains(&format!(
+            "  fail  health       binding {}.dlx -> {}: missing",
+            f.pipe.name,
+            f.pipe.dlq()
+        )),
+        "{}",
+        run.output()
+    );
     w.stop().await;
 }
 
@@ -527,6 +542,44 @@ async fn drill_fails_at_the_tier_whose_dead_letter_route_is_broken() {
         "{}",
         run.output()
     );
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+/// `kill -9` of a drill mid-run leaves at most its one message behind
+/// (the worker still takes it to the DLQ, never to the handler), and the
+/// next drill removes it before its own run.
+#[tokio::test]
+async fn a_killed_drill_leaves_one_message_that_the_next_drill_removes() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    let mut child = Dlqctl::new("drill")
+        .arg(&file)
+        .args(["--queue", &f.pipe.name])
+        .spawn();
+    // Killed once its message is in the DLQ (before the replay removes it).
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 1, Duration::from_secs(20))
+        .await;
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
+    // Its connection closed, anything it held unacked is back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = f.broker.message_count(&f.pipe.dlq()).await;
+    assert!(left <= Some(1), "{left:?}");
+    let run = drill(&file, &f.pipe.name, &[]).await;
+    run.assert_code(0);
+    // Killed before its replay took the message (the usual case), the
+    // next drill removes it first.
+    if left == Some(1) {
+        assert!(
+            run.stdout
+                .contains("removed 1 drill message(s) left in the DLQ by earlier drills"),
+            "{}",
+            run.output()
+        );
+    }
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
     assert_eq!(script.calls().len(), 0);
     w.stop().await;
 }

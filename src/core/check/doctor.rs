@@ -546,8 +546,9 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
             Area::Health,
             Level::Fail,
             format!("binding {p}.dlx -> {}", d.name),
-            "missing: dead letters route nowhere (a quorum source holds them as messages_dlx, a \
-             classic one drops them); run `dlqctl provision`"
+            "missing: dead letters route nowhere (the worker's copies come back unroutable and \
+             it keeps retrying them; the broker's own dead-lettering holds them in a quorum \
+             source as messages_dlx and drops them from a classic one); run `dlqctl provision`"
                 .into(),
         ));
     }

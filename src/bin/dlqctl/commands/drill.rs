@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Runs a drill; exit 3 naming the step that did not hold, 1 when the
-/// broker could not be reached.
+/// broker could not be reached or a signal stopped it (after cleaning up).
 pub async fn drill(a: &DrillArgs) -> Result<Outcome> {
     let t = dlqctl::load_topology(&a.file)?;
     let pipeline = dlqctl::load_pipeline(&a.file, &a.queue)?;
@@ -29,7 +29,7 @@ pub async fn drill(a: &DrillArgs) -> Result<Outcome> {
     let opts = DrillOptions {
         timeout: a.timeout,
         metrics_url: a.metrics_url.clone(),
-        cancel,
+        cancel: cancel.clone(),
     };
     let result = dlqctl::ops::drill::drill(
         conn.clone(),
@@ -51,7 +51,9 @@ pub async fn drill(a: &DrillArgs) -> Result<Outcome> {
             output::stdout(&output::drill::drill_github(&file, line, &report))?
         }
     }
-    Ok(if report.failed.is_some() {
+    Ok(if cancel.is_cancelled() {
+        Outcome::Failure
+    } else if report.failed.is_some() {
         Outcome::Difference
     } else {
         Outcome::Success
