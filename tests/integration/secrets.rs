@@ -89,6 +89,9 @@ fn passwords_with_url_delimiters_never_appear_in_errors() {
                 &format!("{p}orders"),
                 "--url",
                 &url,
+                // Give up at once instead of waiting for the broker.
+                "--wait-for-broker",
+                "0s",
                 "--",
                 "true",
             ],
@@ -193,7 +196,18 @@ fn credentials_never_reach_a_trace_log() {
         for format in ["text", "json"] {
             for args in [
                 vec!["status", file, "--url", &url, "--management-url", &mgmt],
-                vec!["work", file, "--queue", &queue, "--url", &url, "--", "true"],
+                vec![
+                    "work",
+                    file,
+                    "--queue",
+                    &queue,
+                    "--url",
+                    &url,
+                    "--wait-for-broker",
+                    "0s",
+                    "--",
+                    "true",
+                ],
             ] {
                 let mut all = args.clone();
                 all.extend(["--log-format", format]);

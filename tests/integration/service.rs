@@ -243,7 +243,11 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
         names.contains_key("dlqctl_decisions_total") && names.len() >= 10,
         "the docs should name the worker's metrics: {names:?}"
     );
-    let f = PipeFixture::new(&[100], 2, |_| {}).await;
+    // With a redrive policy: its families appear once a run has counted.
+    let f = PipeFixture::new(&[100], 2, |p| {
+        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
+    })
+    .await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = Script::new(&f.scratch, "h", "exit 0");
     let mut w = WorkerProc::with_script(
@@ -254,6 +258,8 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
     );
     let addr = metrics_addr(&mut w).await;
     w.wait_consuming().await;
+    w.wait_event("redrive run", 1, Duration::from_secs(30))
+        .await;
     let (code, body) = get(&format!("http://{addr}/metrics")).await;
     assert_eq!(code, 200);
     let families: Vec<&str> = body
