@@ -177,3 +177,28 @@ async fn purge_counts_under_the_lock_and_honours_wait() {
     assert!(run.output().contains("4 of 4 messages"), "{}", run.output());
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
 }
+
+/// `export --json` pretty-prints its report, as every other command's
+/// `--json` does (it printed one line).
+#[tokio::test]
+async fn export_json_is_pretty_like_the_other_commands() {
+    let f = Fixture::new(3, |_| {}, two_groups()).await;
+    let scratch = crate::support::Scratch::new();
+    let out = scratch.path().join("x.jsonl");
+    let run = dlq(
+        "export",
+        &f.file,
+        &f.pipe.name,
+        &["--output", &out.display().to_string(), "--json"],
+    )
+    .await;
+    run.assert_code(0);
+    let summary = dlq("summary", &f.file, &f.pipe.name, &["--json"]).await;
+    for (what, text) in [("export", &run.stdout), ("summary", &summary.stdout)] {
+        let _: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+        assert!(
+            text.trim().starts_with("{\n  \""),
+            "{what} --json is not pretty: {text}"
+        );
+    }
+}

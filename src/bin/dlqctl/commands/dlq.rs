@@ -313,7 +313,8 @@ pub async fn export(a: &ExportArgs) -> Result<Outcome> {
     o.close().await;
     let r = result?;
     if a.json {
-        let text = serde_json::to_string(&r).unwrap_or_default();
+        // Pretty, as every other command's --json.
+        let text = serde_json::to_string_pretty(&r).unwrap_or_default();
         if a.output.is_some() {
             output::stdout_line(&text)?;
         } else {
