@@ -175,6 +175,15 @@ async fn purge_counts_under_the_lock_and_honours_wait() {
     let run = waiting.await.expect("the purge");
     run.assert_code(2);
     assert!(run.output().contains("4 of 4 messages"), "{}", run.output());
+    // In JSON, a count says what it holds: selected, none removed.
+    let run = dlq("purge", &f.file, &f.pipe.name, &["--json"]).await;
+    run.assert_code(2);
+    let r: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(
+        (&r["selected"], &r["removed"], &r["counted_only"]),
+        (&json!(4), &json!(0), &json!(true)),
+        "{r:#}"
+    );
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
 }
 

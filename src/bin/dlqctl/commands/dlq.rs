@@ -423,7 +423,7 @@ pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
         output::stderr_line(&format!(
             "nothing removed: {} of {} messages in {} would go; add --yes to remove them (no \
              copy is kept: `dlqctl dlq export --remove` archives instead)",
-            r.removed, r.snapshot, r.queue
+            r.selected, r.snapshot, r.queue
         ));
         return Ok(Outcome::Usage);
     }
