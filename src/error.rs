@@ -31,6 +31,11 @@ pub enum Error {
         reason: String,
         /// What to do about it.
         hint: String,
+        /// Nothing answered (refused, no answer, a name that does not
+        /// resolve, closed in the handshake): waiting for the broker may
+        /// help. `false` for a refusal (login, vhost, certificate, TLS,
+        /// parameters), which waiting does not fix.
+        unreachable: bool,
     },
     /// A broker operation failed.
     #[error("{context}: {message}")]

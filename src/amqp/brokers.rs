@@ -164,10 +164,20 @@ fn all_failed(brokers: &Brokers, failures: Vec<(usize, Error)>) -> Error {
             _ => None,
         })
         .unwrap_or_default();
+    let unreachable = failures.iter().any(|(_, e)| {
+        matches!(
+            e,
+            Error::Connect {
+                unreachable: true,
+                ..
+            }
+        )
+    });
     Error::Connect {
         endpoint: brokers.endpoints(),
         reason: format!("no address answered ({})", reasons.join("; ")),
         hint,
+        unreachable,
     }
 }
 

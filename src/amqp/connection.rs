@@ -201,6 +201,7 @@ impl BrokerUrl {
                 endpoint,
                 reason: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
                 hint: start_hint(),
+                unreachable: true,
             }),
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) if self.unresolvable().await => Err(Error::Connect {
@@ -213,6 +214,7 @@ impl BrokerUrl {
                 hint: "check the host name in --url / AMQP_URL (a typo, or a name only \
                        another network's DNS knows)"
                     .to_string(),
+                unreachable: true,
             }),
             Ok(Err(e)) => Err(self.connect_error(&e)),
         }
@@ -236,7 +238,12 @@ impl BrokerUrl {
     fn connect_error(&self, e: &lapin::Error) -> Error {
         let endpoint = self.endpoint();
         let text = redact_in(&describe_lapin_error(e), self.password());
-        let (reason, hint) = match classify_connect_error(e) {
+        let failure = classify_connect_error(e);
+        let unreachable = matches!(
+            failure,
+            ConnectFailure::Refused | ConnectFailure::ClosedInHandshake | ConnectFailure::Other
+        );
+        let (reason, hint) = match failure {
             ConnectFailure::LoginRefused => (
                 format!("the broker refused the login of user `{}` ({text})", self.user()),
                 "check the user name and password in --url / AMQP_URL, and that the user may use the virtual host".to_string(),
@@ -278,6 +285,7 @@ impl BrokerUrl {
             endpoint,
             reason,
             hint,
+            unreachable,
         }
     }
 }

@@ -138,10 +138,12 @@ fn copy_error(e: &Error) -> Error {
             endpoint,
             reason,
             hint,
+            unreachable,
         } => Error::Connect {
             endpoint: endpoint.clone(),
             reason: reason.clone(),
             hint: hint.clone(),
+            unreachable: *unreachable,
         },
         Error::Broker { context, message } => Error::Broker {
             context: context.clone(),

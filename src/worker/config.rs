@@ -41,8 +41,9 @@ pub struct WorkerConfig {
     pub redrive: bool,
     /// At start, how long to keep trying to reach the broker before
     /// giving up (0, the default: the first connection must succeed).
-    /// Only an unreachable broker (or one refusing the connection) is
-    /// waited for; a missing topology still fails at once.
+    /// Only a broker that does not answer is waited for (nothing
+    /// listens, no answer, a name that does not resolve); a refused login
+    /// or a missing topology still fails at once.
     pub wait_for_broker: Duration,
 }
 

@@ -303,19 +303,23 @@ impl<H: Handler> DeliveryTask<H> {
         record_settlement(&self.shared.counters, done);
         let p = &self.cfg.pipeline;
         let error = match outcome {
-            Outcome::Success => "",
-            Outcome::Transient { error, .. } | Outcome::Permanent { error } => error.as_str(),
+            Outcome::Success => None,
+            Outcome::Transient { error, .. } | Outcome::Permanent { error } => {
+                Some(tracing::field::display(log_error(error)))
+            }
         };
+        // A field that does not apply (no tier on an ack, no error on a
+        // success) is left out, not logged empty.
         info!(
             queue = %p.name,
-            message_id = prepared.message_id.as_deref().unwrap_or(""),
+            message_id = prepared.message_id.as_deref(),
             attempt = prepared.attempt,
             max_attempts = p.retry.max_attempts,
             outcome = outcome.label(),
             decision = done.label(),
-            tier = planned.tier().unwrap_or(""),
-            reason = done.reason().or(planned.reason()).map_or("", DeadLetterReason::as_str),
-            error = %log_error(error),
+            tier = planned.tier(),
+            reason = done.reason().or(planned.reason()).map(DeadLetterReason::as_str),
+            error,
             "message handled"
         );
     }

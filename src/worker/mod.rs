@@ -141,7 +141,11 @@ impl<H: Handler> Worker<H> {
             let end = self.session(&shutdown, &hurry).await;
             let end = match end {
                 Ok(SessionEnd::Shutdown) => return Ok(()),
-                Err(e @ Error::Connect { .. }) if first && Instant::now() < wait_until => {
+                Err(
+                    e @ Error::Connect {
+                        unreachable: true, ..
+                    },
+                ) if first && Instant::now() < wait_until => {
                     // --wait-for-broker: the broker may still be starting.
                     let left = wait_until.saturating_duration_since(Instant::now());
                     let pause = start_backoff.next_wait().min(left);

@@ -175,5 +175,39 @@ async fn purge_counts_under_the_lock_and_honours_wait() {
     let run = waiting.await.expect("the purge");
     run.assert_code(2);
     assert!(run.output().contains("4 of 4 messages"), "{}", run.output());
+    // In JSON, a count says what it holds: selected, none removed.
+    let run = dlq("purge", &f.file, &f.pipe.name, &["--json"]).await;
+    run.assert_code(2);
+    let r: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(
+        (&r["selected"], &r["removed"], &r["counted_only"]),
+        (&json!(4), &json!(0), &json!(true)),
+        "{r:#}"
+    );
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
+}
+
+/// `export --json` pretty-prints its report, as every other command's
+/// `--json` does (it printed one line).
+#[tokio::test]
+async fn export_json_is_pretty_like_the_other_commands() {
+    let f = Fixture::new(3, |_| {}, two_groups()).await;
+    let scratch = crate::support::Scratch::new();
+    let out = scratch.path().join("x.jsonl");
+    let run = dlq(
+        "export",
+        &f.file,
+        &f.pipe.name,
+        &["--output", &out.display().to_string(), "--json"],
+    )
+    .await;
+    run.assert_code(0);
+    let summary = dlq("summary", &f.file, &f.pipe.name, &["--json"]).await;
+    for (what, text) in [("export", &run.stdout), ("summary", &summary.stdout)] {
+        let _: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+        assert!(
+            text.trim().starts_with("{\n  \""),
+            "{what} --json is not pretty: {text}"
+        );
+    }
 }

@@ -325,7 +325,7 @@ exit 0"#,
     let of = |what: &str, reason: &str| {
         decisions
             .iter()
-            .filter(|d| d["decision"] == what && d["reason"] == reason)
+            .filter(|d| d["decision"] == what && d["reason"].as_str().unwrap_or("") == reason)
             .count()
     };
     assert_eq!(

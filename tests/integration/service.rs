@@ -109,7 +109,8 @@ async fn work_waits_for_a_late_broker_and_answers_healthz_and_readyz() {
 }
 
 /// `--wait-for-broker 0s` gives up at once; a short wait gives up after
-/// it, with exit 1 and the connection error.
+/// it, with exit 1 and the connection error; a refused login is not waited
+/// for.
 #[tokio::test]
 async fn work_gives_up_on_an_absent_broker_after_its_wait() {
     let f = PipeFixture::new(&[100], 2, |_| {}).await;
@@ -141,6 +142,24 @@ async fn work_gives_up_on_an_absent_broker_after_its_wait() {
             .is_empty();
         assert_eq!(waited, wait != "0s", "{}", w.output());
     }
+    // A refused login is not waited for: waiting will not fix it.
+    let wrong = format!("amqp://guest:not-the-password@{}/%2f", broker_addr());
+    let started = Instant::now();
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--url", &wrong, "--wait-for-broker", "60s"],
+    );
+    assert_eq!(w.wait_exit(SECS_20).await, Some(1), "{}", w.output());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a refused login waited"
+    );
+    assert!(w.output().contains("refused the login"), "{}", w.output());
+    assert!(w
+        .events("broker not reachable yet; retrying (--wait-for-broker)")
+        .is_empty());
     assert!(script.calls().is_empty());
 }
 

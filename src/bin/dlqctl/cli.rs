@@ -531,8 +531,8 @@ pub struct WorkArgs {
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// At start, keep trying to reach the broker this long before giving
-    /// up with exit 1 (`0s`: fail at once). A topology that is not
-    /// provisioned still fails at once.
+    /// up with exit 1 (`0s`: fail at once). A refused login or a topology
+    /// that is not provisioned still fails at once.
     #[arg(long, default_value = "60s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub wait_for_broker: std::time::Duration,
     /// POST each message to this URL instead of running a command.

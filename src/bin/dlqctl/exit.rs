@@ -16,14 +16,21 @@ pub enum Outcome {
     Difference,
 }
 
-impl From<Outcome> for ExitCode {
-    fn from(o: Outcome) -> Self {
-        ExitCode::from(match o {
+impl Outcome {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        match self {
             Outcome::Success => 0,
             Outcome::Failure => 1,
             Outcome::Usage => 2,
             Outcome::Difference => 3,
-        })
+        }
+    }
+}
+
+impl From<Outcome> for ExitCode {
+    fn from(o: Outcome) -> Self {
+        ExitCode::from(o.code())
     }
 }
 

@@ -30,12 +30,17 @@ fn main() -> ExitCode {
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
+            let outcome = exit::for_error(&e);
             match e.downcast_ref::<dlqctl::Error>() {
+                // A log shipper reads one JSON record, like the log's.
+                _ if args.log_format == cli::LogFormat::Json => {
+                    output::stderr_line(&output::json::error_record(&e.to_string(), outcome))
+                }
                 // `FILE:LINE:COL: message` lines, as editors and CI parse them.
                 Some(dlqctl::Error::Invalid(_)) => output::stderr_line(&e.to_string()),
                 _ => output::stderr_line(&format!("error: {e}")),
             }
-            exit::for_error(&e).into()
+            outcome.into()
         }
     }
 }

@@ -14,7 +14,10 @@ pub struct PurgeReport {
     pub snapshot: u64,
     /// Messages read.
     pub read: u64,
-    /// Messages removed (counting: that would be removed).
+    /// Messages the selectors took (up to the limit): removed, or, when
+    /// only counting, that would be removed.
+    pub selected: u64,
+    /// Messages removed (0 when only counting).
     pub removed: u64,
     /// Messages kept (not selected, or past the limit).
     pub kept: u64,
@@ -50,7 +53,7 @@ pub async fn purge(
         return Ok(PurgeReport {
             queue: t.dlq.clone(),
             snapshot,
-            removed,
+            selected: removed,
             kept: snapshot - removed,
             counted_only: true,
             cancelled: stats.cancelled,
@@ -98,7 +101,8 @@ pub async fn purge(
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,
         read: stats.read,
-        removed: p.selected,
+        selected: p.selected,
+        removed: if remove { p.selected } else { 0 },
         kept: stats.read - p.selected,
         rotated: stats.rotated,
         counted_only: !remove,

@@ -320,7 +320,8 @@ pub async fn export(a: &ExportArgs) -> Result<Outcome> {
     o.close().await;
     let r = result?;
     if a.json {
-        let text = serde_json::to_string(&r).unwrap_or_default();
+        // Pretty, as every other command's --json.
+        let text = serde_json::to_string_pretty(&r).unwrap_or_default();
         if a.output.is_some() {
             output::stdout_line(&text)?;
         } else {
@@ -455,7 +456,7 @@ pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
         output::stderr_line(&format!(
             "nothing removed: {} of {} messages in {} would go; add --yes to remove them (no \
              copy is kept: `dlqctl dlq export --remove` archives instead)",
-            r.removed, r.snapshot, r.queue
+            r.selected, r.snapshot, r.queue
         ));
         return Ok(Outcome::Usage);
     }

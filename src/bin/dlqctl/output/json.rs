@@ -57,3 +57,39 @@ pub fn status_json(
     });
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
+
+/// The error that ended a command, under `--log-format json`: one record
+/// shaped like the log's (`timestamp`, `level`, `fields.message`,
+/// `target`), with the exit code in `fields.exit_code`.
+pub fn error_record(message: &str, outcome: crate::exit::Outcome) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    serde_json::json!({
+        "timestamp": dlqctl::core::values::text::rfc3339_millis(now),
+        "level": "ERROR",
+        "fields": { "message": message, "exit_code": outcome.code() },
+        "target": "dlqctl",
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod error_record_tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_one_json_record_with_its_exit_code() {
+        let line = error_record("cannot connect\nhint", crate::exit::Outcome::Failure);
+        assert!(!line.contains('\n'), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(v["level"], "ERROR");
+        assert_eq!(v["fields"]["message"], "cannot connect\nhint");
+        assert_eq!(v["fields"]["exit_code"], 1);
+        assert!(
+            v["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{v}"
+        );
+    }
+}

@@ -559,7 +559,7 @@ pub fn purge_text(r: &PurgeReport) -> String {
     if r.counted_only {
         return format!(
             "{}: {} of {} message(s) selected; nothing was removed\n",
-            r.queue, r.removed, r.snapshot
+            r.queue, r.selected, r.snapshot
         );
     }
     let mut out = format!(
