@@ -176,11 +176,22 @@ async fn run() -> std::process::ExitCode {
     })
     .await;
 
-    let cleanup = Instant::now();
-    delete(&conn, &plan_a).await;
-    delete(&conn, &plan_b).await;
-    let cleanup = cleanup.elapsed();
     let _ = conn.close(200, "bye".into()).await;
+    // The cleanup has a connection of its own: on the measured one, the
+    // channels that a passive declare's 404 closed (thousands of them)
+    // have made lapin reuse channel ids, and a new channel on a reused id
+    // was seen failing with the old channel's error (NOT_FOUND for an
+    // object of the other side), which left objects behind.
+    let cleanup = Instant::now();
+    match url.connect("dlqctl bench provision cleanup").await {
+        Ok(c) => {
+            delete(&c, &plan_a).await;
+            delete(&c, &plan_b).await;
+            let _ = c.close(200, "bye".into()).await;
+        }
+        Err(e) => eprintln!("cleanup: {e}"),
+    }
+    let cleanup = cleanup.elapsed();
 
     let Ok((d_cold, d_again, b_cold, b_again)) = measured else {
         eprintln!("the benchmark failed (everything it created was deleted)");

@@ -74,8 +74,10 @@ printf '%s\n' "${{COMPREPLY[@]}}"
 #[test]
 fn bash_completes_a_subcommand() {
     assert_eq!(bash_completes("dlqctl prov"), vec!["provision"]);
-    let dlq = bash_completes("dlqctl dlq re");
+    let dlq = bash_completes("dlqctl dlq rep");
     assert_eq!(dlq, vec!["replay"], "{dlq:?}");
+    let dlq = bash_completes("dlqctl dlq re");
+    assert_eq!(dlq, vec!["replay", "redrive"], "{dlq:?}");
 }
 
 #[test]

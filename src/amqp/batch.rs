@@ -11,6 +11,7 @@
 //! batch fails the whole batch, and a batch that passes is wholly
 //! confirmed and routed.
 
+use crate::core::retry::confirm::Refusal;
 use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
@@ -49,7 +50,7 @@ impl BatchPublisher {
         routing_key: &str,
         body: &[u8],
         props: BasicProperties,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), Refusal> {
         let c = tokio::time::timeout(
             self.timeout,
             self.ch.basic_publish(
@@ -64,31 +65,31 @@ impl BatchPublisher {
             ),
         )
         .await
-        .map_err(|_| "the publish timed out".to_string())?
-        .map_err(|e| describe_lapin_error(&e))?;
+        .map_err(|_| Refusal::Timeout)?
+        .map_err(|e| Refusal::of_channel(describe_lapin_error(&e)))?;
         self.pending.push(c);
         Ok(())
     }
 
     /// Waits for every confirm of the batch: `Ok` only when each copy was
     /// acked and none returned. The batch is empty afterwards either way.
-    pub async fn settle(&mut self) -> std::result::Result<(), String> {
+    pub async fn settle(&mut self) -> std::result::Result<(), Refusal> {
         let mut verdict = Ok(());
         let deadline = tokio::time::Instant::now() + self.timeout;
         for c in self.pending.drain(..) {
             let got = tokio::time::timeout_at(deadline, c).await;
             let bad = match got {
-                Err(_) => Some("no publisher confirm in time".to_string()),
-                Ok(Err(e)) => Some(describe_lapin_error(&e)),
+                Err(_) => Some(Refusal::Timeout),
+                Ok(Err(e)) => Some(Refusal::of_channel(describe_lapin_error(&e))),
                 Ok(Ok(Confirmation::Ack(None))) => None,
-                Ok(Ok(Confirmation::Ack(Some(r)))) => Some(format!(
-                    "the broker returned a copy as unroutable ({} {}): does the queue exist?",
+                Ok(Ok(Confirmation::Ack(Some(r)))) => Some(Refusal::Returned(format!(
+                    "{} {} (does the queue exist?)",
                     r.reply_code, r.reply_text
-                )),
-                Ok(Ok(Confirmation::Nack(_))) => {
-                    Some("the broker nacked a copy (is the queue full?)".to_string())
+                ))),
+                Ok(Ok(Confirmation::Nack(_))) => Some(Refusal::Nacked),
+                Ok(Ok(Confirmation::NotRequested)) => {
+                    Some(Refusal::Channel("no confirm was requested".to_string()))
                 }
-                Ok(Ok(Confirmation::NotRequested)) => Some("no confirm was requested".to_string()),
             };
             if let (Some(why), Ok(())) = (bad, &verdict) {
                 verdict = Err(why);
@@ -106,11 +107,11 @@ impl BatchPublisher {
 
 /// What a finished batch hands back: the tokens given with its copies, in
 /// order, and its verdict.
-pub type Settled<T> = (Vec<T>, std::result::Result<(), String>);
+pub type Settled<T> = (Vec<T>, std::result::Result<(), Refusal>);
 
 type InFlight<T> = futures_util::future::BoxFuture<
     'static,
-    (BatchPublisher, Vec<T>, std::result::Result<(), String>),
+    (BatchPublisher, Vec<T>, std::result::Result<(), Refusal>),
 >;
 
 /// Several [`BatchPublisher`]s ("lanes") with a batch in flight on each:
@@ -174,7 +175,10 @@ impl<T: Send + 'static> BatchPipeline<T> {
             match self.idle.pop() {
                 Some(lane) => self.current = Some((lane, Vec::new())),
                 None => {
-                    done.push((vec![token], Err("no publishing channel is left".into())));
+                    done.push((
+                        vec![token],
+                        Err(Refusal::Channel("no publishing channel is left".into())),
+                    ));
                     return done;
                 }
             }

@@ -390,63 +390,62 @@ pub(crate) struct QueueCounts {
 /// the queue does not exist (404), an error when the broker refuses
 /// otherwise or does not answer.
 pub(crate) async fn passive_queue(conn: &Connection, queue: &str) -> Result<Option<QueueCounts>> {
-    let ch = answered("a channel", conn.create_channel())
-        .await?
-        .map_err(|e| Error::broker("cannot open a channel", &e))?;
-    let res = answered(
-        &format!("queue {queue}"),
-        ch.queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        ),
-    )
+    let name = queue.to_string();
+    let ok = passive(conn, &format!("queue {queue}"), |ch| async move {
+        let options = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.queue_declare(name.as_str().into(), options, FieldTable::default())
+            .await
+    })
     .await?;
-    match res {
-        Ok(ok) => {
-            let _ = answered("a channel close", ch.close(200, "done".into())).await;
-            Ok(Some(QueueCounts {
-                ready: ok.message_count(),
-                consumers: ok.consumer_count(),
-            }))
-        }
-        Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(None),
-        Err(e) => Err(Error::broker(format!("cannot look at queue {queue}"), &e)),
-    }
+    Ok(ok.map(|ok| QueueCounts {
+        ready: ok.message_count(),
+        consumers: ok.consumer_count(),
+    }))
 }
 
 /// A passive declare of an exchange on a channel of its own: whether it
 /// exists.
 pub(crate) async fn passive_exchange(conn: &Connection, exchange: &str) -> Result<bool> {
+    let name = exchange.to_string();
+    let ok = passive(conn, &format!("exchange {exchange}"), |ch| async move {
+        let options = ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.exchange_declare(
+            name.as_str().into(),
+            ExchangeKind::Direct,
+            options,
+            FieldTable::default(),
+        )
+        .await
+    })
+    .await?;
+    Ok(ok.is_some())
+}
+
+/// Runs one passive declare (`what`: "queue NAME") on a channel of its
+/// own: `Ok(None)` on a 404 (the channel is gone with it), the answer
+/// otherwise, an error when the broker refuses otherwise or does not
+/// answer.
+async fn passive<T, F, Fut>(conn: &Connection, what: &str, declare: F) -> Result<Option<T>>
+where
+    F: FnOnce(Channel) -> Fut,
+    Fut: std::future::Future<Output = lapin::Result<T>>,
+{
     let ch = answered("a channel", conn.create_channel())
         .await?
         .map_err(|e| Error::broker("cannot open a channel", &e))?;
-    let res = answered(
-        &format!("exchange {exchange}"),
-        ch.exchange_declare(
-            exchange.into(),
-            ExchangeKind::Direct,
-            ExchangeDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        ),
-    )
-    .await?;
-    match res {
-        Ok(()) => {
+    match answered(what, declare(ch.clone())).await? {
+        Ok(ok) => {
             let _ = answered("a channel close", ch.close(200, "done".into())).await;
-            Ok(true)
+            Ok(Some(ok))
         }
-        Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(false),
-        Err(e) => Err(Error::broker(
-            format!("cannot look at exchange {exchange}"),
-            &e,
-        )),
+        Err(e) if amqp_reply(&e).map(|(code, _)| code) == Some(404) => Ok(None),
+        Err(e) => Err(Error::broker(format!("cannot look at {what}"), &e)),
     }
 }
 

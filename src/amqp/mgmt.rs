@@ -323,6 +323,57 @@ impl Management {
             .collect())
     }
 
+    /// The broker's version (`rabbitmq_version` of `GET /api/overview`).
+    pub(crate) async fn version(&self) -> Result<Option<String>> {
+        Ok(self
+            .get(&["overview"])
+            .await?
+            .and_then(|o| o["rabbitmq_version"].as_str().map(str::to_string)))
+    }
+
+    /// A quorum queue's members online and in all (`online` and `members`
+    /// of its description); `None` for a queue without them (classic) or
+    /// one the API does not know.
+    pub(crate) async fn members(&self, vhost: &str, queue: &str) -> Result<Option<(usize, usize)>> {
+        let Some(q) = self.queue(vhost, queue).await? else {
+            return Ok(None);
+        };
+        Ok(match (q["online"].as_array(), q["members"].as_array()) {
+            (Some(online), Some(members)) => Some((online.len(), members.len())),
+            _ => None,
+        })
+    }
+
+    /// A user's permissions in a vhost. Reading them needs the
+    /// `administrator` tag: a refusal says so. `Ok(None)`: the user has no
+    /// permissions there.
+    pub(crate) async fn permissions(
+        &self,
+        vhost: &str,
+        user: &str,
+    ) -> Result<Option<crate::core::check::permissions::UserPermissions>> {
+        let doc = match self.get(&["permissions", vhost, user]).await {
+            Ok(doc) => doc,
+            Err(Error::Management { url, message }) if message.contains("refused user") => {
+                return Err(Error::Management {
+                    url,
+                    message: format!(
+                        "user `{}` may not read permissions (it needs the `administrator` tag)",
+                        self.user
+                    ),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(
+            doc.map(|d| crate::core::check::permissions::UserPermissions {
+                configure: d["configure"].as_str().unwrap_or_default().to_string(),
+                write: d["write"].as_str().unwrap_or_default().to_string(),
+                read: d["read"].as_str().unwrap_or_default().to_string(),
+            }),
+        )
+    }
+
     /// A JSON list; a 404 (no such vhost) is an empty list.
     async fn list<T: serde::de::DeserializeOwned>(&self, segments: &[&str]) -> Result<Vec<T>> {
         match self.get(segments).await? {

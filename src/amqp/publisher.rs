@@ -144,8 +144,14 @@ impl Publisher {
     }
 
     /// Checks that a publishing channel can be opened.
-    pub async fn warm_up(&self) -> std::result::Result<(), String> {
-        self.lane().await.map(|_| ())
+    pub async fn warm_up(&self) -> crate::error::Result<()> {
+        self.lane()
+            .await
+            .map(|_| ())
+            .map_err(|message| crate::error::Error::Broker {
+                context: "cannot open the publishing channel".into(),
+                message,
+            })
     }
 
     /// Publishes `mandatory` and waits for the verdict, the whole within

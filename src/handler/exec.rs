@@ -1,8 +1,10 @@
 //! `-- COMMAND ARGS...`: run a program per message.
 //!
 //! The program is started directly (no shell), in a process group of its
-//! own. The body is written to its stdin, which is then closed; a program
-//! that does not read stdin is fine. Its environment is ours plus
+//! own, with default signal dispositions and an empty signal mask, and dies
+//! with dlqctl (`src/handler/process/spawn.rs` says how, at the cost of a
+//! `posix_spawn`). The body is written to its stdin, which is then closed;
+//! a program that does not read stdin is fine. Its environment is ours plus
 //! `DLQCTL_QUEUE`, `DLQCTL_MESSAGE_ID` (empty when the message has none),
 //! `DLQCTL_ATTEMPT`, `DLQCTL_MAX_ATTEMPTS`, `DLQCTL_EXCHANGE`,
 //! `DLQCTL_ROUTING_KEY` (the original exchange and routing key) and
@@ -41,16 +43,16 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio::time::Instant;
 
+use super::process::spawn::{spawn, EnvChange, Spawned};
 pub use super::process::{check_program, resolve_program};
 use super::process::{
-    format_timeout, io_error_text, read_some, signal_name, with_tail, GroupChild, TailBuffer,
+    format_timeout, io_error_text, read_some, signal_name, with_tail, TailBuffer,
 };
 use super::{Handler, HandlerMessage};
 use crate::core::handling::outcome::Outcome;
@@ -138,20 +140,25 @@ impl ExecHandler {
         self.timeout
     }
 
-    fn command(&self, msg: &HandlerMessage) -> std::io::Result<(Command, Option<HeadersFile>)> {
-        let mut cmd = Command::new(&self.program);
+    /// The variables a run sets (a value) or removes (`None`) on top of
+    /// ours, and the headers file when the headers are too long for one.
+    fn environment(
+        &self,
+        msg: &HandlerMessage,
+    ) -> std::io::Result<(Vec<EnvChange>, Option<HeadersFile>)> {
+        let mut env: Vec<EnvChange> = Vec::with_capacity(11);
         // Linux refuses one `NAME=value` over 128 KiB (E2BIG at exec), and
         // header JSON can be many times its AMQP size: past
         // HEADERS_ENV_MAX_BYTES the headers go in a file instead.
         let headers = msg.headers.to_string();
         let file = if headers.len() > HEADERS_ENV_MAX_BYTES {
             let f = HeadersFile::write(&headers)?;
-            cmd.env("DLQCTL_HEADERS_FILE", &f.path)
-                .env_remove("DLQCTL_HEADERS");
+            env.push(("DLQCTL_HEADERS_FILE", Some(f.path.clone().into())));
+            env.push(("DLQCTL_HEADERS", None));
             Some(f)
         } else {
-            cmd.env("DLQCTL_HEADERS", headers)
-                .env_remove("DLQCTL_HEADERS_FILE");
+            env.push(("DLQCTL_HEADERS", Some(headers.into())));
+            env.push(("DLQCTL_HEADERS_FILE", None));
             None
         };
         // A value that is not UTF-8 is given as base64 (and its plain
@@ -162,153 +169,46 @@ impl ExecHandler {
             ("DLQCTL_ROUTING_KEY_BASE64", &msg.not_utf8.routing_key),
         ];
         for (name, bytes) in b64 {
-            match bytes {
-                Some(b) => cmd.env(name, crate::core::values::shortstr::base64(b)),
-                None => cmd.env_remove(name),
-            };
+            let value = bytes
+                .as_ref()
+                .map(|b| crate::core::values::shortstr::base64(b).into());
+            env.push((name, value));
         }
-        cmd.args(&self.args)
-            .env("DLQCTL_QUEUE", &msg.queue)
-            .env(
+        env.extend([
+            ("DLQCTL_QUEUE", Some(msg.queue.clone().into())),
+            (
                 "DLQCTL_MESSAGE_ID",
-                msg.message_id.as_deref().unwrap_or_default(),
-            )
-            .env("DLQCTL_ATTEMPT", msg.attempt.to_string())
-            .env("DLQCTL_MAX_ATTEMPTS", msg.max_attempts.to_string())
-            .env("DLQCTL_EXCHANGE", &msg.exchange)
-            .env("DLQCTL_ROUTING_KEY", &msg.routing_key)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        super::process::die_with_parent(&mut cmd);
-        Ok((cmd, file))
+                Some(msg.message_id.clone().unwrap_or_default().into()),
+            ),
+            ("DLQCTL_ATTEMPT", Some(msg.attempt.to_string().into())),
+            (
+                "DLQCTL_MAX_ATTEMPTS",
+                Some(msg.max_attempts.to_string().into()),
+            ),
+            ("DLQCTL_EXCHANGE", Some(msg.exchange.clone().into())),
+            ("DLQCTL_ROUTING_KEY", Some(msg.routing_key.clone().into())),
+        ]);
+        Ok((env, file))
     }
 
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
-        // A program that cannot start for a reason of the machine (deleted,
-        // not executable, no file descriptors left, ...) is not the
-        // message's fault: the message is held, unacked and with its
-        // attempts untouched, and the start is tried again with backoff.
-        // Every handler slot soon waits the same way, so consumption pauses
-        // (the prefetch follows the concurrency) until the program can
-        // start; nothing is retried or dead-lettered for it.
-        let mut backoff = crate::core::retry::backoff::Backoff::new(
-            Duration::from_millis(200),
-            Duration::from_secs(30),
-        );
-        let mut paused = false;
-        let (child, _headers_file) = loop {
-            let (mut command, headers_file) = match self.command(msg) {
-                Ok(c) => c,
-                Err(e) => {
-                    return Outcome::transient(format!(
-                        "cannot write the headers file for handler `{}`: {}",
-                        self.program.to_string_lossy(),
-                        io_error_text(&e)
-                    ))
-                }
-            };
-            match command.spawn() {
-                Ok(child) => {
-                    if paused {
-                        tracing::info!(program = %self.program.to_string_lossy(), "the handler starts again: resuming");
-                    }
-                    break (child, headers_file);
-                }
-                // The message itself cannot be handed to a program (a NUL
-                // byte in its id, exchange or routing key, or an environment
-                // still too large): no retry will change that.
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::InvalidInput
-                        || e.raw_os_error() == Some(libc::E2BIG) =>
-                {
-                    return Outcome::permanent(format!(
-                        "cannot pass this message to handler `{}`: {}",
-                        self.program.to_string_lossy(),
-                        io_error_text(&e)
-                    ))
-                }
-                Err(e) => {
-                    if !paused {
-                        tracing::warn!(
-                            program = %self.program.to_string_lossy(),
-                            error = %io_error_text(&e),
-                            "cannot start the handler: holding its message (no attempt counted) and \
-                             trying again with backoff; consumption pauses until it starts"
-                        );
-                        paused = true;
-                    }
-                    tokio::time::sleep(backoff.next_wait()).await;
-                }
-            }
+        let (mut child, _headers_file) = match self.start(msg).await {
+            Ok(started) => started,
+            Err(outcome) => return outcome,
         };
-        let mut child = match GroupChild::new(child) {
-            Some(child) => child,
-            // Unreachable in practice: the pid is known until we reap.
-            None => return Outcome::transient("handler process vanished after start"),
-        };
-        let mut stdin = child.child.stdin.take();
-        let mut stderr = child.child.stderr.take();
+        let mut stderr = child.stderr.take();
         let mut tail = TailBuffer::new(STDERR_TAIL_BYTES);
-        let deadline = Instant::now() + self.timeout;
-
-        // Feed stdin, drain stderr and wait for the exit, until the deadline.
-        let status = {
-            let wait = child.child.wait();
-            tokio::pin!(wait);
-            let write = async {
-                if let Some(mut pipe) = stdin.take() {
-                    // EPIPE (the program exited or closed stdin without
-                    // reading it all) is not an error; others are logged.
-                    match pipe.write_all(&msg.body).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                        Err(e) => tracing::debug!(error = %e, "writing the handler's stdin"),
-                    }
-                    // Dropping the pipe closes it: the program sees EOF.
-                }
-            };
-            tokio::pin!(write);
-            let mut writing = true;
-            let mut buf = vec![0u8; 8192];
-            loop {
-                tokio::select! {
-                    status = &mut wait => break Some(status),
-                    () = &mut write, if writing => writing = false,
-                    n = read_some(&mut stderr, &mut buf) => match n {
-                        Some(n) => tail.push(&buf[..n]),
-                        None => stderr = None,
-                    },
-                    () = tokio::time::sleep_until(deadline) => break None,
-                }
-            }
-        };
-        drop(stdin);
-
+        let status = self
+            .feed_and_wait(&mut child, msg, &mut stderr, &mut tail)
+            .await;
         let (status, timed_out) = match status {
             Some(status) => (status, false),
             None => {
                 child.kill_group();
-                (child.child.wait().await, true)
+                (child.wait().await, true)
             }
         };
-        child.reaped = true;
-
-        // Whatever is left in the stderr pipe, unless a left-behind child
-        // holds it open past the grace period.
-        let grace = Instant::now() + STDERR_GRACE;
-        let mut buf = vec![0u8; 8192];
-        while stderr.is_some() {
-            tokio::select! {
-                n = read_some(&mut stderr, &mut buf) => match n {
-                    Some(n) => tail.push(&buf[..n]),
-                    None => stderr = None,
-                },
-                () = tokio::time::sleep_until(grace) => break,
-            }
-        }
+        drain_stderr(&mut stderr, &mut tail).await;
 
         let tail = tail.text();
         let status = match status {
@@ -327,6 +227,124 @@ impl ExecHandler {
             ));
         }
         outcome_of(status, tail)
+    }
+
+    /// Starts the program for `msg`. A program that cannot start for a
+    /// reason of the machine (deleted, not executable, no file descriptors
+    /// left, ...) is not the message's fault: the message is held, unacked
+    /// and with its attempts untouched, and the start is tried again with
+    /// backoff. Every handler slot soon waits the same way, so consumption
+    /// pauses (the prefetch follows the concurrency) until the program can
+    /// start; nothing is retried or dead-lettered for it. `Err`: the
+    /// message's outcome without a run.
+    async fn start(&self, msg: &HandlerMessage) -> Result<(Spawned, Option<HeadersFile>), Outcome> {
+        let mut backoff = crate::core::retry::backoff::Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+        );
+        let mut paused = false;
+        loop {
+            let (env, headers_file) = self.environment(msg).map_err(|e| {
+                Outcome::transient(format!(
+                    "cannot write the headers file for handler `{}`: {}",
+                    self.program.to_string_lossy(),
+                    io_error_text(&e)
+                ))
+            })?;
+            match spawn(&self.program, &self.args, &env) {
+                Ok(child) => {
+                    if paused {
+                        tracing::info!(program = %self.program.to_string_lossy(), "the handler starts again: resuming");
+                    }
+                    return Ok((child, headers_file));
+                }
+                // The message itself cannot be handed to a program (a NUL
+                // byte in its id, exchange or routing key, or an environment
+                // still too large): no retry will change that.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::InvalidInput
+                        || e.raw_os_error() == Some(libc::E2BIG) =>
+                {
+                    return Err(Outcome::permanent(format!(
+                        "cannot pass this message to handler `{}`: {}",
+                        self.program.to_string_lossy(),
+                        io_error_text(&e)
+                    )))
+                }
+                Err(e) => {
+                    if !paused {
+                        tracing::warn!(
+                            program = %self.program.to_string_lossy(),
+                            error = %io_error_text(&e),
+                            "cannot start the handler: holding its message (no attempt counted) and \
+                             trying again with backoff; consumption pauses until it starts"
+                        );
+                        paused = true;
+                    }
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
+            }
+        }
+    }
+
+    /// Feeds the body to stdin, keeps the tail of stderr and waits for the
+    /// exit, until the handler timeout (`None`: it ran out).
+    async fn feed_and_wait(
+        &self,
+        child: &mut Spawned,
+        msg: &HandlerMessage,
+        stderr: &mut Option<tokio::net::unix::pipe::Receiver>,
+        tail: &mut TailBuffer,
+    ) -> Option<std::io::Result<std::process::ExitStatus>> {
+        let deadline = Instant::now() + self.timeout;
+        let mut stdin = child.stdin.take();
+        let wait = child.wait();
+        tokio::pin!(wait);
+        let write = async {
+            if let Some(mut pipe) = stdin.take() {
+                // EPIPE (the program exited or closed stdin without
+                // reading it all) is not an error; others are logged.
+                match pipe.write_all(&msg.body).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    Err(e) => tracing::debug!(error = %e, "writing the handler's stdin"),
+                }
+                // Dropping the pipe closes it: the program sees EOF.
+            }
+        };
+        tokio::pin!(write);
+        let mut writing = true;
+        let mut buf = vec![0u8; 8192];
+        loop {
+            tokio::select! {
+                status = &mut wait => break Some(status),
+                () = &mut write, if writing => writing = false,
+                n = read_some(stderr, &mut buf) => match n {
+                    Some(n) => tail.push(&buf[..n]),
+                    None => *stderr = None,
+                },
+                () = tokio::time::sleep_until(deadline) => break None,
+            }
+        }
+    }
+}
+
+/// Reads what is left in the stderr pipe, unless a left-behind child holds
+/// it open past the grace period.
+async fn drain_stderr(
+    stderr: &mut Option<tokio::net::unix::pipe::Receiver>,
+    tail: &mut TailBuffer,
+) {
+    let grace = Instant::now() + STDERR_GRACE;
+    let mut buf = vec![0u8; 8192];
+    while stderr.is_some() {
+        tokio::select! {
+            n = read_some(stderr, &mut buf) => match n {
+                Some(n) => tail.push(&buf[..n]),
+                None => *stderr = None,
+            },
+            () = tokio::time::sleep_until(grace) => break,
+        }
     }
 }
 
@@ -630,6 +648,82 @@ mod tests {
         let pid = read_pid(&file).await;
         std::fs::remove_file(&file).unwrap();
         assert!(wait_gone(pid).await, "grandchild {pid} survived the drop");
+    }
+
+    /// Whether /proc lists `pid` at all: a zombie (ended, not reaped) is
+    /// listed.
+    async fn wait_unlisted(pid: i32) -> bool {
+        for _ in 0..100 {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// A run cut short, by its timeout or by dropping its future, leaves no
+    /// zombie: the program itself is reaped, not only killed.
+    #[tokio::test]
+    async fn a_timed_out_or_cancelled_run_leaves_no_zombie() {
+        let file = temp_path("zombie");
+        let script = format!("echo $$ > '{}'; exec sleep 100", file.display());
+        let out = sh(&script, Duration::from_millis(700))
+            .handle(&msg(b""))
+            .await;
+        assert!(matches!(out, Outcome::Transient { .. }), "{out:?}");
+        let pid = read_pid(&file).await;
+        std::fs::remove_file(&file).unwrap();
+        assert!(wait_unlisted(pid).await, "timed-out {pid} left in /proc");
+
+        let h = sh(&script, Duration::from_secs(60));
+        let m = msg(b"");
+        let mut run = Box::pin(h.handle(&m));
+        let pid = tokio::select! {
+            _ = &mut run => panic!("the run ended"),
+            pid = read_pid(&file) => pid,
+        };
+        assert!(alive(pid));
+        drop(run);
+        std::fs::remove_file(&file).unwrap();
+        assert!(wait_unlisted(pid).await, "cancelled {pid} left in /proc");
+    }
+
+    /// A program that is there but not executable is the machine's fault:
+    /// held like a missing one until it can start.
+    #[tokio::test]
+    async fn a_program_that_is_not_executable_holds_the_message() {
+        use std::os::unix::fs::PermissionsExt;
+        let program = temp_path("noexec");
+        std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let h = ExecHandler::new(program.clone(), vec![], T);
+        let run = tokio::spawn(async move { h.handle(&msg(b"x")).await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(!run.is_finished(), "the run ended while not executable");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the run resumes once the program is executable")
+            .unwrap();
+        assert_eq!(out, Outcome::Success);
+        std::fs::remove_file(&program).unwrap();
+    }
+
+    /// An environment the kernel refuses (E2BIG) is the message's fault.
+    #[tokio::test]
+    async fn a_message_too_large_for_the_environment_is_permanent() {
+        let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(5));
+        let msg = HandlerMessage {
+            routing_key: "k".repeat(200 * 1024),
+            ..HandlerMessage::default()
+        };
+        match h.handle(&msg).await {
+            Outcome::Permanent { error } => {
+                assert!(error.contains("cannot pass this message"), "{error}")
+            }
+            other => panic!("expected permanent, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -266,7 +266,7 @@ fn valid_prefix(bytes: &[u8], cut: bool) -> &[u8] {
 }
 
 /// The URL without user info, query and fragment.
-fn redacted(url: &Url) -> String {
+pub(crate) fn redacted(url: &Url) -> String {
     let mut url = url.clone();
     // Both only fail for URLs that cannot have user info (no host).
     let _ = url.set_username("");
@@ -277,7 +277,7 @@ fn redacted(url: &Url) -> String {
 }
 
 /// An error and its sources, `: `-separated, skipping repeats.
-fn error_chain(e: reqwest::Error) -> String {
+pub(crate) fn error_chain(e: reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

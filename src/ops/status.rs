@@ -144,55 +144,9 @@ pub async fn status(
     mgmt: Option<&Management>,
     vhost: &str,
 ) -> Result<StatusReport> {
-    // Owned names, not borrows of the plan: a future that borrows through
-    // these closures is not `Send` for every lifetime (rustc #64552), and
-    // `dlqctl serve` runs this on a spawned task.
-    let queue_names: Vec<String> = plan.queues.iter().map(|q| q.name.clone()).collect();
-    let counts: HashMap<String, Option<crate::amqp::declare::QueueCounts>> =
-        stream::iter(queue_names)
-            .map(|name| async move {
-                let c = passive_queue(conn, &name).await?;
-                Ok::<_, crate::error::Error>((name, c))
-            })
-            .buffer_unordered(PARALLEL)
-            .try_collect()
-            .await?;
-    let exchange_names: Vec<String> = plan.exchanges.iter().map(|e| e.name.clone()).collect();
-    let exists: Vec<(String, bool)> = stream::iter(exchange_names)
-        .map(|name| async move {
-            let ok = passive_exchange(conn, &name).await?;
-            Ok::<_, crate::error::Error>((name, ok))
-        })
-        .buffer_unordered(PARALLEL)
-        .try_collect()
-        .await?;
-    let mut missing_exchanges: Vec<String> = exists
-        .into_iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(n, _)| n)
-        .collect();
-    missing_exchanges.sort();
-
-    let (stats, management_unavailable) = match mgmt {
-        None => (
-            HashMap::new(),
-            Some("no management API was given".to_string()),
-        ),
-        Some(m) => match async {
-            m.same_broker(conn, vhost).await?;
-            m.list_queues(vhost).await
-        }
-        .await
-        {
-            Ok(list) => (
-                list.into_iter()
-                    .map(|q| (q.name.clone(), q))
-                    .collect::<HashMap<String, ListedQueue>>(),
-                None,
-            ),
-            Err(e) => (HashMap::new(), Some(e.to_string())),
-        },
-    };
+    let counts = queue_counts(conn, plan).await?;
+    let missing_exchanges = missing_exchanges(conn, plan).await?;
+    let (stats, management_unavailable) = listed_queues(conn, mgmt, vhost).await;
     let known = management_unavailable.is_none();
     let policy_overrides = match mgmt {
         Some(m) if known => crate::ops::provision::policies_of(m, plan, vhost, &stats)
@@ -202,34 +156,116 @@ pub async fn status(
             .collect(),
         _ => vec![],
     };
-    let queue = |spec: &QueueSpec| -> QueueStatus {
-        let name = spec.name.as_str();
-        let quorum = spec.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
-        let c = counts.get(name).copied().flatten();
-        let s = stats.get(name);
-        // A queue the API does not list yet (just created) holds nothing
-        // unacked or held.
-        let listed_or_zero = |v: Option<u64>| match (c, s) {
-            (None, _) => None,
-            (Some(_), Some(_)) => v.or(Some(0).filter(|_| known)),
-            (Some(_), None) => Some(0).filter(|_| known),
-        };
-        QueueStatus {
-            name: name.to_string(),
-            exists: c.is_some(),
-            ready: c.map(|c| u64::from(c.ready)),
-            consumers: c.map(|c| u64::from(c.consumers)),
-            unacked: listed_or_zero(s.and_then(|s| s.unacked)),
-            messages_dlx: if quorum {
-                listed_or_zero(s.and_then(|s| s.messages_dlx))
-            } else {
-                None
-            },
-            quorum,
-            listed: s.and_then(|s| s.messages),
-        }
-    };
+    let queue = |spec: &QueueSpec| queue_status(spec, &counts, &stats, known);
+    Ok(StatusReport {
+        pipelines: pipelines(plan, queue),
+        missing_exchanges,
+        management_unavailable,
+        policy_overrides,
+    })
+}
 
+type Counts = HashMap<String, Option<crate::amqp::declare::QueueCounts>>;
+
+/// Each queue's counts by a passive declare (`None`: it does not exist).
+async fn queue_counts(conn: &Connection, plan: &Plan) -> Result<Counts> {
+    // Owned names, not borrows of the plan: a future that borrows through
+    // these closures is not `Send` for every lifetime (rustc #64552), and
+    // `dlqctl serve` runs this on a spawned task.
+    let queue_names: Vec<String> = plan.queues.iter().map(|q| q.name.clone()).collect();
+    stream::iter(queue_names)
+        .map(|name| async move {
+            let c = passive_queue(conn, &name).await?;
+            Ok::<_, crate::error::Error>((name, c))
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await
+}
+
+/// The plan's exchanges that do not exist, sorted.
+async fn missing_exchanges(conn: &Connection, plan: &Plan) -> Result<Vec<String>> {
+    let exchange_names: Vec<String> = plan.exchanges.iter().map(|e| e.name.clone()).collect();
+    let exists: Vec<(String, bool)> = stream::iter(exchange_names)
+        .map(|name| async move {
+            let ok = passive_exchange(conn, &name).await?;
+            Ok::<_, crate::error::Error>((name, ok))
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await?;
+    let mut missing: Vec<String> = exists
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n)
+        .collect();
+    missing.sort();
+    Ok(missing)
+}
+
+/// The management API's view of the vhost's queues, or why there is none.
+async fn listed_queues(
+    conn: &Connection,
+    mgmt: Option<&Management>,
+    vhost: &str,
+) -> (HashMap<String, ListedQueue>, Option<String>) {
+    let Some(m) = mgmt else {
+        return (
+            HashMap::new(),
+            Some("no management API was given".to_string()),
+        );
+    };
+    let listed = async {
+        m.same_broker(conn, vhost).await?;
+        m.list_queues(vhost).await
+    }
+    .await;
+    match listed {
+        Ok(list) => (
+            list.into_iter().map(|q| (q.name.clone(), q)).collect(),
+            None,
+        ),
+        Err(e) => (HashMap::new(), Some(e.to_string())),
+    }
+}
+
+/// One queue's status from its passive-declare counts and its listing.
+/// `known`: the management API answered.
+fn queue_status(
+    spec: &QueueSpec,
+    counts: &Counts,
+    stats: &HashMap<String, ListedQueue>,
+    known: bool,
+) -> QueueStatus {
+    let name = spec.name.as_str();
+    let quorum = spec.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
+    let c = counts.get(name).copied().flatten();
+    let s = stats.get(name);
+    // A queue the API does not list yet (just created) holds nothing
+    // unacked or held.
+    let listed_or_zero = |v: Option<u64>| match (c, s) {
+        (None, _) => None,
+        (Some(_), Some(_)) => v.or(Some(0).filter(|_| known)),
+        (Some(_), None) => Some(0).filter(|_| known),
+    };
+    QueueStatus {
+        name: name.to_string(),
+        exists: c.is_some(),
+        ready: c.map(|c| u64::from(c.ready)),
+        consumers: c.map(|c| u64::from(c.consumers)),
+        unacked: listed_or_zero(s.and_then(|s| s.unacked)),
+        messages_dlx: if quorum {
+            listed_or_zero(s.and_then(|s| s.messages_dlx))
+        } else {
+            None
+        },
+        quorum,
+        listed: s.and_then(|s| s.messages),
+    }
+}
+
+/// The plan's queues grouped by pipeline: main queue, tiers, DLQ.
+fn pipelines(plan: &Plan, queue: impl Fn(&QueueSpec) -> QueueStatus) -> Vec<PipelineStatus> {
     let mut pipelines: Vec<PipelineStatus> = Vec::new();
     for q in &plan.queues {
         match q.role {
@@ -260,12 +296,7 @@ pub async fn status(
             Role::ProducerExchange | Role::RetryExchange | Role::DeadLetterExchange => {}
         }
     }
-    Ok(StatusReport {
-        pipelines,
-        missing_exchanges,
-        management_unavailable,
-        policy_overrides,
-    })
+    pipelines
 }
 
 #[cfg(test)]

@@ -340,10 +340,17 @@ impl App {
     pub async fn summary(&self, p: &Pipeline) -> Result<CachedSummary> {
         // Requests during a read of this DLQ share it (finding 14 of the
         // robustness pass: 88 page reads of one DLQ ran one by one).
+        let policy = p.dead_letter.redrive.clone();
         let read = async {
             let report = self
                 .page_read(p, "summary", |t| async move {
-                    crate::ops::dlq::summary(&t, &Selector::default(), &mut |_| {}).await
+                    crate::ops::dlq::summary_for(
+                        &t,
+                        &Selector::default(),
+                        policy.as_ref(),
+                        &mut |_| {},
+                    )
+                    .await
                 })
                 .await?;
             Ok(CachedSummary {

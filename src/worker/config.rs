@@ -36,6 +36,9 @@ pub struct WorkerConfig {
     pub max_publish_backoff: Duration,
     /// The largest pause between two reconnection attempts.
     pub max_reconnect_backoff: Duration,
+    /// Run the pipeline's automatic redrive policy (`dead_letter.redrive`)
+    /// on its timer, when it has one (`dlqctl work --no-redrive`: off).
+    pub redrive: bool,
     /// At start, how long to keep trying to reach the broker before
     /// giving up (0, the default: the first connection must succeed).
     /// Only a broker that does not answer is waited for (nothing
@@ -46,7 +49,8 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     /// Defaults for a pipeline: one handler at a time with prefetch 1,
-    /// republish dead-letters, 30 s grace.
+    /// republish dead-letters, 30 s grace, the pipeline's redrive policy
+    /// run when it has one.
     pub fn new(pipeline: Pipeline, brokers: impl Into<Brokers>) -> Self {
         WorkerConfig {
             pipeline,
@@ -59,6 +63,7 @@ impl WorkerConfig {
             publish_channels: 4,
             max_publish_backoff: Duration::from_secs(5),
             max_reconnect_backoff: Duration::from_secs(30),
+            redrive: true,
             wait_for_broker: Duration::ZERO,
         }
     }

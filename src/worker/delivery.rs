@@ -7,6 +7,7 @@ use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
+use crate::core::retry::drill::{drill_step, DrillStep};
 use crate::core::retry::{
     count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
     Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
@@ -90,7 +91,22 @@ fn now_unix_ms() -> u64 {
 impl<H: Handler> DeliveryTask<H> {
     pub(super) async fn process(self, d: Delivery) {
         let prepared = self.prepare(&d);
-        let run = self.run_handler(&prepared).await;
+        // A drill message never reaches the handler (core::retry::drill).
+        let drill = drill_step(d.properties.headers().as_ref());
+        let run = match drill {
+            Some(step) => {
+                info!(queue = %self.cfg.pipeline.name,
+                message_id = prepared.message_id.as_deref().unwrap_or(""),
+                attempt = prepared.attempt,
+                "drill message: not handed to the handler ({})",
+                match step {
+                    DrillStep::Fail => "failed as transient",
+                    DrillStep::AckReplayed => "replayed: acked",
+                });
+                Run::drill(step, prepared.attempt, self.cfg.pipeline.retry.max_attempts)
+            }
+            None => self.run_handler(&prepared).await,
+        };
         let rules = Rules {
             pipeline: &self.cfg.pipeline,
             dead_letter: self.cfg.dead_letter,

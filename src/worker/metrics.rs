@@ -26,6 +26,7 @@ fn readable_buckets(start: f64, factor: f64, length: u16) -> impl Iterator<Item 
     })
 }
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels of a decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +53,16 @@ pub struct ReasonLabels {
     pub queue: String,
     /// `permanent`, `exhausted`, `too_large`.
     pub reason: String,
+}
+
+/// Labels of a redrive run.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `moved`, `canary_failed`, `unhealthy`, `nothing_eligible`, `busy`,
+    /// `failed`.
+    pub result: String,
 }
 
 /// Labels of a pipeline alone.
@@ -88,6 +99,20 @@ pub struct Metrics {
     /// The wait scheduled between a failed attempt and the next (the
     /// tier's delay), in seconds.
     pub retry_delay_seconds: Histogram,
+    /// Automatic redrive runs by result.
+    pub redrive_runs: Family<RunLabels, Counter>,
+    /// Messages moved back by automatic redrive (canaries included).
+    pub redriven_messages: Family<QueueLabels, Counter>,
+    /// DLQ messages past `max_redrives`, waiting for a person (as the last
+    /// run that read the DLQ counted them).
+    pub redrive_waiting_for_person: Family<QueueLabels, Gauge>,
+    /// How long until the next redrive look, in seconds (doubles after a
+    /// failed canary).
+    pub redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// The handler timeout the worker was started with, per pipeline
+    /// (`dlqctl doctor --metrics-url` compares it with the broker's
+    /// consumer timeout).
+    pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -96,86 +121,113 @@ impl Default for Metrics {
     }
 }
 
+/// A new metric of type `M`, registered in `registry` as `name`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    register_as(registry, name, help, M::default())
+}
+
+/// `metric`, registered in `registry` as `name`.
+fn register_as<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// A registry with every metric registered.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("dlqctl");
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        let outcomes = Family::<OutcomeLabels, Counter>::default();
-        let handler_seconds = Histogram::new(readable_buckets(0.001, 2.5, 14));
-        let publish_refusals = Counter::default();
-        let reconnects = Counter::default();
-        let in_flight = Gauge::default();
-        let circuit_open = Gauge::default();
-        let consuming = Gauge::default();
-        let first_attempt_successes = Family::<QueueLabels, Counter>::default();
-        let dead_letters = Family::<ReasonLabels, Counter>::default();
-        let retry_delay_seconds = Histogram::new(readable_buckets(0.1, 3.0, 14));
-        registry.register(
-            "first_attempt_successes",
-            "Messages handled successfully on their first attempt",
-            first_attempt_successes.clone(),
-        );
-        registry.register(
-            "dead_letters",
-            "Messages dead-lettered, by reason",
-            dead_letters.clone(),
-        );
-        registry.register(
-            "retry_delay_seconds",
-            "Wait scheduled between a failed attempt and the next (the tier's delay)",
-            retry_delay_seconds.clone(),
-        );
-        registry.register(
-            "decisions",
-            "Decisions carried out per message",
-            decisions.clone(),
-        );
-        registry.register("handler_runs", "Handler runs by outcome", outcomes.clone());
-        registry.register(
-            "handler_duration_seconds",
-            "Handler run time",
-            handler_seconds.clone(),
-        );
-        registry.register(
-            "publish_refusals",
-            "Copies the broker refused",
-            publish_refusals.clone(),
-        );
-        registry.register(
-            "reconnects",
-            "Reconnections to the broker",
-            reconnects.clone(),
-        );
-        registry.register(
-            "handlers_in_flight",
-            "Handler runs in progress",
-            in_flight.clone(),
-        );
-        registry.register(
-            "circuit_open",
-            "1 while the circuit breaker is open",
-            circuit_open.clone(),
-        );
-        registry.register(
-            "consuming",
-            "1 while the worker is connected and consuming its queue",
-            consuming.clone(),
-        );
+        let r = &mut registry;
         Metrics {
+            redrive_runs: registered(r, "redrive_runs", "Automatic redrive runs, by result"),
+            redriven_messages: registered(
+                r,
+                "redriven_messages",
+                "Messages moved from the DLQ back to the main queue by automatic redrive",
+            ),
+            redrive_waiting_for_person: registered(
+                r,
+                "redrive_waiting_for_person",
+                "DLQ messages past max_redrives, which only a person moves",
+            ),
+            redrive_next_wait_seconds: registered(
+                r,
+                "redrive_next_wait_seconds",
+                "Time until the next automatic redrive look",
+            ),
+            handler_timeout_seconds: registered(
+                r,
+                "handler_timeout_seconds",
+                "The handler timeout the worker was started with",
+            ),
+            first_attempt_successes: registered(
+                r,
+                "first_attempt_successes",
+                "Messages handled successfully on their first attempt",
+            ),
+            dead_letters: registered(r, "dead_letters", "Messages dead-lettered, by reason"),
+            retry_delay_seconds: register_as(
+                r,
+                "retry_delay_seconds",
+                "Wait scheduled between a failed attempt and the next (the tier's delay)",
+                Histogram::new(readable_buckets(0.1, 3.0, 14)),
+            ),
+            decisions: registered(r, "decisions", "Decisions carried out per message"),
+            outcomes: registered(r, "handler_runs", "Handler runs by outcome"),
+            handler_seconds: register_as(
+                r,
+                "handler_duration_seconds",
+                "Handler run time",
+                Histogram::new(readable_buckets(0.001, 2.5, 14)),
+            ),
+            publish_refusals: registered(r, "publish_refusals", "Copies the broker refused"),
+            reconnects: registered(r, "reconnects", "Reconnections to the broker"),
+            in_flight: registered(r, "handlers_in_flight", "Handler runs in progress"),
+            circuit_open: registered(r, "circuit_open", "1 while the circuit breaker is open"),
+            consuming: registered(
+                r,
+                "consuming",
+                "1 while the worker is connected and consuming its queue",
+            ),
             registry,
-            decisions,
-            outcomes,
-            handler_seconds,
-            publish_refusals,
-            reconnects,
-            in_flight,
-            circuit_open,
-            consuming,
-            first_attempt_successes,
-            dead_letters,
-            retry_delay_seconds,
         }
+    }
+
+    /// Counts a redrive run: its result, what it moved, the messages
+    /// waiting for a person (when it read the DLQ) and the next wait.
+    pub fn record_redrive(&self, r: &crate::ops::dlq::redrive::RedriveReport) {
+        let queue = QueueLabels {
+            queue: r.queue.clone(),
+        };
+        self.redrive_runs
+            .get_or_create(&RunLabels {
+                queue: r.queue.clone(),
+                result: r.result.label().to_string(),
+            })
+            .inc();
+        self.redriven_messages.get_or_create(&queue).inc_by(r.moved);
+        if let Some(n) = r.waiting_for_person {
+            self.redrive_waiting_for_person
+                .get_or_create(&queue)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.redrive_next_wait_seconds
+            .get_or_create(&queue)
+            .set(r.next_wait_ms as f64 / 1000.0);
+    }
+
+    /// Publishes the handler timeout of `queue`'s workers.
+    pub fn set_handler_timeout(&self, queue: &str, timeout: std::time::Duration) {
+        self.handler_timeout_seconds
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(timeout.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition.
@@ -421,6 +473,41 @@ mod tests {
             text.contains("dlqctl_retry_delay_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_redrive_runs_moved_waiting_and_next_wait() {
+        use crate::core::dlq::redrive::RunResult;
+        let m = Metrics::new();
+        let mut r = crate::ops::dlq::redrive::RedriveReport {
+            queue: "orders".into(),
+            dlq: "orders.dlq".into(),
+            result: RunResult::CanaryFailed,
+            moved: 5,
+            waiting_for_person: Some(2),
+            canary: None,
+            health: None,
+            why: None,
+            replay_id: "r".into(),
+            next_wait_ms: 120_000,
+            elapsed_ms: 0,
+        };
+        m.record_redrive(&r);
+        r.result = RunResult::Moved;
+        r.moved = 45;
+        r.waiting_for_person = None;
+        r.next_wait_ms = 1500;
+        m.record_redrive(&r);
+        let text = m.render();
+        for want in [
+            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
+            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
+            "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
+            "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
+            "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
+        ] {
+            assert!(text.contains(want), "{want} in:\n{text}");
+        }
     }
 
     #[test]

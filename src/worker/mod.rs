@@ -14,6 +14,7 @@
 mod config;
 mod delivery;
 pub mod metrics;
+mod redrive;
 mod shared;
 mod verify;
 
@@ -109,6 +110,27 @@ impl<H: Handler> Worker<H> {
         shutdown: CancellationToken,
         hurry: CancellationToken,
     ) -> Result<()> {
+        // The redrive timer runs beside the sessions, with connections of
+        // its own, and stops with them.
+        let stop_redrive = shutdown.child_token();
+        let redrive =
+            (self.cfg.redrive && self.cfg.pipeline.dead_letter.redrive.is_some()).then(|| {
+                tokio::spawn(redrive::run_loop(
+                    self.cfg.clone(),
+                    self.metrics.clone(),
+                    stop_redrive.clone(),
+                ))
+            });
+        let result = self.sessions(shutdown, hurry).await;
+        stop_redrive.cancel();
+        if let Some(task) = redrive {
+            let _ = task.await;
+        }
+        result
+    }
+
+    /// Connects, consumes, and reconnects with backoff until `shutdown`.
+    async fn sessions(&self, shutdown: CancellationToken, hurry: CancellationToken) -> Result<()> {
         let mut backoff = Backoff::new(Duration::from_millis(200), self.cfg.max_reconnect_backoff);
         let mut first = true;
         let mut last_error: Option<String> = None;
@@ -282,10 +304,7 @@ impl<H: Handler> Worker<H> {
             self.cfg.publish_channels.min(self.cfg.concurrency),
             self.cfg.confirm_timeout,
         ));
-        publisher.warm_up().await.map_err(|e| Error::Broker {
-            context: "cannot open the publishing channel".into(),
-            message: e,
-        })?;
+        publisher.warm_up().await?;
         let consumer = consume
             .basic_consume(
                 p.name.as_str().into(),

@@ -30,7 +30,7 @@ fn promtool(args: &[&str]) -> String {
 #[test]
 fn the_alert_rules_are_valid_and_pass_their_unit_tests() {
     let checked = promtool(&["check", "rules", "dlqctl-rules.yaml"]);
-    assert!(checked.contains("SUCCESS: 5 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "dlqctl-rules.test.yaml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -46,8 +46,18 @@ fn the_rules_use_the_workers_metric_names() {
     let q = m.queue_counters("orders");
     q.decision("dead_letter");
     m.circuit_open.set(0);
+    m.redrive_runs
+        .get_or_create(&dlqctl::worker::metrics::RunLabels {
+            queue: "orders".into(),
+            result: "canary_failed".into(),
+        })
+        .inc();
     let exported = m.render();
-    for name in ["dlqctl_decisions_total", "dlqctl_circuit_open"] {
+    for name in [
+        "dlqctl_decisions_total",
+        "dlqctl_circuit_open",
+        "dlqctl_redrive_runs_total",
+    ] {
         assert!(rules.contains(name), "the rules do not use {name}");
         assert!(
             exported.contains(name),

@@ -153,3 +153,38 @@ fn gitlab_ci_example_checks_merge_requests_and_provisions_the_default_branch() {
     );
     assert!(deploy.get("services").is_none(), "{deploy}");
 }
+
+/// The post-deploy example runs `doctor`, then `drill` on the pipeline it
+/// names, against the staging broker's secrets, after the deploy workflow
+/// succeeds.
+#[test]
+fn post_deploy_example_runs_doctor_then_drill_after_a_deploy() {
+    let w = read("docs/ci/post-deploy.yml");
+    assert!(w["on"].get("workflow_dispatch").is_some(), "{}", w["on"]);
+    assert_eq!(
+        strings(&w["on"]["workflow_run"]["workflows"]),
+        vec!["rabbitmq-topology"],
+        "the workflow of docs/ci/github-actions.yml"
+    );
+    assert_eq!(
+        read("docs/ci/github-actions.yml")["name"],
+        "rabbitmq-topology"
+    );
+    assert_topology_exists(&w["env"]);
+    let job = &w["jobs"]["prove"];
+    assert!(job["env"]["AMQP_URL"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("secrets."));
+    let runs: Vec<&str> = job["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| s["run"].as_str())
+        .collect();
+    let install = position(&runs, &["cargo install --locked"], &[]).expect("installs dlqctl");
+    let doctor = position(&runs, &["dlqctl doctor", "--format github"], &[]).expect("doctor");
+    let drill =
+        position(&runs, &["dlqctl drill", "--queue", "--format github"], &[]).expect("drill");
+    assert!(install < doctor && doctor < drill, "{runs:?}");
+}

@@ -102,6 +102,14 @@ pub enum Command {
     /// Depth and consumers of every queue; exit 3 on a missing object or
     /// a DLQ over --max-dlq.
     Status(StatusArgs),
+    /// A pass/warn/fail checklist of what the broker will do differently
+    /// from the topology (policies, limits, health, permissions); changes
+    /// nothing; exit 3 on any fail.
+    Doctor(Box<DoctorArgs>),
+    /// A fire drill on a live pipeline: a marked message walks every tier
+    /// to the DLQ and is replayed (needs a running `dlqctl work`); exit 3
+    /// naming the step that did not hold.
+    Drill(Box<DrillArgs>),
     /// Operate on a pipeline's dead-letter queue.
     #[command(subcommand)]
     Dlq(Box<DlqCommand>),
@@ -185,6 +193,10 @@ pub enum DlqCommand {
     /// Move a snapshot of a pipeline's DLQ (or an export file) back to its
     /// main queue.
     Replay(ReplayArgs),
+    /// Run the pipeline's automatic redrive policy once, now (exit 0: moved
+    /// or nothing eligible; 3: the canary failed or the health probe said
+    /// unhealthy).
+    Redrive(RedriveArgs),
     /// Remove messages from a pipeline's DLQ, with no copy (needs --yes).
     Purge(PurgeArgs),
 }
@@ -343,6 +355,16 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
+/// `dlqctl dlq redrive`.
+#[derive(Debug, Args)]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    pub target: DlqTarget,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `dlqctl dlq purge`.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
@@ -374,6 +396,68 @@ pub struct StatusArgs {
     pub max_dlq: Option<u64>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// `dlqctl doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// Only this pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Output format. `github`: each fail as an `::error` and each warning
+    /// as a `::warning` annotation on the line of its pipeline.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// The workers' --handler-timeout, to compare with the broker's
+    /// consumer timeout.
+    #[arg(long, value_name = "D", conflicts_with = "metrics_url", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
+    pub handler_timeout: Option<std::time::Duration>,
+    /// A worker's metrics page (`http://HOST:PORT/metrics` of its
+    /// --metrics-addr), to read its handler timeout from.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
+    /// Fail when a DLQ holds more than N messages (ready + unacked).
+    #[arg(long, value_name = "N")]
+    pub max_dlq: Option<u64>,
+    /// When a queue holds messages for its DLX (`messages_dlx`), how long
+    /// to wait before looking again: held over both looks is a fail.
+    #[arg(long, value_name = "D", default_value = "6s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
+    pub sample_gap: std::time::Duration,
+    /// Management API for policies, statistics and permissions [default:
+    /// the AMQP host, port 15672]. Repeatable, one per --url, in the same
+    /// order.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    pub management_url: Vec<String>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// `dlqctl drill`.
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The pipeline (its main queue's name).
+    #[arg(long)]
+    pub queue: String,
+    /// How long the message may take to reach the DLQ.
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
+    pub timeout: std::time::Duration,
+    /// A worker's metrics page, to see its dead-letter counter go up.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
+    /// Output format. `github`: the step that failed as an `::error`
+    /// annotation on the pipeline's line.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Management API, to name the step that broke [default: the AMQP
+    /// host, port 15672].
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
     pub management_url: Vec<String>,
     #[command(flatten)]
@@ -466,6 +550,10 @@ pub struct WorkArgs {
     /// with its ready line.
     #[arg(long, default_value = "60s", requires = "jsonl", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub handler_start_timeout: std::time::Duration,
+    /// Do not run the pipeline's automatic redrive policy
+    /// (`dead_letter.redrive`) in this worker.
+    #[arg(long)]
+    pub no_redrive: bool,
     #[command(flatten)]
     pub connection: Connection,
     /// The handler program and its arguments (after `--`).

@@ -12,6 +12,8 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Provision(a) => commands::provision::provision(a).await,
         Command::Work(a) => commands::work::run(a).await,
         Command::Status(a) => commands::status::status(a).await,
+        Command::Doctor(a) => commands::doctor::doctor(a).await,
+        Command::Drill(a) => commands::drill::drill(a).await,
         Command::Serve(a) => commands::serve::serve(a).await,
         Command::Completions { shell } => commands::manual::completions(*shell),
         Command::Man { command } => commands::manual::man(command),
@@ -20,6 +22,7 @@ pub async fn run(command: &Command) -> Result<Outcome> {
             crate::cli::DlqCommand::Summary(a) => commands::dlq::summary(a).await,
             crate::cli::DlqCommand::Export(a) => commands::dlq::export(a).await,
             crate::cli::DlqCommand::Replay(a) => commands::dlq::replay(a).await,
+            crate::cli::DlqCommand::Redrive(a) => commands::dlq::redrive(a).await,
             crate::cli::DlqCommand::Purge(a) => commands::dlq::purge(a).await,
         },
     }

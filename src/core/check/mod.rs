@@ -1,12 +1,18 @@
-//! What `provision` and `provision --check` find about the objects a
-//! topology declares.
+//! What `provision`, `provision --check` and `doctor` find about the
+//! objects a topology declares.
 //!
 //! - [`finding`]: one finding about one object.
 //! - [`drift`]: reading the broker's refusals: which argument differs.
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
+//! - [`doctor`]: the checklist of `dlqctl doctor`.
+//! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
+//! - [`permissions`]: which commands a user's permissions allow.
 
+pub mod doctor;
 pub mod drift;
+pub mod drill;
 pub mod finding;
+pub mod permissions;
 pub mod policy;
 pub mod stale;

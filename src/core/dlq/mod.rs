@@ -8,10 +8,13 @@
 //! - [`export`]: the lossless JSON Lines form of a message.
 //! - [`replay`]: the replay and rotation copies.
 //! - [`rate`]: `--rate`, a token bucket.
+//! - [`redrive`]: automatic redrive: which message moves, its copy, the
+//!   canary's rule and the wait between runs.
 
 pub mod describe;
 pub mod export;
 pub mod fingerprint;
 pub mod rate;
+pub mod redrive;
 pub mod replay;
 pub mod select;

@@ -76,6 +76,17 @@ impl Run {
         )))
     }
 
+    /// The worker's verdict on a drill message at `attempt` of
+    /// `max_attempts`, in place of a handler run (see [`super::drill`]).
+    pub fn drill(step: super::drill::DrillStep, attempt: u32, max_attempts: u32) -> Self {
+        use super::drill::{DrillStep, DRILL_ERROR};
+        match step {
+            DrillStep::AckReplayed => Run::Ran(Outcome::Success),
+            DrillStep::Fail if attempt > max_attempts => Run::spent(attempt, max_attempts),
+            DrillStep::Fail => Run::Ran(Outcome::transient(DRILL_ERROR)),
+        }
+    }
+
     /// The outcome, from the handler or the worker; none when interrupted.
     pub fn outcome(&self) -> Option<&Outcome> {
         match self {
@@ -401,7 +412,13 @@ fn retry(
     notes: &mut Vec<Note>,
 ) -> Option<Settlement> {
     let p = rules.pipeline;
-    let expiration = jitter_expiration(delay_ms, p.retry.jitter, jitter_u);
+    // A drill message's copies expire at once (see super::drill).
+    let drill = super::drill::drill_step(d.properties.headers().as_ref()).is_some();
+    let expiration = if drill {
+        Some(super::drill::DRILL_EXPIRATION_MS.min(delay_ms).to_string())
+    } else {
+        jitter_expiration(delay_ms, p.retry.jitter, jitter_u)
+    };
     match fit_retry_copy(retry_copy(d.properties, ctx, expiration), rules.frame_max) {
         Ok((properties, trimmed)) => {
             if trimmed.any() {

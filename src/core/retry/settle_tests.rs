@@ -472,3 +472,48 @@ fn labels_are_the_metric_and_log_values() {
     let labels: Vec<&str> = all.iter().map(Settlement::label).collect();
     assert_eq!(labels, Settlement::LABELS);
 }
+
+/// A drill message's retry copies expire after `DRILL_EXPIRATION_MS`
+/// whatever the tier and the jitter, keep the drill header, and its last
+/// failure dead-letters it as `exhausted` with every header of dlqctl's.
+#[test]
+fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
+    use super::drill::{DrillStep, DRILL_EXPIRATION_MS, DRILL_HEADER};
+    let drill_run = Run::drill;
+    let mut c = Case::new();
+    c.pipeline = pipeline("quorum", 0.3);
+    let mut h = FieldTable::default();
+    h.insert(
+        ShortString::from(DRILL_HEADER),
+        AMQPValue::LongString(LongString::from("d-1")),
+    );
+    c.properties = message().with_headers(h);
+    for attempt in 1..4 {
+        let plan = c.settle(attempt, drill_run(DrillStep::Fail, attempt, 4));
+        let Settlement::Retry { copy, .. } = &plan.settlement else {
+            panic!("attempt {attempt}: {:?}", plan.settlement);
+        };
+        assert_eq!(
+            copy.properties.expiration().as_ref().map(|e| e.as_str()),
+            Some(DRILL_EXPIRATION_MS.to_string().as_str())
+        );
+        assert_eq!(text(&copy.properties, DRILL_HEADER), "d-1");
+    }
+    let plan = c.settle(4, drill_run(DrillStep::Fail, 4, 4));
+    let Settlement::DeadLetter { copy, .. } = &plan.settlement else {
+        panic!("{:?}", plan.settlement);
+    };
+    assert_eq!(text(&copy.properties, REASON_HEADER), "exhausted");
+    assert_eq!(text(&copy.properties, DRILL_HEADER), "d-1");
+    assert_eq!(copy.properties.expiration(), &None);
+    // Not a drill: the jitter, as before.
+    c.properties = message();
+    let plan = c.settle(1, ran(transient()));
+    let Settlement::Retry { copy, .. } = &plan.settlement else {
+        panic!("{:?}", plan.settlement);
+    };
+    assert_eq!(
+        copy.properties.expiration().as_ref().map(|e| e.as_str()),
+        Some("850")
+    );
+}

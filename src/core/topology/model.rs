@@ -145,6 +145,61 @@ pub struct DeadLetter {
     pub ttl: Option<u64>,
     /// Bound on the DLQ's length; when full it refuses, never drops.
     pub max_length: Option<i64>,
+    /// Automatic redrive (`dead_letter.redrive`); `None`: off.
+    pub redrive: Option<Redrive>,
+}
+
+/// Reasons redriven when a policy lists none: `exhausted` only (a
+/// `permanent` message would only fail again).
+pub const DEFAULT_REDRIVE_REASONS: [&str; 1] = ["exhausted"];
+/// Default `min_age`: 5 minutes in the DLQ first.
+pub const DEFAULT_REDRIVE_MIN_AGE: u64 = 5 * 60_000;
+/// Default `max_redrives`.
+pub const DEFAULT_MAX_REDRIVES: u32 = 3;
+/// Default `rate`, copies per second.
+pub const DEFAULT_REDRIVE_RATE: f64 = 50.0;
+/// Default `canary`.
+pub const DEFAULT_REDRIVE_CANARY: u64 = 5;
+/// Default `every`: a look at the DLQ each minute.
+pub const DEFAULT_REDRIVE_EVERY: u64 = 60_000;
+
+/// The automatic redrive policy of a pipeline (`dead_letter.redrive`):
+/// which DLQ messages go back to the main queue by themselves, and how
+/// often the DLQ is looked at (docs/dlq.md, "Automatic redrive").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Redrive {
+    /// The `dlqctl-reason`s (or broker reasons) redriven; never empty.
+    pub reasons: Vec<String>,
+    /// A message stays at least this long in the DLQ first, in ms.
+    pub min_age: u64,
+    /// Automatic redrives per message; past it the message stays for a
+    /// person.
+    pub max_redrives: u32,
+    /// Copies per second at most.
+    pub rate: f64,
+    /// Messages moved first; the rest follows only when none came back
+    /// (0: no canary, everything eligible moves at once).
+    pub canary: u64,
+    /// How often the DLQ is looked at, in ms (doubled after a failed
+    /// canary, up to an hour).
+    pub every: u64,
+    /// An HTTP URL answering 2xx while the dependency is healthy: `GET`
+    /// before each run; anything else and nothing moves.
+    pub health: Option<String>,
+}
+
+impl Default for Redrive {
+    fn default() -> Self {
+        Redrive {
+            reasons: DEFAULT_REDRIVE_REASONS.map(String::from).to_vec(),
+            min_age: DEFAULT_REDRIVE_MIN_AGE,
+            max_redrives: DEFAULT_MAX_REDRIVES,
+            rate: DEFAULT_REDRIVE_RATE,
+            canary: DEFAULT_REDRIVE_CANARY,
+            every: DEFAULT_REDRIVE_EVERY,
+            health: None,
+        }
+    }
 }
 
 /// Circuit breaker settings of a worker.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -132,38 +132,11 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
     };
     let tail = Arc::new(Mutex::new(TailBuffer::new(STDERR_TAIL_BYTES)));
     let stderr_task = tokio::spawn(log_stderr(stderr, index, pid, tail.clone()));
-    let tail_text =
-        |tail: &Arc<Mutex<TailBuffer>>| tail.lock().map(|t| t.text()).unwrap_or_default();
 
     let deadline = Instant::now() + cfg.start_timeout;
-    let hello = jsonl::hello_line(&cfg.queue, index, cfg.processes, cfg.max_in_flight);
     let mut splitter = LineSplitter::new(MAX_ANSWER_BYTES);
-    let handshake = async {
-        stdin
-            .write_all(&hello)
-            .await
-            .and(stdin.flush().await)
-            .map_err(|e| format!("cannot write the hello line: {}", io_error_text(&e)))?;
-        let mut lines = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            if !lines.is_empty() {
-                let first: Line = lines.remove(0);
-                if first.dropped > 0 {
-                    return Err(format!("its first line is over {} bytes", MAX_ANSWER_BYTES));
-                }
-                jsonl::parse_ready(&first.bytes)?;
-                return Ok(lines);
-            }
-            match stdout.read(&mut buf).await {
-                Ok(0) => return Err("it closed its stdout before the ready line".to_string()),
-                Ok(n) => splitter.push(&buf[..n], &mut lines),
-                Err(e) => return Err(format!("cannot read its stdout: {}", io_error_text(&e))),
-            }
-        }
-    };
     let outcome = tokio::select! {
-        r = handshake => r,
+        r = handshake(cfg, index, &mut stdin, &mut stdout, &mut splitter) => r,
         () = pool.stopping.cancelled() => Err("dlqctl is stopping".to_string()),
         () = tokio::time::sleep_until(deadline) => Err(format!(
             "no ready line within {} (--handler-start-timeout)",
@@ -172,33 +145,97 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
     };
     let leftover = match outcome {
         Ok(leftover) => leftover,
-        Err(why) => {
-            // It may be exiting: give it a moment to say how.
-            let status = match tokio::time::timeout(RESTART_GRACE, child.child.wait()).await {
-                Ok(Ok(status)) => {
-                    child.reaped = true;
-                    Some(status)
-                }
-                _ => None,
-            };
-            drop(stdin);
-            let why = match status {
-                Some(status) => format!("{why}; it {}", describe_exit(status)),
-                None => why,
-            };
-            child.kill_group();
-            let _ = child.child.wait().await;
-            child.reaped = true;
-            let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await;
-            let tail = tail_text(&tail);
-            return Err(if tail.is_empty() {
-                why
-            } else {
-                format!("{why}: {tail}")
-            });
-        }
+        Err(why) => return Err(failed_start(&mut child, stdin, stderr_task, &tail, why).await),
     };
+    let (live, writer, reader) = go_live(pool, index, pid, (stdin, stdout), splitter, leftover);
+    Ok(Running {
+        child,
+        live,
+        writer,
+        reader,
+        stderr: stderr_task,
+        tail,
+    })
+}
 
+/// Writes the hello line and reads up to the ready line; hands back the
+/// lines read after it.
+async fn handshake(
+    cfg: &super::config::JsonlConfig,
+    index: usize,
+    stdin: &mut ChildStdin,
+    stdout: &mut ChildStdout,
+    splitter: &mut LineSplitter,
+) -> Result<Vec<Line>, String> {
+    let hello = jsonl::hello_line(&cfg.queue, index, cfg.processes, cfg.max_in_flight);
+    stdin
+        .write_all(&hello)
+        .await
+        .and(stdin.flush().await)
+        .map_err(|e| format!("cannot write the hello line: {}", io_error_text(&e)))?;
+    let mut lines = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !lines.is_empty() {
+            let first: Line = lines.remove(0);
+            if first.dropped > 0 {
+                return Err(format!("its first line is over {} bytes", MAX_ANSWER_BYTES));
+            }
+            jsonl::parse_ready(&first.bytes)?;
+            return Ok(lines);
+        }
+        match stdout.read(&mut buf).await {
+            Ok(0) => return Err("it closed its stdout before the ready line".to_string()),
+            Ok(n) => splitter.push(&buf[..n], &mut lines),
+            Err(e) => return Err(format!("cannot read its stdout: {}", io_error_text(&e))),
+        }
+    }
+}
+
+/// A process that did not become ready: says how it exited if it did, and
+/// what it wrote last on its stderr; kills and reaps it.
+async fn failed_start(
+    child: &mut GroupChild,
+    stdin: ChildStdin,
+    stderr_task: JoinHandle<()>,
+    tail: &Arc<Mutex<TailBuffer>>,
+    why: String,
+) -> String {
+    // It may be exiting: give it a moment to say how.
+    let status = match tokio::time::timeout(RESTART_GRACE, child.child.wait()).await {
+        Ok(Ok(status)) => {
+            child.reaped = true;
+            Some(status)
+        }
+        _ => None,
+    };
+    drop(stdin);
+    let why = match status {
+        Some(status) => format!("{why}; it {}", describe_exit(status)),
+        None => why,
+    };
+    child.kill_group();
+    let _ = child.child.wait().await;
+    child.reaped = true;
+    let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await;
+    let tail = tail.lock().map(|t| t.text()).unwrap_or_default();
+    if tail.is_empty() {
+        why
+    } else {
+        format!("{why}: {tail}")
+    }
+}
+
+/// Hands a ready process its pipe tasks and its slot in the pool.
+fn go_live(
+    pool: &Arc<Pool>,
+    index: usize,
+    pid: u32,
+    (stdin, stdout): (ChildStdin, ChildStdout),
+    splitter: LineSplitter,
+    leftover: Vec<Line>,
+) -> (Arc<Live>, JoinHandle<()>, JoinHandle<()>) {
+    let cfg = &pool.cfg;
     let (tx, rx) = mpsc::channel(cfg.max_in_flight);
     let live = Arc::new(Live {
         index,
@@ -225,14 +262,7 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
         *slot = Some(live.clone());
     }
     pool.changed.notify_waiters();
-    Ok(Running {
-        child,
-        live,
-        writer,
-        reader,
-        stderr: stderr_task,
-        tail,
-    })
+    (live, writer, reader)
 }
 
 impl Running {

@@ -2,6 +2,7 @@
 //! `remove`, an archive: a message is acked only once its line is written
 //! and the file fsynced.
 
+use super::reader::{DlqReader, Message};
 use super::{now_ms, selected, Progress, Target};
 use crate::core::dlq::select::Selector;
 use crate::error::{Error, Result};
@@ -89,89 +90,23 @@ pub async fn export(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<ExportReport> {
     let mut r = t.open().await?;
-    let mut p = Progress {
-        total: r.snapshot(),
-        ..Default::default()
+    let mut run = Run {
+        opts,
+        sink,
+        p: Progress {
+            total: r.snapshot(),
+            ..Default::default()
+        },
+        unsynced: Vec::new(),
+        last_sync: Instant::now(),
+        groups: crate::core::dlq::select::GroupCheck::new(&opts.selector),
     };
-    let mut unsynced: Vec<u64> = Vec::new();
-    let mut last_sync = Instant::now();
-    // Says how far the export got: the report is lost with the error.
-    let write_err = |p: &Progress, e: std::io::Error| Error::Write {
-        what: format!(
-            "the export (stopped after {} line(s) written of {} read; {})",
-            p.done,
-            p.read,
-            if opts.remove {
-                "only lines written and fsynced before were removed from the DLQ"
-            } else {
-                "nothing was removed from the DLQ"
-            }
-        ),
-        source: e,
-    };
-    let mut groups = crate::core::dlq::select::GroupCheck::new(&opts.selector);
-    let outcome = async {
-        loop {
-            if opts.limit.is_some_and(|l| p.selected >= l) {
-                // The limit is reached: the rest stays where it is, unread.
-                break;
-            }
-            let Some(m) = r.next().await? else { break };
-            let now = now_ms();
-            groups.see(&m.described);
-            p.read += 1;
-            let wanted = opts.limit.is_none_or(|l| p.selected < l);
-            if wanted && selected(&opts.selector, &m, now) {
-                p.selected += 1;
-                let line = match crate::core::dlq::export::to_line(&m.record) {
-                    Ok(line) => line,
-                    Err(e) => {
-                        tracing::warn!(
-                            message_id = m.message_id.as_deref().unwrap_or(""),
-                            "not exported, kept in the DLQ: {e}"
-                        );
-                        p.failed += 1;
-                        r.keep(m, now).await?;
-                        progress(&p);
-                        continue;
-                    }
-                };
-                sink.write_line(&line).map_err(|e| write_err(&p, e))?;
-                p.done += 1;
-                if opts.remove {
-                    unsynced.push(m.tag);
-                } else {
-                    r.keep(m, now).await?;
-                }
-            } else {
-                r.keep(m, now).await?;
-            }
-            // Unsynced lines hold their messages unacked: sync before they
-            // could fill what the broker may send.
-            if opts.remove
-                && (unsynced.len() >= SYNC_EVERY_LINES
-                    || unsynced.len() as u64 + 1 >= r.free_slots()
-                    || last_sync.elapsed() >= SYNC_EVERY)
-            {
-                sink.sync().map_err(|e| write_err(&p, e))?;
-                for tag in unsynced.drain(..) {
-                    r.take(tag);
-                }
-                last_sync = Instant::now();
-            }
-            progress(&p);
-        }
-        sink.sync().map_err(|e| write_err(&p, e))?;
-        for tag in unsynced.drain(..) {
-            r.take(tag);
-        }
-        Ok::<_, Error>(())
-    }
-    .await;
+    let outcome = run.all(&mut r, progress).await;
     let stats = r.finish().await;
     outcome?;
     let stats = stats?;
-    super::refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
+    super::refuse_unknown_group(&run.groups, &t.dlq, stats.cancelled)?;
+    let p = run.p;
     Ok(ExportReport {
         queue: t.dlq.clone(),
         snapshot: stats.snapshot,
@@ -186,4 +121,107 @@ pub async fn export(
         rotated: stats.rotated,
         cancelled: stats.cancelled,
     })
+}
+
+/// An export under way: where it writes, how far it got, and the lines
+/// written but not yet fsynced (their messages are held unacked).
+struct Run<'a> {
+    opts: &'a ExportOptions,
+    sink: &'a mut dyn Sink,
+    p: Progress,
+    unsynced: Vec<u64>,
+    last_sync: Instant,
+    /// Whether `--group` names a group of the snapshot.
+    groups: crate::core::dlq::select::GroupCheck,
+}
+
+impl Run<'_> {
+    /// Reads until the snapshot, the limit or a cancel, then syncs.
+    async fn all(
+        &mut self,
+        r: &mut DlqReader,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<()> {
+        loop {
+            if self.opts.limit.is_some_and(|l| self.p.selected >= l) {
+                // The limit is reached: the rest stays where it is, unread.
+                break;
+            }
+            let Some(m) = r.next().await? else { break };
+            self.one(r, m).await?;
+            // Unsynced lines hold their messages unacked: sync before they
+            // could fill what the broker may send.
+            if self.opts.remove
+                && (self.unsynced.len() >= SYNC_EVERY_LINES
+                    || self.unsynced.len() as u64 + 1 >= r.free_slots()
+                    || self.last_sync.elapsed() >= SYNC_EVERY)
+            {
+                self.sync(r)?;
+            }
+            progress(&self.p);
+        }
+        self.sync(r)
+    }
+
+    /// Writes one message's line if it is selected, else keeps it.
+    async fn one(&mut self, r: &mut DlqReader, m: Message) -> Result<()> {
+        let now = now_ms();
+        self.groups.see(&m.described);
+        self.p.read += 1;
+        let wanted = self.opts.limit.is_none_or(|l| self.p.selected < l);
+        if !(wanted && selected(&self.opts.selector, &m, now)) {
+            return r.keep(m, now).await;
+        }
+        self.p.selected += 1;
+        let line = match crate::core::dlq::export::to_line(&m.record) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::warn!(
+                    message_id = m.message_id.as_deref().unwrap_or(""),
+                    "not exported, kept in the DLQ: {e}"
+                );
+                self.p.failed += 1;
+                return r.keep(m, now).await;
+            }
+        };
+        if let Err(e) = self.sink.write_line(&line) {
+            return Err(self.write_err(e));
+        }
+        self.p.done += 1;
+        if self.opts.remove {
+            self.unsynced.push(m.tag);
+            Ok(())
+        } else {
+            r.keep(m, now).await
+        }
+    }
+
+    /// Makes the lines written durable, then lets their messages go.
+    fn sync(&mut self, r: &mut DlqReader) -> Result<()> {
+        if let Err(e) = self.sink.sync() {
+            return Err(self.write_err(e));
+        }
+        for tag in self.unsynced.drain(..) {
+            r.take(tag);
+        }
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Says how far the export got: the report is lost with the error.
+    fn write_err(&self, e: std::io::Error) -> Error {
+        Error::Write {
+            what: format!(
+                "the export (stopped after {} line(s) written of {} read; {})",
+                self.p.done,
+                self.p.read,
+                if self.opts.remove {
+                    "only lines written and fsynced before were removed from the DLQ"
+                } else {
+                    "nothing was removed from the DLQ"
+                }
+            ),
+            source: e,
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! The DLQ operations: peek, summary, export, replay and purge. Library
+//! The DLQ operations: peek, summary, export, replay, redrive and purge. Library
 //! code that returns typed reports, takes a progress callback and never
 //! prints; the CLI and `dlqctl serve` share it.
 //!
@@ -21,6 +21,7 @@
 pub mod export;
 pub mod purge;
 pub(crate) mod reader;
+pub mod redrive;
 pub mod replay;
 
 pub use reader::{
@@ -245,6 +246,10 @@ pub struct SummaryReport {
     /// Stopped by SIGINT/SIGTERM (or a cancelled page) before the end: the
     /// groups count what was read.
     pub cancelled: bool,
+    /// With the pipeline's redrive policy: the messages read (selected or
+    /// not) that are past `max_redrives` and wait for a person.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for_person: Option<u64>,
 }
 
 /// Groups the whole snapshot of the DLQ (the messages matching `selector`)
@@ -254,6 +259,20 @@ pub async fn summary(
     selector: &Selector,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<SummaryReport> {
+    summary_for(t, selector, None, progress).await
+}
+
+/// Like [`summary`]; with `policy` (the pipeline's redrive policy), it
+/// also counts the messages waiting for a person
+/// ([`SummaryReport::waiting_for_person`]).
+pub async fn summary_for(
+    t: &Target,
+    selector: &Selector,
+    policy: Option<&crate::core::topology::Redrive>,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<SummaryReport> {
+    use crate::core::dlq::redrive::{verdict, Seen, Verdict};
+    let mut waiting = policy.map(|_| 0u64);
     let mut grouper = crate::core::dlq::describe::Grouper::default();
     let mut r = t.open().await?;
     let mut p = Progress {
@@ -266,6 +285,12 @@ pub async fn summary(
             let now = now_ms();
             groups.see(&m.described);
             p.read += 1;
+            if let (Some(policy), Some(n)) = (policy, waiting.as_mut()) {
+                let seen = Seen::of(&m.described, m.record.properties.headers().as_ref());
+                if verdict(policy, &seen, now) == Verdict::WaitingForPerson {
+                    *n += 1;
+                }
+            }
             if selected(selector, &m, now) {
                 p.selected += 1;
                 p.done += 1;
@@ -289,5 +314,6 @@ pub async fn summary(
         rotated: stats.rotated,
         groups: grouper.finish(),
         cancelled: stats.cancelled,
+        waiting_for_person: waiting,
     })
 }

@@ -9,6 +9,7 @@ use crate::amqp::declare::passive_queue;
 use crate::core::dlq::describe::{describe, Described};
 use crate::core::dlq::export::Record;
 use crate::core::dlq::replay::{remaining_retention, rotation_copy};
+use crate::core::retry::confirm::Refusal;
 use crate::core::retry::headers_to_json;
 use crate::core::values::shortstr;
 use crate::error::{Error, Result};
@@ -286,7 +287,7 @@ pub struct DlqReader {
     stats: ReadStats,
     to_read: u64,
     held: u64,
-    rotation_refused: Option<String>,
+    rotation_refused: Option<Refusal>,
 }
 
 impl DlqReader {
@@ -493,7 +494,10 @@ impl DlqReader {
                     .publish("", &self.dlq, &m.record.body, props, m.tag)
                     .await
             }
-            None => vec![(vec![m.tag], Err("no publishing channel".to_string()))],
+            None => vec![(
+                vec![m.tag],
+                Err(Refusal::Channel("no publishing channel".into())),
+            )],
         };
         let finished = !done.is_empty();
         self.rotated(done)?;
@@ -668,7 +672,7 @@ async fn wait_for_returns(conn: Arc<Connection>, dlq: String, expected: u64) {
 /// How long a finished read waits at most for its returns to show.
 const RETURN_SETTLE: Duration = Duration::from_secs(5);
 
-fn rotation_error(dlq: &str, why: &str) -> Error {
+fn rotation_error(dlq: &str, why: &Refusal) -> Error {
     Error::Broker {
         context: format!("stopped: {dlq} refused a rotated copy of a kept message"),
         message: format!(
@@ -712,13 +716,33 @@ struct Busy(Error);
 
 async fn try_lock(conn: &Connection, dlq: &str) -> std::result::Result<Result<Channel>, Busy> {
     let name = lock_name(dlq);
-    let ch = match conn.create_channel().await {
-        Ok(ch) => ch,
-        Err(e) => return Ok(Err(Error::broker("cannot open a channel", &e))),
-    };
+    match hold_exclusive(conn, &name).await {
+        Ok(Some(ch)) => Ok(Ok(ch)),
+        Ok(None) => Err(Busy(Error::Busy {
+            queue: dlq.to_string(),
+            message: format!(
+                "another dlqctl DLQ command holds its lock (queue {name}, exclusive to the \
+                 holder's connection, which the management UI names); try again when it is \
+                 done, or pass --wait"
+            ),
+        })),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// Declares the exclusive, auto-delete queue `name` on a new channel (it
+/// holds no message and nothing routes to it): `Some(channel)` holds it
+/// until that channel's connection ends (the broker deletes it then, even
+/// after a SIGKILL); `None` when another connection holds it (405
+/// RESOURCE_LOCKED).
+pub(crate) async fn hold_exclusive(conn: &Connection, name: &str) -> Result<Option<Channel>> {
+    let ch = conn
+        .create_channel()
+        .await
+        .map_err(|e| Error::broker("cannot open a channel", &e))?;
     let declared = ch
         .queue_declare(
-            name.as_str().into(),
+            name.into(),
             lapin::options::QueueDeclareOptions {
                 exclusive: true,
                 auto_delete: true,
@@ -728,20 +752,8 @@ async fn try_lock(conn: &Connection, dlq: &str) -> std::result::Result<Result<Ch
         )
         .await;
     match declared {
-        Ok(_) => Ok(Ok(ch)),
-        Err(e) if crate::amqp::connection::amqp_reply(&e).map(|(c, _)| c) == Some(405) => {
-            Err(Busy(Error::Busy {
-                queue: dlq.to_string(),
-                message: format!(
-                    "another dlqctl DLQ command holds its lock (queue {name}, exclusive to the \
-                     holder's connection, which the management UI names); try again when it is \
-                     done, or pass --wait"
-                ),
-            }))
-        }
-        Err(e) => Ok(Err(Error::broker(
-            format!("cannot take the lock {name}"),
-            &e,
-        ))),
+        Ok(_) => Ok(Some(ch)),
+        Err(e) if crate::amqp::connection::amqp_reply(&e).map(|(c, _)| c) == Some(405) => Ok(None),
+        Err(e) => Err(Error::broker(format!("cannot take the lock {name}"), &e)),
     }
 }

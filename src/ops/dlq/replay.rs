@@ -118,10 +118,65 @@ pub fn new_replay_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// What a replay does with each message read, beyond its options: a
+/// person's replay ([`ManualReplay`]) takes what the selector takes, copies
+/// with [`replay_copy`] and accepts a canary when at most half came back;
+/// automatic redrive (`ops::dlq::redrive`) brings its own choices. The
+/// reading, the lock, the window, the rate and the confirms stay the
+/// replay's.
+pub trait ReplayHooks: Send {
+    /// A pass over the DLQ starts: the canary's, the rest's, or the
+    /// canary's count (which reads the whole DLQ).
+    fn pass_started(&mut self) {}
+    /// Every message a pass reads, before anything else is decided.
+    fn seen(&mut self, _m: &super::Message, _now_unix_ms: u64) {}
+    /// Whether [`ReplayHooks::select`] and [`ReplayHooks::seen`] read the
+    /// headers (the messages are then described even without selectors).
+    fn reads_headers(&self) -> bool {
+        false
+    }
+    /// Whether a message the options' selector took is to move.
+    fn select(&mut self, _m: &super::Message, _now_unix_ms: u64) -> bool {
+        true
+    }
+    /// The properties of a message's copy.
+    fn copy(
+        &self,
+        original: &lapin::BasicProperties,
+        connection_user: &str,
+        replay_id: &str,
+        now_unix_ms: u64,
+    ) -> lapin::BasicProperties {
+        replay_copy(original, connection_user, replay_id, now_unix_ms)
+    }
+    /// Whether the canary passed: `came_back` of `sent` were found in the
+    /// DLQ after the wait.
+    fn canary_passed(&self, sent: u64, came_back: u64) -> bool {
+        came_back * 2 <= sent
+    }
+}
+
+/// A person's replay (`dlq replay`, the web page's replay job).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ManualReplay;
+
+impl ReplayHooks for ManualReplay {}
+
 /// Replays the DLQ of `t` (see the module docs).
 pub async fn replay(
     t: &Target,
     opts: &ReplayOptions,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<ReplayReport> {
+    replay_with(t, opts, &mut ManualReplay, progress).await
+}
+
+/// Replays the DLQ of `t` with `hooks` choosing what moves and how it is
+/// copied.
+pub async fn replay_with(
+    t: &Target,
+    opts: &ReplayOptions,
+    hooks: &mut dyn ReplayHooks,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<ReplayReport> {
     let started = Instant::now();
@@ -140,7 +195,17 @@ pub async fn replay(
     let mut at_most = None;
     if let Some(c) = canary {
         let first = limit.map_or(c.count, |l| l.min(c.count));
-        let snapshot = pass(t, opts, Some(first), None, &mut p, progress, &mut report).await?;
+        let snapshot = pass(
+            t,
+            opts,
+            hooks,
+            Some(first),
+            None,
+            &mut p,
+            progress,
+            &mut report,
+        )
+        .await?;
         report.snapshot = snapshot;
         let sent = report.moved;
         let mut cr = CanaryReport {
@@ -153,11 +218,14 @@ pub async fn replay(
                 _ = tokio::time::sleep(c.wait) => {}
             }
             if !report.cancelled {
-                cr.came_back = count_replay_id(t, &opts.replay_id).await?;
+                cr.came_back = count_replay_id(t, &opts.replay_id, hooks).await?;
             }
         }
-        cr.passed = !report.cancelled && cr.came_back * 2 <= cr.sent;
-        let go_on = cr.passed && report.stopped.is_none();
+        // No canary sent: the canary's pass read the whole snapshot and
+        // found nothing to move, so there is no rest to move either.
+        cr.passed =
+            !report.cancelled && (cr.sent == 0 || hooks.canary_passed(cr.sent, cr.came_back));
+        let go_on = cr.passed && report.stopped.is_none() && cr.sent > 0;
         if !cr.passed && !report.cancelled {
             report.stopped = Some(format!(
                 "the canary failed: {} of {} replayed messages came back to {} within {}",
@@ -175,7 +243,17 @@ pub async fn replay(
         limit = limit.map(|l| l.saturating_sub(sent));
         at_most = Some(snapshot.saturating_sub(sent));
     }
-    let snapshot = pass(t, opts, limit, at_most, &mut p, progress, &mut report).await?;
+    let snapshot = pass(
+        t,
+        opts,
+        hooks,
+        limit,
+        at_most,
+        &mut p,
+        progress,
+        &mut report,
+    )
+    .await?;
     if canary.is_none() {
         report.snapshot = snapshot;
     }
@@ -218,9 +296,11 @@ async fn check_destination(conn: &lapin::Connection, to: &str) -> Result<()> {
 /// originals are acked once every copy of it is confirmed and routed; a
 /// refused batch stops the run and its originals stay. Returns the
 /// snapshot.
+#[allow(clippy::too_many_arguments)]
 async fn pass(
     t: &Target,
     opts: &ReplayOptions,
+    hooks: &mut dyn ReplayHooks,
     limit: Option<u64>,
     at_most: Option<u64>,
     p: &mut Progress,
@@ -231,7 +311,8 @@ async fn pass(
     target.read.at_most = at_most;
     // Without selectors nothing here reads the headers (a rotation reads
     // what it needs itself).
-    target.read.describe = !opts.selector.is_empty();
+    target.read.describe = !opts.selector.is_empty() || hooks.reads_headers();
+    hooks.pass_started();
     // Only the first pass checks `--group` (after a canary, the group's
     // messages may all be gone): the first is the one with no total yet.
     let check_group = p.total == 0;
@@ -275,9 +356,10 @@ async fn pass(
             groups.see(&m.described);
             p.read += 1;
             report.read += 1;
+            hooks.seen(&m, now);
             let ours = replay_id_of(&m.record.properties).as_deref() == Some(&opts.replay_id);
             let wanted = limit.is_none_or(|l| taken < l);
-            if ours || !wanted || !selected(&opts.selector, &m, now) {
+            if ours || !wanted || !selected(&opts.selector, &m, now) || !hooks.select(&m, now) {
                 report.skipped += 1;
                 r.keep(m, now).await?;
                 progress(p);
@@ -293,14 +375,29 @@ async fn pass(
                 progress(p);
                 continue;
             };
-            let (done, go_on) = pace(&mut bucket, clock, publisher, &t.read.cancel).await;
-            settle(&mut r, done, p, report, &opts.to);
+            let short = bucket
+                .as_mut()
+                .is_some_and(|b| b.take(clock.elapsed().as_micros() as u64).is_err());
+            let go_on = match bucket.as_mut() {
+                Some(b) if short => {
+                    // Before waiting for the rate, what is in flight is
+                    // confirmed and its originals acked: a kill during the
+                    // wait leaves no message both copied and in the DLQ.
+                    let done = publisher.drain().await;
+                    settle(&mut r, done, p, report, &opts.to);
+                    r.flush_acks().await?;
+                    report.stopped.is_none() && wait_token(b, clock, &t.read.cancel).await
+                }
+                _ => true,
+            };
             if !go_on {
-                report.interrupted += 1;
+                if report.stopped.is_none() {
+                    report.interrupted += 1;
+                }
                 r.keep(m, now).await?;
                 break;
             }
-            let props = replay_copy(&m.record.properties, &t.user, &opts.replay_id, now);
+            let props = hooks.copy(&m.record.properties, &t.user, &opts.replay_id, now);
             let props = match fit_retry_copy(props, frame_max) {
                 Ok((props, _)) => props,
                 Err(too_large) => {
@@ -402,14 +499,18 @@ fn tally<T>(
     }
 }
 
-/// Messages in the whole DLQ carrying `replay_id` (read, all kept).
-async fn count_replay_id(t: &Target, replay_id: &str) -> Result<u64> {
+/// Messages in the whole DLQ carrying `replay_id` (read, all kept;
+/// each shown to `hooks`).
+async fn count_replay_id(t: &Target, replay_id: &str, hooks: &mut dyn ReplayHooks) -> Result<u64> {
     let mut target = t.clone();
     target.read.at_most = None;
+    target.read.describe = hooks.reads_headers();
+    hooks.pass_started();
     let mut r = target.open().await?;
     let mut n = 0;
     let outcome = async {
         while let Some(m) = r.next().await? {
+            hooks.seen(&m, now_ms());
             if replay_id_of(&m.record.properties).as_deref() == Some(replay_id) {
                 n += 1;
             }
@@ -488,6 +589,22 @@ async fn pace<T: Send + 'static>(
         }
     }
     (done, true)
+}
+
+/// Waits until `bucket` gives a token (and takes it); `false` when
+/// cancelled meanwhile.
+async fn wait_token(
+    bucket: &mut TokenBucket,
+    clock: Instant,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> bool {
+    while let Err(wait) = bucket.take(clock.elapsed().as_micros() as u64) {
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
+        }
+    }
+    true
 }
 
 /// Replays the messages of an export file (`--from-file`) to `opts.to`.

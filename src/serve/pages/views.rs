@@ -108,7 +108,32 @@ pub async fn overview(State(app): Shared) -> Response {
     respond(&app, page)
 }
 
-fn summary_page(app: &App, pipeline: &str, s: &CachedSummary) -> Markup {
+/// The pipeline's automatic redrive policy, and the messages waiting for
+/// a person as this summary counted them.
+fn redrive_facts(policy: &crate::core::topology::Redrive, waiting: Option<u64>) -> Markup {
+    use crate::core::values::duration::tier_name;
+    html! {
+        h2 { "Automatic redrive" }
+        dl.facts data-test="redrive" {
+            dt { "Reasons" } dd { (policy.reasons.join(", ")) }
+            dt { "Minimum age" } dd { (tier_name(policy.min_age)) }
+            dt { "Max redrives" } dd { (policy.max_redrives) }
+            dt { "Rate" } dd { (format!("{}/s", policy.rate)) }
+            dt { "Canary" } dd { (policy.canary) }
+            dt { "Every" } dd { (tier_name(policy.every)) }
+            dt { "Health probe" } dd.mono { (opt(policy.health.as_deref())) }
+            dt { "Waiting for a person" } dd data-test="waiting" { (opt(waiting.map(|n| n.to_string()).as_deref())) }
+        }
+        p.muted { "Every dlqctl work of this pipeline runs it; its runs are in the workers' logs (redrive run) and metrics (dlqctl_redrive_runs_total)." }
+    }
+}
+
+fn summary_page(
+    app: &App,
+    pipeline: &str,
+    policy: Option<&crate::core::topology::Redrive>,
+    s: &CachedSummary,
+) -> Markup {
     let r = &s.report;
     let content = html! {
         h1 { "DLQ " span.mono { (r.queue) } }
@@ -122,6 +147,9 @@ fn summary_page(app: &App, pipeline: &str, s: &CachedSummary) -> Markup {
             dt { "Messages" } dd data-test="snapshot" { (r.snapshot) }
             dt { "Groups" } dd { (r.groups.len()) }
             dt { "Read at" } dd { (time(s.at_ms)) }
+        }
+        @if let Some(policy) = policy {
+            (redrive_facts(policy, r.waiting_for_person))
         }
         h2 { "Groups" }
         @if r.groups.is_empty() {
@@ -165,7 +193,12 @@ pub async fn dlq(State(app): Shared, path: Result<Path<String>, PathRejection>) 
         let Path(pipeline) = path.map_err(bad_path)?;
         let p = app.pipeline(&pipeline)?;
         let s = app.summary(p).await?;
-        Ok(summary_page(&app, &p.name, &s))
+        Ok(summary_page(
+            &app,
+            &p.name,
+            p.dead_letter.redrive.as_ref(),
+            &s,
+        ))
     }
     .await;
     respond(&app, page)

@@ -14,6 +14,7 @@
 //! it is dropped, also when the test panics.
 
 pub mod chaos;
+pub mod dependency;
 pub mod dlq;
 pub mod policy;
 pub mod relay;
@@ -128,7 +129,10 @@ impl Broker {
                     dlqctl::amqp::connection::redact(&url)
                 ),
                 Err(_) => panic!(
-                    "no RabbitMQ answers at {} within 10s\n{START_HINT}",
+                    "no RabbitMQ answers at {} within 10s\n{START_HINT}\n\
+                     A node that accepts TCP but does not answer may be out of file \
+                     handles: `rabbitmqctl status` shows them under File Descriptors; \
+                     see docs/development.md, \"The broker for the tests\"",
                     dlqctl::amqp::connection::redact(&url)
                 ),
             };

@@ -35,6 +35,8 @@ pub struct Pipe {
     pub dlq_max_length: Option<u64>,
     /// `dead_letter.ttl` (`1h`).
     pub dlq_ttl: Option<&'static str>,
+    /// `dead_letter.redrive`, as YAML flow text (`{min_age: 1s}`).
+    pub redrive: Option<String>,
 }
 
 impl Pipe {
@@ -49,6 +51,7 @@ impl Pipe {
             exchange: None,
             dlq_max_length: None,
             dlq_ttl: None,
+            redrive: None,
         }
     }
 
@@ -80,6 +83,9 @@ impl Pipe {
         }
         if let Some(ttl) = self.dlq_ttl {
             dead_letter.push(format!("ttl: {ttl}"));
+        }
+        if let Some(r) = &self.redrive {
+            dead_letter.push(format!("redrive: {r}"));
         }
         if !dead_letter.is_empty() {
             y.push_str(&format!(

@@ -2,7 +2,9 @@
 //! calls the library with a progress callback and hands the report to
 //! `output`.
 
-use crate::cli::{DlqTarget, ExportArgs, PeekArgs, PurgeArgs, ReplayArgs, SummaryArgs};
+use crate::cli::{
+    DlqTarget, ExportArgs, PeekArgs, PurgeArgs, RedriveArgs, ReplayArgs, SummaryArgs,
+};
 use crate::exit::Outcome;
 use crate::output;
 use crate::output::progress::Reporter;
@@ -71,8 +73,13 @@ fn print_report<T: serde::Serialize>(
 pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
     let o = open(&a.target, "summary").await?;
     let mut bar = Reporter::new("grouped", a.json);
-    let result =
-        dlqctl::ops::dlq::summary(&o.target, &a.select.selector(), &mut |p| bar.update(p)).await;
+    let result = dlqctl::ops::dlq::summary_for(
+        &o.target,
+        &a.select.selector(),
+        o.pipeline.dead_letter.redrive.as_ref(),
+        &mut |p| bar.update(p),
+    )
+    .await;
     bar.finish();
     o.close().await;
     let r = result?;
@@ -403,6 +410,32 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         (_, Some(_)) => Outcome::Failure,
         _ if r.cancelled || r.failed > 0 => Outcome::Failure,
         _ => Outcome::Success,
+    })
+}
+
+/// `dlqctl dlq redrive`: one run of the pipeline's redrive policy, now.
+pub async fn redrive(a: &RedriveArgs) -> Result<Outcome> {
+    let pipeline = dlqctl::load_pipeline(&a.target.file, &a.target.queue)?;
+    let Some(policy) = &pipeline.dead_letter.redrive else {
+        return Err(Error::Usage(format!(
+            "pipeline {} has no redrive policy: add `dead_letter: {{redrive: {{}}}}` to it (or to \
+             defaults) in {}",
+            pipeline.name,
+            a.target.file.display()
+        ))
+        .into());
+    };
+    let every = policy.every;
+    let o = open(&a.target, "redrive").await?;
+    let result = dlqctl::ops::dlq::redrive::redrive(&o.target, &o.pipeline, every).await;
+    o.close().await;
+    let r = result?;
+    print_report(a.json, &r, output::text::redrive_text)?;
+    use dlqctl::core::dlq::redrive::RunResult;
+    Ok(match r.result {
+        RunResult::Moved | RunResult::NothingEligible => Outcome::Success,
+        RunResult::CanaryFailed | RunResult::Unhealthy => Outcome::Difference,
+        RunResult::Busy | RunResult::Failed => Outcome::Failure,
     })
 }
 

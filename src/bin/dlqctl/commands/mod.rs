@@ -2,6 +2,8 @@
 //! own; it calls the library and hands the report to `output`.
 
 pub mod dlq;
+pub mod doctor;
+pub mod drill;
 pub mod manual;
 pub mod provision;
 pub mod serve;

@@ -33,6 +33,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.prefetch = a.prefetch.unwrap_or(a.concurrency);
     cfg.grace = a.grace;
     cfg.dead_letter = a.dead_letter;
+    cfg.redrive = !a.no_redrive;
     cfg.wait_for_broker = a.wait_for_broker;
     match (&a.http, a.command.split_first()) {
         (Some(url), _) => {
@@ -83,6 +84,7 @@ async fn serve<H: Handler>(cfg: WorkerConfig, handler: H, a: &WorkArgs) -> Resul
         "not waiting for the messages in flight; they return to the queue",
     )?;
     let metrics = Arc::new(Metrics::new());
+    metrics.set_handler_timeout(&cfg.pipeline.name, a.handler_timeout);
     if let Some(addr) = a.metrics_addr {
         // Bound once and served on that listener: no window in which
         // another process could take the port, and `:0` logs the real port.

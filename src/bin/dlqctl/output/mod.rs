@@ -8,6 +8,8 @@
 //! output for a whole one.
 
 pub mod annotations;
+pub mod doctor;
+pub mod drill;
 pub mod github;
 pub mod json;
 pub mod progress;

@@ -395,6 +395,11 @@ pub fn summary_text(r: &SummaryReport) -> String {
     if r.cancelled {
         out += "stopped by a signal before the end: the groups count what was read\n";
     }
+    if let Some(n) = r.waiting_for_person {
+        out += &format!(
+            "{n} message(s) past the redrive policy's max_redrives wait for a person (dlq replay moves them)\n"
+        );
+    }
     for g in &r.groups {
         out += &format!(
             "{} {:>6}  {:<10} first {} last {} from {} e.g. {}\n           {}\n",
@@ -441,6 +446,54 @@ pub fn export_text(r: &ExportReport, output: Option<&std::path::Path>) -> String
 }
 
 /// `dlq replay`'s report.
+/// What `dlq redrive` did, in a few lines.
+pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
+    use dlqctl::core::dlq::redrive::RunResult;
+    let head = match r.result {
+        RunResult::Moved => format!(
+            "redrive of {}: {} message(s) moved back to {}",
+            r.dlq, r.moved, r.queue
+        ),
+        RunResult::NothingEligible => {
+            format!("redrive of {}: nothing eligible, nothing moved", r.dlq)
+        }
+        RunResult::CanaryFailed => format!(
+            "redrive of {}: the canary failed, the rest stays in the DLQ ({} moved)",
+            r.dlq, r.moved
+        ),
+        RunResult::Unhealthy => format!("redrive of {}: unhealthy, nothing moved", r.dlq),
+        RunResult::Busy => format!("redrive of {}: busy, nothing done", r.dlq),
+        RunResult::Failed => format!(
+            "redrive of {}: stopped on an error ({} moved, the rest stays in the DLQ)",
+            r.dlq, r.moved
+        ),
+    };
+    let mut out = format!("{head} in {:.1}s\n", r.elapsed_ms as f64 / 1000.0);
+    if let Some(c) = &r.canary {
+        out += &format!(
+            "canary: {} sent, {} came back: {}\n",
+            c.sent,
+            c.came_back,
+            if c.passed { "passed" } else { "failed" }
+        );
+    }
+    if let Some(h) = &r.health {
+        out += &format!("health probe: {h}\n");
+    }
+    if let Some(n) = r.waiting_for_person {
+        out += &format!("{n} message(s) past max_redrives wait for a person\n");
+    }
+    if let Some(why) = &r.why {
+        out += &format!("why: {why}\n");
+    }
+    out += &format!(
+        "replay id {}; next automatic look in {}\n",
+        r.replay_id,
+        dlqctl::core::values::duration::tier_name(r.next_wait_ms)
+    );
+    out
+}
+
 pub fn replay_text(r: &ReplayReport) -> String {
     let mut out = if r.dry_run {
         format!(

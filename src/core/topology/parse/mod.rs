@@ -7,6 +7,7 @@
 //!   `dead_letter`, `circuit_breaker`, ...);
 //! - `pipeline`: one pipeline, its settings applied over the defaults;
 //! - `exchange`: a producers' exchange and its bindings;
+//! - `redrive`: `dead_letter.redrive`, the automatic redrive policy;
 //! - `arguments`: a main queue's extra arguments;
 //! - `names`: the names of every queue and exchange.
 
@@ -16,6 +17,7 @@ mod file;
 mod names;
 mod pipeline;
 mod read;
+mod redrive;
 mod settings;
 
 pub use file::{parse_topology, Invalid};

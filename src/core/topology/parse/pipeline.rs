@@ -201,6 +201,9 @@ impl Cx {
                 .unwrap_or_else(|| format!("{name}.dlq")),
             ttl: pick(&own.dead_letter.ttl, &defaults.dead_letter.ttl).map(|t| t.v),
             max_length: max_length.map(|m| m.v),
+            // A pipeline's `redrive` replaces the defaults' one whole.
+            redrive: pick(&own.dead_letter.redrive, &defaults.dead_letter.redrive)
+                .and_then(|r| r.v),
         })
     }
 

@@ -28,6 +28,8 @@ pub(super) struct RawDeadLetter {
     pub(super) queue: Option<At<String>>,
     pub(super) ttl: Option<At<u64>>,
     pub(super) max_length: Option<At<i64>>,
+    /// `redrive`: `Some(None)` when turned off with `false`.
+    pub(super) redrive: Option<At<Option<Redrive>>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -243,7 +245,7 @@ impl Cx {
 
     pub(super) fn dead_letter(&mut self, n: &Node, is_defaults: bool) -> RawDeadLetter {
         let mut d = RawDeadLetter::default();
-        let Some(m) = self.map(n, "dead_letter", &["queue", "ttl", "max_length"]) else {
+        let Some(m) = self.map(n, "dead_letter", &["queue", "ttl", "max_length", "redrive"]) else {
             return d;
         };
         for (k, v) in m {
@@ -261,6 +263,7 @@ impl Cx {
                         .int_in(v, "dead_letter.max_length", 1, i64::MAX)
                         .map(|i| at(v.pos, i))
                 }
+                "redrive" => d.redrive = self.redrive(v).map(|r| at(v.pos, r)),
                 _ => {}
             }
         }

@@ -16,6 +16,8 @@ use tokio::process::Child;
 
 use crate::core::values::duration::tier_name;
 
+pub(crate) mod spawn;
+
 /// Reads once from the pipe; `None` at EOF or on an error, and pends for ever
 /// when there is no pipe (so a `select!` branch on it goes quiet).
 pub(crate) async fn read_some<R: AsyncRead + Unpin>(

@@ -1,0 +1,56 @@
+//! `dlqctl doctor`.
+
+use crate::cli::{DoctorArgs, OutputFormat};
+use crate::exit::Outcome;
+use crate::output;
+use anyhow::Result;
+use dlqctl::core::check::doctor::{worst, Level};
+use dlqctl::core::topology::plan;
+use dlqctl::load_topology;
+use dlqctl::ops::doctor::DoctorOptions;
+use std::time::Duration;
+
+/// Runs the checklist; exit 3 on any fail, 1 when the broker could not be
+/// asked.
+pub async fn doctor(a: &DoctorArgs) -> Result<Outcome> {
+    let t = load_topology(&a.file)?;
+    if let Some(q) = &a.queue {
+        // An unknown pipeline is bad usage, said as `work` says it.
+        dlqctl::load_pipeline(&a.file, q)?;
+    }
+    let p = plan(&t);
+    let brokers = super::brokers(&a.connection)?;
+    super::check_management_urls(&a.management_url)?;
+    let (conn, at) = brokers.connect("dlqctl doctor").await?;
+    let url = brokers.get(at);
+    let mgmt = match brokers.management(&a.management_url, at) {
+        Ok(m) => m,
+        Err(e) => {
+            dlqctl::amqp::connection::close(&conn).await;
+            return Err(e.into());
+        }
+    };
+    let opts = DoctorOptions {
+        only: a.queue.clone(),
+        handler_timeout: a.handler_timeout,
+        metrics_url: a.metrics_url.clone(),
+        max_dlq: a.max_dlq,
+        sample_gap: a.sample_gap,
+        policy_wait: Duration::from_secs(10),
+    };
+    let result =
+        dlqctl::ops::doctor::doctor(&conn, &p, Some(&mgmt), url.vhost(), url.user(), &opts).await;
+    dlqctl::amqp::connection::close(&conn).await;
+    let checks = result?;
+    let file = a.file.display().to_string();
+    match a.format {
+        OutputFormat::Text => output::stdout(&output::doctor::doctor_text(&file, &checks))?,
+        OutputFormat::Json => output::stdout_line(&output::doctor::doctor_json(&checks))?,
+        OutputFormat::Github => output::stdout(&output::doctor::doctor_github(&file, &t, &checks))?,
+    }
+    Ok(if worst(&checks) == Level::Fail {
+        Outcome::Difference
+    } else {
+        Outcome::Success
+    })
+}

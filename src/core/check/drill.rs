@@ -1,0 +1,193 @@
+//! `dlqctl drill`: what a drill expects of a pipeline, and its timeline.
+//! Pure: the shell publishes, watches and cleans up (`crate::ops::drill`).
+//!
+//! A drill publishes one message marked with
+//! [`crate::core::retry::drill::DRILL_HEADER`] through the pipeline's own
+//! exchange (so its bindings are tested too), and follows it: the worker
+//! fails it through the tiers its decisions pick ([`expected_tiers`]),
+//! dead-letters it as `exhausted`, and acks it once the drill replays it.
+
+use crate::core::handling::outcome::Outcome;
+use crate::core::retry::{decide, Decision};
+use crate::core::topology::{ExchangeType, Pipeline};
+use crate::core::values::duration::tier_name;
+use serde_json::Value;
+
+/// Where a drill publishes: the producers' exchange with a routing key one
+/// of its bindings routes, or the default exchange with the main queue's
+/// name when the pipeline has no exchange (or only `headers` bindings,
+/// whose arguments a drill does not forge).
+pub fn drill_route(p: &Pipeline) -> (String, String) {
+    let direct = (String::new(), p.name.clone());
+    let Some(x) = &p.exchange else {
+        return direct;
+    };
+    match x.kind {
+        ExchangeType::Fanout => (x.name.clone(), String::new()),
+        ExchangeType::Headers => direct,
+        ExchangeType::Direct | ExchangeType::Topic => match x.bindings.first() {
+            // A topic pattern's words: `*` and `#` stand for `drill`.
+            Some(b) => (
+                x.name.clone(),
+                b.key
+                    .split('.')
+                    .map(|w| if w == "*" || w == "#" { "drill" } else { w })
+                    .collect::<Vec<_>>()
+                    .join("."),
+            ),
+            None => direct,
+        },
+    }
+}
+
+/// The tiers a message failed on every attempt visits, in order: one per
+/// failed attempt but the last (which dead-letters it).
+pub fn expected_tiers(p: &Pipeline) -> Vec<String> {
+    let failed = Outcome::transient("drill");
+    (1..p.retry.max_attempts)
+        .filter_map(|a| match decide(&p.retry, a, &failed) {
+            Decision::Retry { delay_ms } => Some(tier_name(delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One step of the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Step {
+    /// `published`, `attempt 1`, `tier 10s`, `dlq`, `metric`, `replayed`,
+    /// `acked`, or a step that did not hold (`consumer`, ...).
+    pub name: String,
+    /// Whether it held.
+    pub ok: bool,
+    /// Milliseconds since the previous step (since the start for the
+    /// first).
+    pub took_ms: u64,
+    /// What was seen, or what to do.
+    pub detail: String,
+}
+
+/// The steps between publishing (at `published_ms`, Unix milliseconds)
+/// and the dead-lettering, read from the DLQ message's `dlqctl-errors`
+/// (each failed attempt's time) and `dlqctl-dead-lettered-at`: attempt 1,
+/// then each tier the message came back from. A tier whose attempt is
+/// missing from the history (it keeps the last 5) shows without a time.
+pub fn tier_steps(
+    published_ms: u64,
+    tiers: &[String],
+    errors: &[Value],
+    dead_lettered_at: Option<&str>,
+) -> Vec<Step> {
+    let parse = crate::core::values::text::parse_rfc3339_millis;
+    let time_of = |attempt: usize| -> Option<u64> {
+        errors.iter().find_map(|e| {
+            (e["attempt"].as_u64() == Some(attempt as u64))
+                .then(|| e["time"].as_str().and_then(parse))
+                .flatten()
+        })
+    };
+    let mut out = Vec::new();
+    let mut last = Some(published_ms);
+    let mut step = |name: String, at: Option<u64>, detail: String, last: &mut Option<u64>| {
+        let took_ms = match (at, *last) {
+            (Some(at), Some(l)) => at.saturating_sub(l),
+            _ => 0,
+        };
+        *last = at;
+        out.push(Step {
+            name,
+            ok: true,
+            took_ms,
+            detail,
+        });
+    };
+    step(
+        "attempt 1".into(),
+        time_of(1),
+        "failed on purpose by the worker, without the handler".into(),
+        &mut last,
+    );
+    for (i, t) in tiers.iter().enumerate() {
+        let at = time_of(i + 2);
+        let detail = if at.is_some() {
+            format!("through {t} and back: attempt {} failed", i + 2)
+        } else {
+            "through it (time not kept: the error history holds the last 5)".into()
+        };
+        step(format!("tier {t}"), at, detail, &mut last);
+    }
+    let at = dead_lettered_at.and_then(parse);
+    step(
+        "dead-lettered".into(),
+        at,
+        "as exhausted, with dlqctl's headers".into(),
+        &mut last,
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pipeline(extra: &str) -> Pipeline {
+        let yaml = format!("version: 1\npipelines:\n  - name: orders\n{extra}");
+        let mut t = crate::core::topology::parse_topology(&yaml, "t.yaml").expect("valid");
+        t.pipelines.remove(0)
+    }
+
+    #[test]
+    fn the_route_is_the_producers_exchange_with_a_key_it_binds() {
+        assert_eq!(drill_route(&pipeline("")), ("".into(), "orders".into()));
+        let topic =
+            pipeline("    exchange: {name: in, type: topic, bindings: [\"order.*.x\", \"b\"]}\n");
+        assert_eq!(drill_route(&topic), ("in".into(), "order.drill.x".into()));
+        let all = pipeline("    exchange: {name: in, type: topic, bindings: [\"#\"]}\n");
+        assert_eq!(drill_route(&all), ("in".into(), "drill".into()));
+        let fanout = pipeline("    exchange: {name: in, type: fanout}\n");
+        assert_eq!(drill_route(&fanout), ("in".into(), "".into()));
+        let headers =
+            pipeline("    exchange: {name: in, type: headers, bindings: [{arguments: {k: v}}]}\n");
+        assert_eq!(drill_route(&headers), ("".into(), "orders".into()));
+    }
+
+    #[test]
+    fn every_failed_attempt_but_the_last_visits_a_tier() {
+        let p = pipeline("    retry: {delays: [10s, 1m], max_attempts: 4}\n");
+        assert_eq!(expected_tiers(&p), vec!["10s", "1m", "1m"]);
+        let p = pipeline("    retry: {delays: [10s, 1m], max_attempts: 1}\n");
+        assert_eq!(expected_tiers(&p), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_timeline_reads_each_attempts_time() {
+        let errors = vec![
+            json!({"attempt": 1, "time": "2023-11-14T22:13:20.100Z", "error": "x"}),
+            json!({"attempt": 2, "time": "2023-11-14T22:13:20.400Z", "error": "x"}),
+            json!({"attempt": 3, "time": "2023-11-14T22:13:20.700Z", "error": "x"}),
+        ];
+        let published = 1_700_000_000_000;
+        let steps = tier_steps(
+            published,
+            &["10s".into(), "1m".into()],
+            &errors,
+            Some("2023-11-14T22:13:20.750Z"),
+        );
+        let names: Vec<(&str, u64)> = steps.iter().map(|s| (s.name.as_str(), s.took_ms)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("attempt 1", 100),
+                ("tier 10s", 300),
+                ("tier 1m", 300),
+                ("dead-lettered", 50)
+            ]
+        );
+        assert!(steps.iter().all(|s| s.ok));
+        // A history that lost the first attempts.
+        let steps = tier_steps(published, &["10s".into()], &errors[2..], None);
+        assert_eq!(steps[0].took_ms, 0);
+        assert!(steps[1].detail.contains("not kept"), "{:?}", steps[1]);
+    }
+}

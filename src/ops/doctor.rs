@@ -1,0 +1,301 @@
+//! `dlqctl doctor`: gathers the [`Snapshot`] the pure checklist
+//! ([`crate::core::check::doctor`]) judges: passive declares over AMQP,
+//! then, where the management API answers for the same broker, the
+//! version, each queue's policies, statistics and quorum members, the DLX's
+//! binding, and the user's permissions; the handler timeout from the
+//! command line or a worker's `/metrics`. Changes nothing.
+
+use crate::amqp::declare::{passive_exchange, passive_queue};
+use crate::amqp::mgmt::Management;
+use crate::core::check::doctor::{
+    checklist, handler_timeout_from_metrics, Check, HandlerTimeout, ManagementState, QueueFacts,
+    Snapshot,
+};
+use crate::core::check::stale::ListedQueue;
+use crate::core::topology::plan::{Plan, Role};
+use crate::error::Result;
+use lapin::Connection;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// What the command line adds to what the broker says.
+#[derive(Debug, Clone, Default)]
+pub struct DoctorOptions {
+    /// Only this pipeline (its main queue's name).
+    pub only: Option<String>,
+    /// `--handler-timeout`: the workers' handler timeout.
+    pub handler_timeout: Option<Duration>,
+    /// `--metrics-url`: a worker's metrics page, to read it from.
+    pub metrics_url: Option<String>,
+    /// `--max-dlq`.
+    pub max_dlq: Option<u64>,
+    /// How long to wait before the second sample of `messages_dlx`, taken
+    /// only when the first shows messages held.
+    pub sample_gap: Duration,
+    /// How long to wait for the management API to report the policies of
+    /// a queue just created.
+    pub policy_wait: Duration,
+}
+
+/// Gathers the snapshot of the pipelines of `plan` (only `opts.only` when
+/// given) and judges it: the checklist, broker first, then each pipeline. `user` and `vhost` are the AMQP connection's.
+/// An error means the broker could not be asked at all.
+pub async fn doctor(
+    conn: &Connection,
+    plan: &Plan,
+    mgmt: Option<&Management>,
+    vhost: &str,
+    user: &str,
+    opts: &DoctorOptions,
+) -> Result<Vec<Check>> {
+    let plan = only(plan, opts.only.as_deref());
+    let mut queues: HashMap<String, QueueFacts> = HashMap::new();
+    for q in &plan.queues {
+        let c = passive_queue(conn, &q.name).await?;
+        queues.insert(
+            q.name.clone(),
+            QueueFacts {
+                exists: c.is_some(),
+                ready: c.map(|c| u64::from(c.ready)),
+                consumers: c.map(|c| u64::from(c.consumers)),
+                ..QueueFacts::default()
+            },
+        );
+    }
+    let mut missing_exchanges = Vec::new();
+    for e in &plan.exchanges {
+        if !passive_exchange(conn, &e.name).await? {
+            missing_exchanges.push(e.name.clone());
+        }
+    }
+    let management = match mgmt {
+        None => ManagementState::Unreachable("no management API was given".into()),
+        Some(m) => match m.probe().await {
+            Err(e) => ManagementState::Unreachable(e.to_string()),
+            Ok(()) => match m.same_broker(conn, vhost).await {
+                Ok(()) => ManagementState::Answers,
+                Err(e) => ManagementState::OtherBroker(e.to_string()),
+            },
+        },
+    };
+    let mut snapshot = Snapshot {
+        version: None,
+        management: management.clone(),
+        user: user.to_string(),
+        permissions: Err("the management API does not answer for this broker".into()),
+        missing_exchanges,
+        queues,
+        dlx_bound: HashMap::new(),
+        sample_gap_s: opts.sample_gap.as_secs(),
+        handler_timeout: HashMap::new(),
+        max_dlq: opts.max_dlq,
+        handler_timeout_error: None,
+    };
+    if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
+        from_management(m, &plan, vhost, opts, &mut snapshot).await;
+    }
+    snapshot.handler_timeout_error = handler_timeouts(&plan, opts, &mut snapshot).await;
+    Ok(checklist(&plan, &snapshot, None))
+}
+
+/// The plan of one pipeline, or the whole plan.
+fn only(plan: &Plan, name: Option<&str>) -> Plan {
+    let Some(name) = name else {
+        return plan.clone();
+    };
+    Plan {
+        exchanges: (plan.exchanges.iter())
+            .filter(|e| e.pipelines.iter().any(|p| p == name))
+            .cloned()
+            .collect(),
+        queues: (plan.queues.iter())
+            .filter(|q| q.pipeline == name)
+            .cloned()
+            .collect(),
+        bindings: (plan.bindings.iter())
+            .filter(|b| b.pipeline == name)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Everything the management API tells; what fails to read stays unknown
+/// (a skip in the checklist), never an error of the whole run.
+async fn from_management(
+    m: &Management,
+    plan: &Plan,
+    vhost: &str,
+    opts: &DoctorOptions,
+    s: &mut Snapshot,
+) {
+    s.version = m.version().await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "cannot read the broker's version");
+        None
+    });
+    s.permissions = match m.permissions(vhost, &s.user).await {
+        Ok(Some(p)) => Ok(p),
+        Ok(None) => Err(format!(
+            "user {} has no permissions in this virtual host",
+            s.user
+        )),
+        Err(e) => Err(e.to_string()),
+    };
+    let listed = listing(m, plan, vhost, opts.policy_wait).await;
+    if let Some(listed) = &listed {
+        let definitions = m.policy_definitions(vhost).await.ok();
+        for (name, facts) in s.queues.iter_mut() {
+            let Some(l) = listed.get(name) else {
+                continue;
+            };
+            facts.kind = l.kind.clone();
+            facts.messages = l.messages;
+            facts.messages_dlx = l.messages_dlx.into_iter().collect();
+            facts.policies = l.policies.clone().map(|mut a| {
+                if let Some(d) = &definitions {
+                    d.complete(&mut a);
+                }
+                a
+            });
+        }
+    }
+    for q in &plan.queues {
+        let quorum = s
+            .queues
+            .get(&q.name)
+            .is_some_and(|f| f.kind.as_deref() == Some("quorum"));
+        if quorum {
+            let members = m.members(vhost, &q.name).await.ok().flatten();
+            if let Some(f) = s.queues.get_mut(&q.name) {
+                f.members = members;
+            }
+        }
+    }
+    for b in plan.bindings.iter() {
+        let dlx = plan
+            .exchanges
+            .iter()
+            .any(|e| e.name == b.exchange && e.role == Role::DeadLetterExchange);
+        if !dlx {
+            continue;
+        }
+        let bound = m
+            .bindings(vhost, &b.exchange, &b.queue)
+            .await
+            .ok()
+            .map(|l| !l.is_empty());
+        s.dlx_bound.insert(b.pipeline.clone(), bound);
+    }
+    let held = s
+        .queues
+        .values()
+        .any(|f| f.messages_dlx.iter().any(|n| *n > 0));
+    if held {
+        tokio::time::sleep(opts.sample_gap).await;
+        if let Ok(again) = m.list_queues(vhost).await {
+            for l in again {
+                if let Some(f) = s.queues.get_mut(&l.name) {
+                    if let Some(n) = l.messages_dlx {
+                        f.messages_dlx.push(n);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The vhost's queues by name, waiting up to `wait` for the policies of
+/// planned queues the statistics have not reported yet; `None` when the
+/// listing fails.
+async fn listing(
+    m: &Management,
+    plan: &Plan,
+    vhost: &str,
+    wait: Duration,
+) -> Option<HashMap<String, ListedQueue>> {
+    let start = Instant::now();
+    loop {
+        let listed: HashMap<String, ListedQueue> = match m.list_queues(vhost).await {
+            Ok(list) => list.into_iter().map(|q| (q.name.clone(), q)).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the queues through the management API");
+                return None;
+            }
+        };
+        let pending = plan
+            .queues
+            .iter()
+            .any(|q| listed.get(&q.name).is_some_and(|l| l.policies.is_none()));
+        if !pending || start.elapsed() >= wait {
+            return Some(listed);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Fills in the handler timeout of every pipeline, from
+/// `--handler-timeout` or a worker's metrics page; returns why the page
+/// could not be read.
+async fn handler_timeouts(plan: &Plan, opts: &DoctorOptions, s: &mut Snapshot) -> Option<String> {
+    let pipelines = plan
+        .queues
+        .iter()
+        .filter(|q| q.role == Role::MainQueue)
+        .map(|q| q.pipeline.clone());
+    if let Some(d) = opts.handler_timeout {
+        for p in pipelines {
+            s.handler_timeout.insert(
+                p,
+                HandlerTimeout {
+                    ms: d.as_millis() as u64,
+                    source: "--handler-timeout".into(),
+                },
+            );
+        }
+        return None;
+    }
+    let url = opts.metrics_url.as_deref()?;
+    let text = match fetch_text(url).await {
+        Ok(t) => t,
+        Err(e) => return Some(e),
+    };
+    let shown = crate::amqp::connection::redact(url);
+    let mut found = false;
+    for p in pipelines {
+        if let Some(ms) = handler_timeout_from_metrics(&text, &p) {
+            found = true;
+            s.handler_timeout.insert(
+                p,
+                HandlerTimeout {
+                    ms,
+                    source: shown.clone(),
+                },
+            );
+        }
+    }
+    (!found).then(|| {
+        format!(
+            "{shown} has no {} sample for these pipelines (a worker older than this dlqctl?)",
+            crate::core::check::doctor::HANDLER_TIMEOUT_METRIC
+        )
+    })
+}
+
+/// GET a text page (5 s timeout); the error is a sentence.
+async fn fetch_text(url: &str) -> std::result::Result<String, String> {
+    let shown = crate::amqp::connection::redact(url);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("cannot read {shown}: {}", e.without_url()))?;
+    if !resp.status().is_success() {
+        return Err(format!("cannot read {shown}: HTTP {}", resp.status()));
+    }
+    resp.text()
+        .await
+        .map_err(|e| format!("cannot read {shown}: {}", e.without_url()))
+}

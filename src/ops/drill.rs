@@ -1,0 +1,492 @@
+//! `dlqctl drill`: a fire drill on a live pipeline. Publishes one drill
+//! message (see [`crate::core::retry::drill`]) through the pipeline's own
+//! route, follows it to the DLQ, checks the worker's dead-letter counter
+//! (with a metrics URL), replays it and sees it acked, and removes every
+//! trace, also when a step fails or the drill is cancelled.
+//!
+//! A step that does not hold ends the drill, named; what is left of the
+//! message is then removed from the DLQ. A message stuck before the DLQ
+//! (no worker, a tier that routes nowhere) cannot be taken out of a queue
+//! others use: the worker sends it to the DLQ when the path is repaired
+//! (it is never handed to a handler), and the next drill removes it there
+//! (every drill first removes the DLQ's leftover drill messages).
+
+use crate::amqp::declare::passive_queue;
+use crate::amqp::mgmt::Management;
+use crate::amqp::publisher::Publisher;
+use crate::core::check::drill::{drill_route, expected_tiers, tier_steps, Step};
+use crate::core::dlq::select::Selector;
+use crate::core::retry::drill::{DRILL_ERROR, DRILL_HEADER};
+use crate::core::topology::Pipeline;
+use crate::error::Result;
+use crate::ops::dlq::{ReadOptions, Target};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Connection};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+/// What the command line gives a drill.
+#[derive(Debug, Clone)]
+pub struct DrillOptions {
+    /// How long the message may take to reach the DLQ, and the replayed
+    /// copy to be acked.
+    pub timeout: Duration,
+    /// A worker's metrics page, to see its dead-letter counter go up.
+    pub metrics_url: Option<String>,
+    /// Cancels the drill (SIGINT): it cleans up and ends.
+    pub cancel: CancellationToken,
+}
+
+/// What a drill found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct DrillReport {
+    /// The pipeline.
+    pub pipeline: String,
+    /// This drill's id (the value of its `dlqctl-drill` header).
+    pub id: String,
+    /// Every step, in order; the last one failed when `failed` is set.
+    pub steps: Vec<Step>,
+    /// The step that did not hold.
+    pub failed: Option<String>,
+    /// Drill messages of earlier drills removed from the DLQ first.
+    pub swept: u64,
+    /// Drill messages removed from the DLQ at the end (the drill's own,
+    /// after a failure).
+    pub removed: u64,
+    /// Wall time, milliseconds.
+    pub elapsed_ms: u64,
+}
+
+impl DrillReport {
+    fn ok(&mut self, name: impl Into<String>, since: &mut Instant, detail: impl Into<String>) {
+        self.steps.push(Step {
+            name: name.into(),
+            ok: true,
+            took_ms: since.elapsed().as_millis() as u64,
+            detail: detail.into(),
+        });
+        *since = Instant::now();
+    }
+
+    fn fail(&mut self, name: &str, since: &Instant, detail: impl Into<String>) {
+        self.steps.push(Step {
+            name: name.into(),
+            ok: false,
+            took_ms: since.elapsed().as_millis() as u64,
+            detail: detail.into(),
+        });
+        self.failed = Some(name.into());
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs a drill on `p`. An error means the broker could not be asked.
+pub async fn drill(
+    conn: Arc<Connection>,
+    p: &Pipeline,
+    mgmt: Option<&Management>,
+    vhost: &str,
+    user: &str,
+    opts: &DrillOptions,
+) -> Result<DrillReport> {
+    let started = Instant::now();
+    let id = format!("{:016x}", rand::random::<u64>());
+    let mut r = DrillReport {
+        pipeline: p.name.clone(),
+        id: id.clone(),
+        ..DrillReport::default()
+    };
+    let target = Target {
+        conn: conn.clone(),
+        dlq: p.dead_letter.queue.clone(),
+        user: user.to_string(),
+        read: ReadOptions {
+            retention_ms: p.dead_letter.ttl,
+            wait: true,
+            cancel: opts.cancel.clone(),
+            ..ReadOptions::default()
+        },
+        tag: format!("dlqctl drill {}", p.name),
+    };
+    // Leftovers of earlier drills (a kill -9 mid-run).
+    let leftovers = Selector {
+        error: Some(DRILL_ERROR.to_string()),
+        ..Selector::default()
+    };
+    r.swept = crate::ops::dlq::purge::purge(&target, &leftovers, None, true, &mut |_| {})
+        .await?
+        .removed;
+    let result = steps(&conn, p, mgmt, vhost, &target, &id, opts, &mut r).await;
+    if r.failed.is_some() || result.is_err() {
+        let mine = Selector {
+            headers: vec![(DRILL_HEADER.to_string(), id.clone())],
+            ..Selector::default()
+        };
+        let fresh = Target {
+            read: ReadOptions {
+                cancel: CancellationToken::new(),
+                ..target.read.clone()
+            },
+            ..target.clone()
+        };
+        if let Ok(p) = crate::ops::dlq::purge::purge(&fresh, &mine, None, true, &mut |_| {}).await {
+            r.removed = p.removed;
+        }
+    }
+    r.elapsed_ms = started.elapsed().as_millis() as u64;
+    result.map(|()| r)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn steps(
+    conn: &Arc<Connection>,
+    p: &Pipeline,
+    mgmt: Option<&Management>,
+    vhost: &str,
+    target: &Target,
+    id: &str,
+    opts: &DrillOptions,
+    r: &mut DrillReport,
+) -> Result<()> {
+    let before = match &opts.metrics_url {
+        Some(u) => Some(dead_letters(u, &p.name).await.unwrap_or(0.0)),
+        None => None,
+    };
+    let Some((published_ms, mut since)) = publish_step(conn, p, id, r).await? else {
+        return Ok(());
+    };
+
+    // To the DLQ.
+    let mine = Selector {
+        headers: vec![(DRILL_HEADER.to_string(), id.to_string())],
+        ..Selector::default()
+    };
+    let deadline = Instant::now() + opts.timeout;
+    let found = loop {
+        if opts.cancel.is_cancelled() {
+            r.fail("dlq", &since, "cancelled");
+            return Ok(());
+        }
+        let peek = crate::ops::dlq::peek(target, &mine, 1).await?;
+        if let Some(m) = peek.messages.into_iter().next() {
+            break m;
+        }
+        if Instant::now() >= deadline {
+            let (step, why) = diagnose(conn, p, mgmt, vhost).await;
+            r.fail(
+                &step,
+                &since,
+                format!(
+                    "not in {} after {}s: {why}",
+                    p.dead_letter.queue,
+                    opts.timeout.as_secs()
+                ),
+            );
+            return Ok(());
+        }
+        // Each look reads the DLQ up to the drill message (at its tail).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let tiers = expected_tiers(p);
+    let d = &found.described;
+    let mut timeline = tier_steps(
+        published_ms,
+        &tiers,
+        &d.errors,
+        d.dead_lettered_at.as_deref(),
+    );
+    if d.reason.as_deref() != Some("exhausted") || d.attempts != Some(tiers.len() as i64 + 1) {
+        r.steps.append(&mut timeline);
+        r.fail(
+            "dlq",
+            &since,
+            format!(
+                "reason {:?} after {:?} attempts, expected exhausted after {}",
+                d.reason,
+                d.attempts,
+                tiers.len() + 1
+            ),
+        );
+        return Ok(());
+    }
+    r.steps.append(&mut timeline);
+    r.ok(
+        "dlq",
+        &mut since,
+        format!("in {} with dlqctl's headers", p.dead_letter.queue),
+    );
+    after_dlq(p, target, &mine, id, opts, before, since, r).await
+}
+
+/// The first steps: a consumer on the main queue, then the drill message
+/// published through the pipeline's route. `Ok(None)` when one failed.
+async fn publish_step(
+    conn: &Arc<Connection>,
+    p: &Pipeline,
+    id: &str,
+    r: &mut DrillReport,
+) -> Result<Option<(u64, Instant)>> {
+    let mut since = Instant::now();
+    match passive_queue(conn, &p.name).await? {
+        None => {
+            r.fail(
+                "consumer",
+                &since,
+                format!("queue {} does not exist: run `dlqctl provision`", p.name),
+            );
+            return Ok(None);
+        }
+        Some(c) if c.consumers == 0 => {
+            r.fail(
+                "consumer",
+                &since,
+                format!("no worker consumes {}: start `dlqctl work`", p.name),
+            );
+            return Ok(None);
+        }
+        Some(c) => r.ok(
+            "consumer",
+            &mut since,
+            format!("{} consumer(s) on {}", c.consumers, p.name),
+        ),
+    }
+    let (exchange, key) = drill_route(p);
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ShortString::from(DRILL_HEADER),
+        AMQPValue::LongString(LongString::from(id)),
+    );
+    let props = BasicProperties::default()
+        .with_message_id(format!("dlqctl-drill-{id}").as_str().into())
+        .with_content_type("text/plain".into())
+        .with_delivery_mode(2)
+        .with_headers(headers);
+    let publisher = Publisher::new(conn.clone(), 1, Duration::from_secs(10));
+    let published_ms = now_unix_ms();
+    let route = if exchange.is_empty() {
+        format!("the default exchange [{key}]")
+    } else {
+        format!("exchange {exchange} [{key}]")
+    };
+    if let Err(refusal) = publisher
+        .publish(&exchange, &key, b"dlqctl drill: a synthetic message", props)
+        .await
+    {
+        r.fail("published", &since, format!("through {route}: {refusal}"));
+        return Ok(None);
+    }
+    r.ok("published", &mut since, format!("through {route}"));
+    Ok(Some((published_ms, since)))
+}
+
+/// The steps after the DLQ: the metric, the replay, the ack.
+#[allow(clippy::too_many_arguments)]
+async fn after_dlq(
+    p: &Pipeline,
+    target: &Target,
+    mine: &Selector,
+    id: &str,
+    opts: &DrillOptions,
+    before: Option<f64>,
+    mut since: Instant,
+    r: &mut DrillReport,
+) -> Result<()> {
+    if let (Some(u), Some(before)) = (&opts.metrics_url, before) {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let now = dead_letters(u, &p.name).await.unwrap_or(before);
+            if now > before {
+                r.ok(
+                    "metric",
+                    &mut since,
+                    format!("dlqctl_dead_letters_total{{reason=\"exhausted\"}} {before} -> {now}"),
+                );
+                break;
+            }
+            if Instant::now() >= until {
+                r.fail("metric", &since, format!("dlqctl_dead_letters_total{{reason=\"exhausted\"}} stayed at {before} on {}", crate::amqp::connection::redact(u)));
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    let replay = crate::ops::dlq::replay::replay(
+        target,
+        &crate::ops::dlq::replay::ReplayOptions {
+            selector: mine.clone(),
+            limit: Some(1),
+            rate: None,
+            to: p.name.clone(),
+            dry_run: false,
+            canary: None,
+            replay_id: format!("drill-{id}"),
+        },
+        &mut |_| {},
+    )
+    .await?;
+    if replay.moved != 1 {
+        r.fail(
+            "replayed",
+            &since,
+            format!(
+                "moved {} messages: {}",
+                replay.moved,
+                replay.why_failed.unwrap_or_default()
+            ),
+        );
+        return Ok(());
+    }
+    r.ok("replayed", &mut since, format!("to {}", p.name));
+
+    // Acked: the worker takes the copy and does not dead-letter it again.
+    let acks_before = match &opts.metrics_url {
+        Some(u) => metric(u, "dlqctl_decisions_total", &p.name, "decision=\"ack\"").await,
+        None => None,
+    };
+    let settle = Duration::from_secs(2);
+    tokio::time::sleep(settle).await;
+    let back = crate::ops::dlq::peek(target, mine, 1).await?;
+    if !back.messages.is_empty() {
+        r.fail("acked", &since, "the replayed copy was dead-lettered again: the worker did not recognise the drill message (an older dlqctl?)");
+        return Ok(());
+    }
+    let detail = match (&opts.metrics_url, acks_before) {
+        (Some(u), Some(_)) => {
+            match metric(u, "dlqctl_decisions_total", &p.name, "decision=\"ack\"").await {
+                Some(n) => format!("by the worker (acks: {n}); not dead-lettered again"),
+                None => "not dead-lettered again".into(),
+            }
+        }
+        _ => "not dead-lettered again within 2s".into(),
+    };
+    r.ok("acked", &mut since, detail);
+    Ok(())
+}
+
+/// Which step most likely broke, when the message did not reach the DLQ:
+/// no consumer, a tier that does not route back (its dead-letter
+/// arguments, or messages held for its DLX), a retry binding missing, the
+/// DLX not bound to the DLQ; else a timeout.
+async fn diagnose(
+    conn: &Connection,
+    p: &Pipeline,
+    mgmt: Option<&Management>,
+    vhost: &str,
+) -> (String, String) {
+    if let Ok(Some(c)) = passive_queue(conn, &p.name).await {
+        if c.consumers == 0 {
+            return ("consumer".into(), format!("no worker consumes {}", p.name));
+        }
+    }
+    let Some(m) = mgmt else {
+        return (
+            "dlq".into(),
+            "no management API to tell which step broke".into(),
+        );
+    };
+    for t in p.retry.tiers() {
+        let q = p.retry_queue(t);
+        let tier = format!("tier {}", crate::core::values::duration::tier_name(t));
+        match m.queue(vhost, &q).await {
+            Ok(Some(doc)) => {
+                let args = &doc["arguments"];
+                if args["x-dead-letter-exchange"] != ""
+                    || args["x-dead-letter-routing-key"] != p.name.as_str()
+                {
+                    return (
+                        tier,
+                        format!(
+                            "{q} does not route back to {} (its dead-letter arguments: {} / {})",
+                            p.name,
+                            args["x-dead-letter-exchange"],
+                            args["x-dead-letter-routing-key"]
+                        ),
+                    );
+                }
+                if doc["messages_dlx"].as_u64().unwrap_or(0) > 0 {
+                    return (
+                        tier,
+                        format!(
+                            "{q} holds messages it cannot dead-letter back to {}",
+                            p.name
+                        ),
+                    );
+                }
+            }
+            Ok(None) => return (tier, format!("{q} does not exist")),
+            Err(_) => {}
+        }
+        let key = crate::core::values::duration::tier_name(t);
+        if let Ok(b) = m.bindings(vhost, &p.retry_exchange(), &q).await {
+            if !b.iter().any(|b| b.routing_key == key) {
+                return (
+                    tier,
+                    format!("{} does not route [{key}] to {q}", p.retry_exchange()),
+                );
+            }
+        }
+    }
+    if let Ok(b) = m
+        .bindings(vhost, &p.dead_letter_exchange(), &p.dead_letter.queue)
+        .await
+    {
+        if b.is_empty() {
+            return (
+                "dlq".into(),
+                format!(
+                    "{} has no binding to {}",
+                    p.dead_letter_exchange(),
+                    p.dead_letter.queue
+                ),
+            );
+        }
+    }
+    (
+        "dlq".into(),
+        "no broken step found; raise --timeout, or look at the worker's log".into(),
+    )
+}
+
+/// The worker's exhausted dead letters for `queue`.
+async fn dead_letters(url: &str, queue: &str) -> Option<f64> {
+    metric(
+        url,
+        "dlqctl_dead_letters_total",
+        queue,
+        "reason=\"exhausted\"",
+    )
+    .await
+}
+
+/// A sample of `name` labelled `queue="QUEUE"` and `label` on a metrics
+/// page.
+async fn metric(url: &str, name: &str, queue: &str, label: &str) -> Option<f64> {
+    let text = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?
+        .get(url)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let q = format!("queue=\"{queue}\"");
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+        let (labels, value) = rest.split_once('}')?;
+        let ls: Vec<&str> = labels.split(',').collect();
+        (ls.contains(&q.as_str()) && ls.contains(&label))
+            .then(|| value.trim().parse().ok())
+            .flatten()
+    })
+}

@@ -1,0 +1,585 @@
+//! `dlqctl doctor` against a real broker: what it fails on (policies that
+//! change what the topology asked for), what it warns about (a short DLQ
+//! retention, a main queue nobody consumes), a freshly provisioned
+//! topology that passes, and no broker at all.
+//!
+//! The policies each test sets match only its own queues (the
+//! `it-xxxxxxxx-` prefix) and are removed when it ends.
+
+use crate::support::policy::{Kind, PolicyGuard};
+use crate::support::script::Script;
+use crate::support::worker::*;
+use crate::support::{Dlqctl, Run};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+async fn doctor(file: &Path, extra: &[&str]) -> Run {
+    Dlqctl::new("doctor").arg(file).args(extra).run().await
+}
+
+/// The lines of the text checklist at `level` (`fail`, `warn`, ...).
+fn lines_at<'a>(run: &'a Run, level: &str) -> Vec<&'a str> {
+    let start = format!("  {level}  ");
+    run.stdout
+        .lines()
+        .filter(|l| l.starts_with(&start))
+        .collect()
+}
+
+/// A quorum pipeline with tiers of 1 s and 10 s whose DLQ keeps `ttl`,
+/// provisioned.
+async fn provisioned(ttl: &'static str) -> (PipeFixture, std::path::PathBuf) {
+    let f = PipeFixture::new(&[1000, 10_000], 3, |p| p.dlq_ttl = Some(ttl)).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    (f, file)
+}
+
+#[tokio::test]
+async fn doctor_passes_on_a_freshly_provisioned_topology() {
+    let (f, file) = provisioned("14d").await;
+    let run = doctor(&file, &["--handler-timeout", "30s"]).await;
+    run.assert_code(0);
+    assert_eq!(
+        lines_at(&run, "fail"),
+        Vec::<&str>::new(),
+        "{}",
+        run.output()
+    );
+    // Nobody consumes yet: the one warning.
+    let warns = lines_at(&run, "warn");
+    assert_eq!(warns.len(), 1, "{}", run.output());
+    assert!(warns[0].contains(&format!("queue {}: no consumer", f.pipe.name)));
+    for line in [
+        "  pass  broker       management API: answers, for the broker the AMQP connection reached"
+            .to_string(),
+        format!("pipeline {}", f.pipe.name),
+        "  pass  objects      exchanges and queues: all 6 exist".to_string(),
+        "  pass  policies     queues: no policy or operator policy applies to 4 queues".to_string(),
+        format!(
+            "  pass  limits       retention of {}: 14d (7 days or more)",
+            f.pipe.dlq()
+        ),
+        "  pass  limits       handler timeout: 30s (--handler-timeout) is under 30m".to_string(),
+        "  pass  health       quorum members: all online on 4 quorum queues".to_string(),
+        "  pass  permissions  dlqctl work: user guest may run it".to_string(),
+    ] {
+        assert!(
+            run.stdout.contains(&line),
+            "no `{line}` in\n{}",
+            run.output()
+        );
+    }
+
+    // The same as JSON: every item, its level, the worst one.
+    let run = doctor(&file, &["--format", "json"]).await;
+    run.assert_code(0);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(doc["result"], "warn", "{doc:#}");
+    assert_eq!(doc["counts"]["fail"], 0);
+    let version = &doc["checks"][0];
+    assert_eq!(version["area"], "broker");
+    assert_eq!(version["level"], "pass", "{version:#}");
+    assert!(
+        version["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("RabbitMQ "),
+        "{version:#}"
+    );
+}
+
+#[tokio::test]
+async fn doctor_fails_on_an_operator_policy_that_cuts_the_dlq_ttl() {
+    let (f, file) = provisioned("14d").await;
+    let dlq = f.pipe.dlq();
+    let op = PolicyGuard::set(
+        &f.cleanup,
+        Kind::Operator,
+        "cap",
+        "orders\\.dlq$",
+        json!({"message-ttl": 1000}),
+    )
+    .await;
+    op.wait_applied(&f.broker, std::slice::from_ref(&dlq)).await;
+
+    let run = doctor(&file, &[]).await;
+    run.assert_code(3);
+    let fails = lines_at(&run, "fail");
+    assert_eq!(fails.len(), 1, "{}", run.output());
+    let wanted = format!(
+        "  fail  policies     queue {dlq}: operator policy `{}` overrides message-ttl: effective \
+         1000, wanted {}",
+        op.name,
+        14 * 86_400_000u64
+    );
+    assert!(fails[0].starts_with(&wanted), "{}", run.output());
+    assert!(run
+        .stdout
+        .starts_with(&format!("dlqctl doctor {}: fail (1 fail", file.display())));
+    // The retention that follows is a warning besides.
+    assert!(
+        run.stdout.contains(&format!(
+            "  warn  limits       retention of {dlq}: 1s (under 7 days)"
+        )),
+        "{}",
+        run.output()
+    );
+
+    let run = doctor(&file, &["--format", "github"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("::error file=")
+            && l.contains("title=dlqctl doctor::policies queue")
+            && l.contains(&op.name)),
+        "{}",
+        run.output()
+    );
+}
+
+#[tokio::test]
+async fn doctor_fails_on_a_drop_head_overflow_policy() {
+    let (f, file) = provisioned("14d").await;
+    let p = PolicyGuard::set(
+        &f.cleanup,
+        Kind::Policy,
+        "dh",
+        "orders",
+        json!({"overflow": "drop-head"}),
+    )
+    .await;
+    p.wait_applied(&f.broker, &f.all_queues()).await;
+
+    let run = doctor(&file, &["--queue", &f.pipe.name]).await;
+    run.assert_code(3);
+    // The main queue and each tier ask for reject-publish: each fails,
+    // named. (The DLQ asks for no overflow: drop-head is its default.)
+    let fails = lines_at(&run, "fail");
+    assert_eq!(fails.len(), 3, "{}", run.output());
+    for q in f.main_and_retry_queues() {
+        let line = format!(
+            "  fail  policies     queue {q}: policy `{}` overrides overflow: effective \
+             \"drop-head\", wanted \"reject-publish\"; the broker falls back to at-most-once",
+            p.name
+        );
+        assert!(
+            fails.iter().any(|l| l.starts_with(&line)),
+            "no `{line}` in\n{}",
+            run.output()
+        );
+    }
+}
+
+#[tokio::test]
+async fn doctor_warns_on_a_short_dlq_retention_and_a_main_queue_without_consumers() {
+    let (f, file) = provisioned("1d").await;
+    let run = doctor(&file, &[]).await;
+    run.assert_code(0);
+    let warns = lines_at(&run, "warn");
+    assert_eq!(
+        warns,
+        vec![
+            format!(
+                "  warn  limits       retention of {}: 1d (under 7 days): an incident found \
+                 after a weekend may have lost its evidence; raise `dead_letter.ttl`",
+                f.pipe.dlq()
+            )
+            .as_str(),
+            format!(
+                "  warn  health       queue {}: no consumer: messages wait until a worker runs; \
+                 start `dlqctl work`",
+                f.pipe.name
+            )
+            .as_str(),
+        ],
+        "{}",
+        run.output()
+    );
+    // No handler timeout given: skipped, saying how to give it.
+    assert!(
+        lines_at(&run, "skip")
+            .iter()
+            .any(|l| l.contains("handler timeout: unknown: give --handler-timeout")),
+        "{}",
+        run.output()
+    );
+}
+
+/// The handler timeout read from a running worker's `/metrics`
+/// (`dlqctl_handler_timeout_seconds`): 45 minutes is past the broker's
+/// 30-minute consumer timeout, a fail; the worker is the main queue's
+/// consumer, so that warning is gone.
+#[tokio::test]
+async fn doctor_reads_the_handler_timeout_from_a_workers_metrics() {
+    let (f, file) = provisioned("14d").await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--metrics-addr", "127.0.0.1:0", "--handler-timeout", "45m"],
+    );
+    let ev = w
+        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
+        .await;
+    let addr = ev[0]["addr"].as_str().unwrap_or_default().to_string();
+    w.wait_consuming().await;
+    let url = format!("http://{addr}/metrics");
+
+    let run = doctor(&file, &["--metrics-url", &url]).await;
+    run.assert_code(3);
+    let fails = lines_at(&run, "fail");
+    assert_eq!(fails.len(), 1, "{}", run.output());
+    assert!(
+        fails[0].starts_with(&format!(
+            "  fail  limits       handler timeout: 45m ({url}) is not under 30m"
+        )),
+        "{}",
+        run.output()
+    );
+    assert_eq!(
+        lines_at(&run, "warn"),
+        Vec::<&str>::new(),
+        "{}",
+        run.output()
+    );
+    assert!(run.stdout.contains(&format!(
+        "  pass  health       queue {}: 1 consumer",
+        f.pipe.name
+    )));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn doctor_exits_1_without_a_broker_and_2_on_bad_usage() {
+    let (f, file) = provisioned("14d").await;
+    let run = doctor(&file, &["--url", "amqp://guest:guest@127.0.0.1:1/%2f"]).await;
+    run.assert_code(1);
+    assert!(
+        run.stderr
+            .contains("cannot connect to RabbitMQ at 127.0.0.1:1"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(run.stdout, "", "nothing is claimed without a broker");
+
+    let run = doctor(&file, &["--queue", "no-such-pipeline"]).await;
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("is not a pipeline of"),
+        "{}",
+        run.output()
+    );
+    let run = doctor(
+        &file,
+        &[
+            "--handler-timeout",
+            "1s",
+            "--metrics-url",
+            "http://127.0.0.1:1/metrics",
+        ],
+    )
+    .await;
+    run.assert_code(2);
+    drop(f);
+}
+
+// ---------------------------------------------------------------- drill messages
+
+/// A drill message (header `dlqctl-drill`) never reaches the handler: the
+/// worker fails it as transient through every tier (10 s and 1 m, with the
+/// short per-message expiration of drill copies, so in seconds, not a
+/// minute), dead-letters it as `exhausted` with dlqctl's headers, and acks
+/// it without the handler when it is replayed. The handler records every
+/// call: it has none.
+#[tokio::test]
+async fn drill_messages_never_reach_the_handler_and_walk_every_tier_fast() {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |p| p.dlq_ttl = Some("14d")).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
+    w.wait_consuming().await;
+    let mut h = lapin::types::FieldTable::default();
+    h.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-test".into()),
+    );
+    let start = std::time::Instant::now();
+    publish(
+        &f.broker,
+        "",
+        &f.pipe.name,
+        b"drill",
+        with_id("d-1").with_headers(h),
+    )
+    .await;
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 1, Duration::from_secs(20))
+        .await;
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "{took:?}: the tiers' delays were waited"
+    );
+    let decisions: Vec<String> = w
+        .decisions()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        decisions,
+        vec!["retry", "retry", "dead_letter"],
+        "{}",
+        w.output()
+    );
+    let tiers: Vec<String> = w
+        .decisions()
+        .iter()
+        .map(|d| d["tier"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(tiers, vec!["10s", "1m", ""], "{}", w.output());
+
+    // Replayed: acked without the handler.
+    let run = Dlqctl::new("dlq")
+        .args(["replay"])
+        .arg(&file)
+        .args(["--queue", &f.pipe.name])
+        .run()
+        .await;
+    run.assert_code(0);
+    w.wait_decisions(4, Duration::from_secs(20)).await;
+    assert_eq!(w.decisions()[3]["decision"], "ack", "{}", w.output());
+    assert_eq!(script.calls().len(), 0, "the handler saw a drill message");
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    w.stop().await;
+}
+
+// ---------------------------------------------------------------- dlqctl drill
+
+async fn drill(file: &Path, queue: &str, extra: &[&str]) -> Run {
+    Dlqctl::new("drill")
+        .arg(file)
+        .args(["--queue", queue])
+        .args(extra)
+        .run()
+        .await
+}
+
+/// A provisioned pipeline with tiers of 10 s and 1 m (three attempts) and
+/// a worker whose handler records every call, serving metrics.
+async fn drilled() -> (PipeFixture, std::path::PathBuf, Script, WorkerProc, String) {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |p| p.dlq_ttl = Some("14d")).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--metrics-addr", "127.0.0.1:0"],
+    );
+    let ev = w
+        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
+        .await;
+    let url = format!(
+        "http://{}/metrics",
+        ev[0]["addr"].as_str().unwrap_or_default()
+    );
+    w.wait_consuming().await;
+    (f, file, script, w, url)
+}
+
+#[tokio::test]
+async fn drill_passes_on_a_healthy_pipeline_well_under_the_tiers_delay() {
+    let (f, file, script, mut w, url) = drilled().await;
+    let start = std::time::Instant::now();
+    let run = drill(&file, &f.pipe.name, &["--metrics-url", &url]).await;
+    let took = start.elapsed();
+    run.assert_code(0);
+    assert!(
+        took < Duration::from_secs(20),
+        "{took:?} (the tiers alone are 70 s)"
+    );
+    assert!(
+        run.stdout
+            .starts_with(&format!("dlqctl drill {}: pass", f.pipe.name)),
+        "{}",
+        run.output()
+    );
+    for step in [
+        "consumer",
+        "published",
+        "attempt 1",
+        "tier 10s",
+        "tier 1m",
+        "dead-lettered",
+        "dlq",
+        "metric",
+        "replayed",
+        "acked",
+    ] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("  ok    {step} "))),
+            "no step `{step}` in\n{}",
+            run.output()
+        );
+    }
+    assert_eq!(
+        script.calls().len(),
+        0,
+        "a drill message reached the handler"
+    );
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    let run = drill(&file, &f.pipe.name, &["--format", "json"]).await;
+    run.assert_code(0);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(doc["failed"], Value::Null, "{doc:#}");
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_consumer_step_without_a_worker() {
+    let f = PipeFixture::new(&[10_000, 60_000], 3, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let run = drill(&file, &f.pipe.name, &[]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `consumer`")
+            && run
+                .stdout
+                .contains(&format!("no worker consumes {}", f.pipe.name)),
+        "{}",
+        run.output()
+    );
+    // Nothing was published.
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
+    let run = drill(
+        &file,
+        &f.pipe.name,
+        &["--url", "amqp://guest:guest@127.0.0.1:1/%2f"],
+    )
+    .await;
+    run.assert_code(1);
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_dlq_step_when_the_dlx_has_no_binding() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    let ch = f.broker.channel().await;
+    ch.queue_unbind(
+        f.pipe.dlq().as_str().into(),
+        f.pipe.dlx().as_str().into(),
+        "".into(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .expect("unbind");
+    let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `dlq`")
+            && run.stdout.contains(&format!(
+                "{} has no binding to {}",
+                f.pipe.dlx(),
+                f.pipe.dlq()
+            )),
+        "{}",
+        run.output()
+    );
+    assert_eq!(script.calls().len(), 0);
+
+    // Doctor names the missing binding. (The worker's copy, returned as
+    // unroutable, stays unpublished and its original unacked, so nothing
+    // is held as messages_dlx here.)
+    let run = doctor(&file, &[]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains(&format!(
+            "  fail  health       binding {}.dlx -> {}: missing",
+            f.pipe.name,
+            f.pipe.dlq()
+        )),
+        "{}",
+        run.output()
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn drill_fails_at_the_tier_whose_dead_letter_route_is_broken() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    // The 10 s tier, redeclared by hand with a scratch routing key.
+    let tier = f.pipe.retry_queue(10_000);
+    let ch = f.broker.channel().await;
+    ch.queue_delete(tier.as_str().into(), Default::default())
+        .await
+        .expect("delete the tier");
+    let args = table(&[
+        ("x-queue-type", s("quorum")),
+        ("x-message-ttl", i(10_000)),
+        ("x-dead-letter-exchange", s("")),
+        ("x-dead-letter-routing-key", s(&f.cleanup.name("scratch"))),
+        ("x-dead-letter-strategy", s("at-least-once")),
+        ("x-overflow", s("reject-publish")),
+    ]);
+    f.broker.declare_queue(&tier, args).await;
+    ch.queue_bind(
+        tier.as_str().into(),
+        f.pipe.retry_exchange().as_str().into(),
+        "10s".into(),
+        Default::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .expect("bind the tier");
+    let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
+    run.assert_code(3);
+    assert!(
+        run.stdout.contains("fail at step `tier 10s`")
+            && run.stdout.contains(&format!("{tier} does not route back")),
+        "{}",
+        run.output()
+    );
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+/// `kill -9` of a drill mid-run leaves at most its one message behind
+/// (the worker still takes it to the DLQ, never to the handler), and the
+/// next drill removes it before its own run.
+#[tokio::test]
+async fn a_killed_drill_leaves_one_message_that_the_next_drill_removes() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    let mut child = Dlqctl::new("drill")
+        .arg(&file)
+        .args(["--queue", &f.pipe.name])
+        .spawn();
+    // Killed once its message is in the DLQ (before the replay removes it).
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 1, Duration::from_secs(20))
+        .await;
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
+    // Its connection closed, anything it held unacked is back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = f.broker.message_count(&f.pipe.dlq()).await;
+    assert!(left <= Some(1), "{left:?}");
+    let run = drill(&file, &f.pipe.name, &[]).await;
+    run.assert_code(0);
+    // Killed before its replay took the message (the usual case), the
+    // next drill removes it first.
+    if left == Some(1) {
+        assert!(
+            run.stdout
+                .contains("removed 1 drill message(s) left in the DLQ by earlier drills"),
+            "{}",
+            run.output()
+        );
+    }
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
