@@ -24,8 +24,10 @@
 # the other test nodes (tests/cluster.sh: 5680-5682; tests/tls-node.sh:
 # 5688-5689).
 #
-# The chroot is $DLQCTL_RABBITMQ4_DIR, default .brokers/rabbitmq-4.3 in the
-# repository (ignored by git). It is built from nothing by `start`:
+# The chroot is $DLQCTL_RABBITMQ4_DIR, default target/rabbitmq-4.3 in the
+# repository (ignored by git; under target/ because `cargo package` walks
+# every other folder of the crate, and fails on the chroot's mounted /proc;
+# `cargo clean` removes it). It is built from nothing by `start`:
 # debootstrap (installed with apt-get when missing) of Debian sid, checked
 # with the machine's Debian archive keyring, then `apt-get install
 # rabbitmq-server` inside it. About 2 to 5 minutes and 400 MB the first
@@ -39,7 +41,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-DIR=${DLQCTL_RABBITMQ4_DIR:-$HERE/.brokers/rabbitmq-4.3}
+DIR=${DLQCTL_RABBITMQ4_DIR:-$HERE/target/rabbitmq-4.3}
 DIR=${DIR%/}
 ROOT=$DIR/root
 MIRROR=${DLQCTL_DEBIAN_MIRROR:-http://deb.debian.org/debian}

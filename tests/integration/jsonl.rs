@@ -560,8 +560,13 @@ async fn a_process_that_never_reads_holds_dlqctl_back() {
     let early = w.memory_kb("VmHWM");
     w.wait_decisions(7, Duration::from_secs(60)).await;
     let late = w.memory_kb("VmHWM");
+    // Holding what was published would add 60 MiB; keeping the few copies
+    // of each message handled (the delivery, its line, the retry copy)
+    // would add over 20 MiB between the 3rd and the 7th. The allocator's
+    // arenas alone have raised the peak by up to 8 MiB in that span (seen
+    // on RabbitMQ 4.3), so the bound between the two readings is 10 MiB.
     assert!(
-        late < idle + 32 * 1024 && late < early + 6 * 1024,
+        late < idle + 32 * 1024 && late < early + 10 * 1024,
         "dlqctl grew: {idle} kB idle, {early} kB peak after 3 messages, {late} kB after 7"
     );
     let restarts = w.events("handler process ended; starting it again");

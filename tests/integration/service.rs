@@ -286,12 +286,8 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    // The automatic redrive's metrics get their first series when a
-    // redrive runs (a pipeline with dead_letter.redrive); this worker's
-    // pipeline has none, and tests/integration/redrive.rs reads them.
     let missing: Vec<String> = names
         .iter()
-        .filter(|(name, _)| !name.starts_with("dlqctl_redrive"))
         .filter(|(name, _)| {
             let family = ["_total", "_bucket", "_sum", "_count", "_created"]
                 .iter()
