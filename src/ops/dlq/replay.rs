@@ -356,9 +356,7 @@ async fn pass(
         publisher.close().await;
     }
     let cancelled = t.read.cancel.is_cancelled();
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     report.rotated += stats.rotated;
     report.cancelled |= cancelled || stats.cancelled;
     super::refuse_unknown_group(&groups, &t.dlq, report.cancelled)?;
@@ -620,9 +618,7 @@ async fn count_replay_id(t: &Target, replay_id: &str, hooks: &mut dyn ReplayHook
         Ok::<_, Error>(())
     }
     .await;
-    let stats = r.finish().await;
-    outcome?;
-    stats?;
+    r.finish_after(outcome).await?;
     Ok(n)
 }
 
