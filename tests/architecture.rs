@@ -8,8 +8,7 @@
 //!   `mod.rs` counted), so its layout is read at a glance;
 //! - `src/core/` does no I/O: no async runtime, files, sockets, processes,
 //!   broker connections, clock or random numbers;
-//! - no function in `src/` is longer than 100 lines, except the few listed
-//!   in [`BEING_SHORTENED`].
+//! - no function in `src/` is longer than 100 lines.
 //!
 //! Test code (`#[cfg(test)]` items and the `*tests.rs` files) is left out:
 //! a test may reach anywhere and be as long as its table.
@@ -20,11 +19,6 @@ use std::path::{Path, PathBuf};
 
 const CORE_MAX_ENTRIES: usize = 8;
 const FN_MAX_LINES: usize = 100;
-
-/// Functions outside the core over 100 lines: being shortened; this list
-/// may only shrink. (file, function name) A listed function that is no
-/// longer long is named in the test's output: take it off.
-const BEING_SHORTENED: &[(&str, &str)] = &[("src/ops/dlq/replay.rs", "pass")];
 
 /// What the core may not name: I/O, the clock, randomness.
 const CORE_FORBIDDEN: &[&str] = &[
@@ -692,26 +686,11 @@ fn no_function_is_longer_than_100_lines() {
     let (_, sources) = tree();
     let all: Vec<_> = sources.iter().flat_map(functions).collect();
     assert!(all.len() > 500, "the functions were read");
-    let listed = |file: &str, name: &str| {
-        BEING_SHORTENED
-            .iter()
-            .any(|(f, n)| *f == file && *n == name)
-    };
     let long: Vec<String> = all
         .iter()
-        .filter(|(file, name, _, len)| *len > FN_MAX_LINES && !listed(file, name))
+        .filter(|(_, _, _, len)| *len > FN_MAX_LINES)
         .map(|(file, name, line, len)| format!("{file}:{line} fn {name}: {len} lines"))
         .collect();
-    for (file, name) in BEING_SHORTENED {
-        let longest = all
-            .iter()
-            .filter(|(f, n, _, _)| f == file && n == name)
-            .map(|f| f.3)
-            .max();
-        if longest.is_none_or(|len| len <= FN_MAX_LINES) {
-            println!("note: {file} fn {name} is no longer over {FN_MAX_LINES} lines; take it off BEING_SHORTENED");
-        }
-    }
     assert!(
         long.is_empty(),
         "functions over {FN_MAX_LINES} lines:\n{}",

@@ -11,10 +11,11 @@
 //! batch fails the whole batch, and a batch that passes is wholly
 //! confirmed and routed.
 
+use crate::amqp::publisher::publish_mandatory;
 use crate::core::retry::confirm::Refusal;
 use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 use std::time::Duration;
 
@@ -53,16 +54,7 @@ impl BatchPublisher {
     ) -> std::result::Result<(), Refusal> {
         let c = tokio::time::timeout(
             self.timeout,
-            self.ch.basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                body,
-                props,
-            ),
+            publish_mandatory(&self.ch, exchange, routing_key, body, props),
         )
         .await
         .map_err(|_| Refusal::Timeout)?

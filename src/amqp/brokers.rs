@@ -73,6 +73,24 @@ impl Brokers {
         )
     }
 
+    /// Connects as [`Brokers::connect`] does, with the management API
+    /// client of the address that answered; the connection is closed
+    /// again when that client cannot be made.
+    pub async fn connect_with_management<S: AsRef<str>>(
+        &self,
+        explicit: &[S],
+        name: &str,
+    ) -> Result<(Connection, usize, crate::amqp::mgmt::Management)> {
+        let (conn, at) = self.connect(name).await?;
+        match self.management(explicit, at) {
+            Ok(mgmt) => Ok((conn, at, mgmt)),
+            Err(e) => {
+                crate::amqp::connection::close(&conn).await;
+                Err(e)
+            }
+        }
+    }
+
     /// Every address, in order.
     pub fn urls(&self) -> &[BrokerUrl] {
         &self.urls

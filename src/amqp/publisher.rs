@@ -15,6 +15,29 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::core::retry::confirm::{judge_batch, BatchOutcome, Confirm};
 pub use crate::core::retry::confirm::{Refusal, Verdict};
 
+/// Publishes on `ch` with `mandatory` set: a copy no queue takes comes
+/// back (`basic.return`) instead of being dropped, so it is never counted
+/// as delivered. The confirm is the caller's to wait for.
+pub(crate) async fn publish_mandatory(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> lapin::Result<PublisherConfirm> {
+    ch.basic_publish(
+        exchange.into(),
+        routing_key.into(),
+        BasicPublishOptions {
+            mandatory: true,
+            immediate: false,
+        },
+        body,
+        props,
+    )
+    .await
+}
+
 /// Confirm-mode publishing channels ("lanes"), each with many copies in
 /// flight and a collector task that owns their confirms.
 ///
@@ -186,16 +209,7 @@ impl Publisher {
             }
             let published = tokio::time::timeout_at(
                 deadline,
-                lane.channel.basic_publish(
-                    exchange.into(),
-                    routing_key.into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        immediate: false,
-                    },
-                    body,
-                    props.clone(),
-                ),
+                publish_mandatory(&lane.channel, exchange, routing_key, body, props.clone()),
             )
             .await;
             let confirm = match published {

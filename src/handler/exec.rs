@@ -50,7 +50,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::process::spawn::{spawn, EnvChange, Spawned};
-pub use super::process::{check_program, resolve_program};
+pub use super::process::{check_program, resolve_program, ProgramError};
 use super::process::{
     format_timeout, io_error_text, read_some, signal_name, with_tail, TailBuffer,
 };

@@ -573,7 +573,7 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
 /// `--canary-wait`: a duration of at most 24 h (the DLQ stays locked
 /// while the canary waits).
 fn canary_wait(s: &str) -> Result<std::time::Duration, String> {
-    let d = dlqctl::core::values::duration::parse_cli_duration(s)?;
+    let d = dlqctl::core::values::duration::parse_cli_duration(s).map_err(|e| e.to_string())?;
     if d > dlqctl::ops::dlq::replay::MAX_CANARY_WAIT {
         return Err(format!(
             "`{s}` is over 24h: the DLQ stays locked while the canary waits; give at most 24h"

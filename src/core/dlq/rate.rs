@@ -5,6 +5,8 @@
 //! (at least one), so N messages at R/s take about (N − 1) / R seconds and
 //! a pause (a slow confirm) is not made up for by a burst.
 
+use crate::core::values::Invalid;
+
 /// A token bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenBucket {
@@ -58,26 +60,26 @@ pub const MAX_RATE: f64 = 1_000_000.0;
 
 /// Checks a rate: finite, from [`MIN_RATE`] to [`MAX_RATE`] messages per
 /// second.
-pub fn check_rate(r: f64) -> Result<f64, String> {
+pub fn check_rate(r: f64) -> Result<f64, Invalid> {
     if r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r) {
         Ok(r)
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{r} is not a rate dlqctl paces: give messages per second from {MIN_RATE} (one per \
              100 s) to {MAX_RATE}"
-        ))
+        )))
     }
 }
 
 /// Parses `--rate`: messages per second, from [`MIN_RATE`] to
 /// [`MAX_RATE`].
-pub fn parse_rate(s: &str) -> Result<f64, String> {
+pub fn parse_rate(s: &str) -> Result<f64, Invalid> {
     match s.trim().parse::<f64>() {
-        Ok(r) => check_rate(r).map_err(|e| format!("{s:?}: {e}")),
-        Err(_) => Err(format!(
+        Ok(r) => check_rate(r).map_err(|e| Invalid(format!("{s:?}: {e}"))),
+        Err(_) => Err(Invalid(format!(
             "{s:?} is not a rate: give messages per second, a number from {MIN_RATE} to \
              {MAX_RATE} (for example 50 or 0.5)"
-        )),
+        ))),
     }
 }
 

@@ -8,6 +8,7 @@
 
 use crate::core::dlq::describe::Described;
 use crate::core::dlq::fingerprint::{group_id, normalise};
+use crate::core::values::Invalid;
 use serde_json::Value;
 
 /// Which messages a DLQ command takes.
@@ -229,10 +230,12 @@ fn header_text(v: Option<&Value>) -> Option<String> {
 }
 
 /// Reads `--filter-header K=V` (split at the first `=`; K not empty).
-pub fn parse_header_filter(s: &str) -> Result<(String, String), String> {
+pub fn parse_header_filter(s: &str) -> Result<(String, String), Invalid> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("{s:?} is not KEY=VALUE (for example tenant=acme)")),
+        _ => Err(Invalid(format!(
+            "{s:?} is not KEY=VALUE (for example tenant=acme)"
+        ))),
     }
 }
 

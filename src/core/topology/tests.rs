@@ -3,7 +3,8 @@
 use super::*;
 use crate::core::topology::plan::Role;
 
-fn ok(yaml: &str) -> Topology {
+/// The topology `yaml` is (a test of `parse/` uses it too).
+pub(super) fn ok(yaml: &str) -> Topology {
     match parse_topology(yaml, "t.yaml") {
         Ok(t) => t,
         Err(e) => panic!("expected a valid topology, got:\n{e}"),
@@ -11,7 +12,7 @@ fn ok(yaml: &str) -> Topology {
 }
 
 /// Every problem as "LINE:COL: message".
-fn errs(yaml: &str) -> Vec<String> {
+pub(super) fn errs(yaml: &str) -> Vec<String> {
     match parse_topology(yaml, "t.yaml") {
         Ok(t) => panic!("expected problems, got {t:?}"),
         Err(e) => e

@@ -68,19 +68,17 @@ pub fn tier_name(millis: u64) -> String {
 }
 
 /// A clap `value_parser` for durations given on the command line.
-pub fn parse_cli_duration(input: &str) -> Result<std::time::Duration, String> {
-    parse_millis(input)
-        .map(std::time::Duration::from_millis)
-        .map_err(|e| e.to_string())
+pub fn parse_cli_duration(input: &str) -> Result<std::time::Duration, DurationError> {
+    parse_millis(input).map(std::time::Duration::from_millis)
 }
 
 /// A clap `value_parser` for a timeout: a duration above zero (a zero
 /// timeout would end every run at once).
-pub fn parse_cli_timeout(input: &str) -> Result<std::time::Duration, String> {
-    match parse_cli_duration(input)? {
-        d if d.is_zero() => Err(format!(
+pub fn parse_cli_timeout(input: &str) -> Result<std::time::Duration, super::Invalid> {
+    match parse_cli_duration(input).map_err(|e| super::Invalid(e.to_string()))? {
+        d if d.is_zero() => Err(super::Invalid(format!(
             "`{input}` is zero: every run would time out at once; give a duration above 0, e.g. 30s"
-        )),
+        ))),
         d => Ok(d),
     }
 }
@@ -93,7 +91,7 @@ mod tests {
     fn a_zero_timeout_is_refused_and_others_pass() {
         for zero in ["0ms", "0s", "0m", "0h", "0d"] {
             let e = parse_cli_timeout(zero).unwrap_err();
-            assert!(e.contains("is zero"), "{zero}: {e}");
+            assert!(e.to_string().contains("is zero"), "{zero}: {e}");
         }
         assert_eq!(
             parse_cli_timeout("1ms"),

@@ -7,3 +7,10 @@
 pub mod duration;
 pub mod shortstr;
 pub mod text;
+
+/// A value refused, with a message a user can act on: what was given and
+/// what to give instead. The value parsers of the core return it (clap
+/// takes it as a `value_parser`'s error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);

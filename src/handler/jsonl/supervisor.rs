@@ -181,7 +181,7 @@ async fn handshake(
             if first.dropped > 0 {
                 return Err(format!("its first line is over {} bytes", MAX_ANSWER_BYTES));
             }
-            jsonl::parse_ready(&first.bytes)?;
+            jsonl::parse_ready(&first.bytes).map_err(|e| e.0)?;
             return Ok(lines);
         }
         match stdout.read(&mut buf).await {

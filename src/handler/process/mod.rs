@@ -195,21 +195,40 @@ impl TailBuffer {
 ///
 /// The worker calls this at start-up; at run time a program that cannot be
 /// started is a transient failure.
-pub fn check_program(program: impl AsRef<OsStr>) -> Result<(), String> {
+pub fn check_program(program: impl AsRef<OsStr>) -> Result<(), ProgramError> {
     resolve_program(program.as_ref()).map(|_| ())
 }
 
+/// Why a handler program cannot be started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    /// No program was given.
+    #[error("the handler program is empty")]
+    Empty,
+    /// The program is not found, or not a file we may execute.
+    #[error("cannot start handler `{program}`: {why}")]
+    CannotStart {
+        /// The program as given.
+        program: String,
+        /// Why: not found in `PATH`, or the file and what is wrong with it.
+        why: String,
+    },
+}
+
 /// Where `execvp` would find `program`, or why it would not.
-pub fn resolve_program(program: &OsStr) -> Result<PathBuf, String> {
-    let name = program.to_string_lossy();
+pub fn resolve_program(program: &OsStr) -> Result<PathBuf, ProgramError> {
+    let cannot = |why| ProgramError::CannotStart {
+        program: program.to_string_lossy().into_owned(),
+        why,
+    };
     if program.is_empty() {
-        return Err("the handler program is empty".to_string());
+        return Err(ProgramError::Empty);
     }
     if program.as_bytes().contains(&b'/') {
         let path = Path::new(program);
         return check_executable(path)
             .map(|()| path.to_path_buf())
-            .map_err(|why| format!("cannot start handler `{name}`: {why}"));
+            .map_err(cannot);
     }
     let path_var = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/bin:/usr/bin"));
     let mut first_problem = None;
@@ -230,10 +249,9 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, String> {
             Err(_) => {}
         }
     }
-    Err(match first_problem {
-        Some(problem) => format!("cannot start handler `{name}`: {problem}"),
-        None => format!("cannot start handler `{name}`: not found in PATH"),
-    })
+    Err(cannot(
+        first_problem.unwrap_or_else(|| "not found in PATH".to_string()),
+    ))
 }
 
 fn check_executable(path: &Path) -> Result<(), String> {
@@ -330,23 +348,25 @@ mod tests {
         assert_eq!(check_program("sh"), Ok(()));
         assert_eq!(check_program("/bin/sh"), Ok(()));
         assert!(resolve_program(OsStr::new("sh")).unwrap().is_absolute());
-        let e = check_program("dlqctl-no-such-program").unwrap_err();
+        let e = check_program("dlqctl-no-such-program")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "cannot start handler `dlqctl-no-such-program`: not found in PATH"
         );
-        let e = check_program("/nonexistent/x").unwrap_err();
+        let e = check_program("/nonexistent/x").unwrap_err().to_string();
         assert_eq!(
             e,
             "cannot start handler `/nonexistent/x`: No such file or directory"
         );
-        let e = check_program("/tmp").unwrap_err();
+        let e = check_program("/tmp").unwrap_err().to_string();
         assert!(e.ends_with("is a directory"), "{e}");
-        assert!(check_program("").is_err());
+        assert_eq!(check_program(""), Err(ProgramError::Empty));
 
         let file = temp_path("noexec");
         std::fs::write(&file, "#!/bin/sh\n").unwrap();
-        let e = check_program(&file).unwrap_err();
+        let e = check_program(&file).unwrap_err().to_string();
         assert!(e.ends_with("not executable (permission denied)"), "{e}");
         std::fs::remove_file(&file).unwrap();
     }

@@ -102,9 +102,7 @@ pub async fn export(
         groups: crate::core::dlq::select::GroupCheck::new(&opts.selector),
     };
     let outcome = run.all(&mut r, progress).await;
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     super::refuse_unknown_group(&run.groups, &t.dlq, stats.cancelled)?;
     let p = run.p;
     Ok(ExportReport {

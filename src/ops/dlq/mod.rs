@@ -214,9 +214,7 @@ pub(crate) async fn peek_from(
         Ok::<_, crate::error::Error>(())
     }
     .await;
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(PeekReport {
         queue: t.dlq.clone(),
@@ -302,9 +300,7 @@ pub async fn summary_for(
         Ok::<_, crate::error::Error>(())
     }
     .await;
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(SummaryReport {
         queue: t.dlq.clone(),

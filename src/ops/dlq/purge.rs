@@ -93,9 +93,7 @@ pub async fn purge(
         Ok::<_, Error>(())
     }
     .await;
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     super::refuse_unknown_group(&groups, &t.dlq, stats.cancelled)?;
     Ok(PurgeReport {
         queue: t.dlq.clone(),

@@ -589,6 +589,15 @@ impl DlqReader {
         Ok(())
     }
 
+    /// Ends a read that came to `outcome`: the reader is finished
+    /// ([`DlqReader::finish`]) whatever `outcome` says, then the read's
+    /// error wins over the finish's.
+    pub async fn finish_after(self, outcome: Result<()>) -> Result<ReadStats> {
+        let stats = self.finish().await;
+        outcome?;
+        stats
+    }
+
     /// Ends the read: waits for the rotations in flight, sends every
     /// pending ack, returns the held messages together
     /// (`nack(multiple, requeue)`), lets it all settle, closes the channels

@@ -5,7 +5,7 @@
 //! DLQ message is acked only after its copy is confirmed and not returned.
 
 use super::reader::{BATCH, CONFIRM_TIMEOUT, LANES};
-use super::{now_ms, selected, Progress, Target};
+use super::{now_ms, selected, DlqReader, Message, Progress, Target};
 use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
 use crate::core::dlq::rate::TokenBucket;
@@ -292,7 +292,7 @@ async fn check_destination(conn: &lapin::Connection, to: &str) -> Result<()> {
 }
 
 /// One pass over the DLQ: replays up to `limit` selected messages of at
-/// most `at_most` read, in strict batches ([`BatchPublisher`]): a batch's
+/// most `at_most` read, in strict batches ([`BatchPipeline`]): a batch's
 /// originals are acked once every copy of it is confirmed and routed; a
 /// refused batch stops the run and its originals stay. Returns the
 /// snapshot.
@@ -321,132 +321,231 @@ async fn pass(
         p.total = r.snapshot();
     }
     let snapshot = r.snapshot();
-    let mut publisher = if opts.dry_run {
+    let publisher = if opts.dry_run {
         None
     } else {
         Some(BatchPipeline::open(&t.conn, LANES, BATCH, CONFIRM_TIMEOUT).await?)
     };
-    let frame_max = t.conn.configuration().frame_max();
-    let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
-    let clock = Instant::now();
-    let mut taken = 0u64;
-    let mut groups = if check_group {
-        GroupCheck::new(&opts.selector)
-    } else {
-        GroupCheck::default()
+    let mut run = Pass {
+        t,
+        opts,
+        hooks,
+        limit,
+        p,
+        progress,
+        report,
+        publisher,
+        frame_max: t.conn.configuration().frame_max(),
+        bucket: opts.rate.map(|rate| TokenBucket::new(rate, 0)),
+        clock: Instant::now(),
+        taken: 0,
+        groups: if check_group {
+            GroupCheck::new(&opts.selector)
+        } else {
+            GroupCheck::default()
+        },
     };
-    let outcome = async {
-        loop {
-            // Copies in flight hold their originals unacked: settle them
-            // before they could fill what the broker may send.
-            if let Some(publisher) = publisher.as_mut() {
-                let out = publisher.unsettled() as u64;
-                if out > 0 && out + 1 > r.free_slots() {
-                    let done = publisher.drain().await;
-                    settle(&mut r, done, p, report, &opts.to);
-                    r.flush_acks().await?;
-                }
-            }
-            if limit.is_some_and(|l| taken >= l) {
-                // The limit is reached: the rest stays where it is, unread.
-                break;
-            }
-            let Some(m) = r.next().await? else { break };
-            let now = now_ms();
-            groups.see(&m.described);
-            p.read += 1;
-            report.read += 1;
-            hooks.seen(&m, now);
-            let ours = replay_id_of(&m.record.properties).as_deref() == Some(&opts.replay_id);
-            let wanted = limit.is_none_or(|l| taken < l);
-            if ours || !wanted || !selected(&opts.selector, &m, now) || !hooks.select(&m, now) {
-                report.skipped += 1;
-                r.keep(m, now).await?;
-                progress(p);
-                continue;
-            }
-            taken += 1;
-            p.selected += 1;
-            let Some(publisher) = publisher.as_mut() else {
-                // Dry run.
-                report.moved += 1;
-                p.done += 1;
-                r.keep(m, now).await?;
-                progress(p);
-                continue;
-            };
-            let short = bucket
-                .as_mut()
-                .is_some_and(|b| b.take(clock.elapsed().as_micros() as u64).is_err());
-            let go_on = match bucket.as_mut() {
-                Some(b) if short => {
-                    // Before waiting for the rate, what is in flight is
-                    // confirmed and its originals acked: a kill during the
-                    // wait leaves no message both copied and in the DLQ.
-                    let done = publisher.drain().await;
-                    settle(&mut r, done, p, report, &opts.to);
-                    r.flush_acks().await?;
-                    report.stopped.is_none() && wait_token(b, clock, &t.read.cancel).await
-                }
-                _ => true,
-            };
-            if !go_on {
-                if report.stopped.is_none() {
-                    report.interrupted += 1;
-                }
-                r.keep(m, now).await?;
-                break;
-            }
-            let props = hooks.copy(&m.record.properties, &t.user, &opts.replay_id, now);
-            let props = match fit_retry_copy(props, frame_max) {
-                Ok((props, _)) => props,
-                Err(too_large) => {
-                    report.failed += 1;
-                    p.failed += 1;
-                    let why = too_large_why(m.message_id.as_deref(), &too_large);
-                    tracing::warn!("not replayed, it stays in the DLQ: {why}");
-                    report.why_failed.get_or_insert(why);
-                    r.keep(m, now).await?;
-                    progress(p);
-                    continue;
-                }
-            };
-            publisher.set_batch(r.batch_size());
-            let done = publisher
-                .publish("", &opts.to, &m.record.body, props, m.tag)
-                .await;
-            let finished = !done.is_empty();
-            settle(&mut r, done, p, report, &opts.to);
-            if finished {
-                // The originals of a confirmed batch are acked at once:
-                // what a kill leaves duplicated stays within the copies in
-                // flight (README, "Operating the DLQ").
-                r.flush_acks().await?;
-            }
-            progress(p);
-            if report.stopped.is_some() {
-                break;
-            }
-        }
-        if let Some(publisher) = publisher.as_mut() {
-            let done = publisher.drain().await;
-            settle(&mut r, done, p, report, &opts.to);
-        }
-        progress(p);
-        Ok::<_, Error>(())
-    }
-    .await;
-    if let Some(publisher) = publisher.take() {
+    let outcome = run.all(&mut r).await;
+    let Pass {
+        publisher,
+        groups,
+        report,
+        ..
+    } = run;
+    if let Some(publisher) = publisher {
         publisher.close().await;
     }
     let cancelled = t.read.cancel.is_cancelled();
-    let stats = r.finish().await;
-    outcome?;
-    let stats = stats?;
+    let stats = r.finish_after(outcome).await?;
     report.rotated += stats.rotated;
     report.cancelled |= cancelled || stats.cancelled;
     super::refuse_unknown_group(&groups, &t.dlq, report.cancelled)?;
     Ok(snapshot)
+}
+
+/// A pass under way: what it copies with (none in a dry run), its pace,
+/// and what it counted.
+struct Pass<'a> {
+    t: &'a Target,
+    opts: &'a ReplayOptions,
+    hooks: &'a mut dyn ReplayHooks,
+    /// At most this many selected in this pass.
+    limit: Option<u64>,
+    p: &'a mut Progress,
+    progress: &'a mut (dyn FnMut(&Progress) + Send),
+    report: &'a mut ReplayReport,
+    /// The copies' publisher; none in a dry run.
+    publisher: Option<BatchPipeline<u64>>,
+    frame_max: u32,
+    bucket: Option<TokenBucket>,
+    /// The bucket's clock.
+    clock: Instant,
+    /// Messages selected so far.
+    taken: u64,
+    /// Whether `--group` names a group of the snapshot.
+    groups: GroupCheck,
+}
+
+impl Pass<'_> {
+    /// Reads until the snapshot, the limit, a refusal or a cancel, then
+    /// settles the copies still in flight.
+    async fn all(&mut self, r: &mut DlqReader) -> Result<()> {
+        loop {
+            // Copies in flight hold their originals unacked: settle them
+            // before they could fill what the broker may send.
+            let out = self.publisher.as_ref().map_or(0, |b| b.unsettled() as u64);
+            if out > 0 && out + 1 > r.free_slots() {
+                self.drain(r).await?;
+            }
+            if self.limit.is_some_and(|l| self.taken >= l) {
+                // The limit is reached: the rest stays where it is, unread.
+                break;
+            }
+            let Some(m) = r.next().await? else { break };
+            if !self.one(r, m).await? {
+                break;
+            }
+        }
+        if let Some(publisher) = self.publisher.as_mut() {
+            let done = publisher.drain().await;
+            self.settle(r, done);
+        }
+        self.show();
+        Ok(())
+    }
+
+    /// Copies one message if it is selected, else keeps it. `false` when
+    /// the pass is to stop (a refusal, or a cancel while it waited for the
+    /// rate).
+    async fn one(&mut self, r: &mut DlqReader, m: Message) -> Result<bool> {
+        let now = now_ms();
+        self.groups.see(&m.described);
+        self.p.read += 1;
+        self.report.read += 1;
+        self.hooks.seen(&m, now);
+        if !self.wanted(&m, now) {
+            self.report.skipped += 1;
+            r.keep(m, now).await?;
+            self.show();
+            return Ok(true);
+        }
+        self.taken += 1;
+        self.p.selected += 1;
+        if self.publisher.is_none() {
+            // Dry run.
+            self.report.moved += 1;
+            self.p.done += 1;
+            r.keep(m, now).await?;
+            self.show();
+            return Ok(true);
+        }
+        if !self.wait_turn(r).await? {
+            if self.report.stopped.is_none() {
+                self.report.interrupted += 1;
+            }
+            r.keep(m, now).await?;
+            return Ok(false);
+        }
+        let props = self.hooks.copy(
+            &m.record.properties,
+            &self.t.user,
+            &self.opts.replay_id,
+            now,
+        );
+        let props = match fit_retry_copy(props, self.frame_max) {
+            Ok((props, _)) => props,
+            Err(too_large) => {
+                self.report.failed += 1;
+                self.p.failed += 1;
+                let why = too_large_why(m.message_id.as_deref(), &too_large);
+                tracing::warn!("not replayed, it stays in the DLQ: {why}");
+                self.report.why_failed.get_or_insert(why);
+                r.keep(m, now).await?;
+                self.show();
+                return Ok(true);
+            }
+        };
+        self.publish(r, &m, props).await?;
+        self.show();
+        Ok(self.report.stopped.is_none())
+    }
+
+    /// Whether `m` is to move: not a copy of this run come back, within
+    /// the limit, taken by the selector and by the hooks.
+    fn wanted(&mut self, m: &Message, now: u64) -> bool {
+        let ours = replay_id_of(&m.record.properties).as_deref() == Some(&self.opts.replay_id);
+        let within = self.limit.is_none_or(|l| self.taken < l);
+        !ours && within && selected(&self.opts.selector, m, now) && self.hooks.select(m, now)
+    }
+
+    /// Waits for the rate's next token, if the pass is paced and short of
+    /// one. `false` when the run stopped or was cancelled meanwhile.
+    async fn wait_turn(&mut self, r: &mut DlqReader) -> Result<bool> {
+        let clock = self.clock;
+        let short = self
+            .bucket
+            .as_mut()
+            .is_some_and(|b| b.take(clock.elapsed().as_micros() as u64).is_err());
+        if !short {
+            return Ok(true);
+        }
+        // Before waiting for the rate, what is in flight is confirmed and
+        // its originals acked: a kill during the wait leaves no message
+        // both copied and in the DLQ.
+        self.drain(r).await?;
+        if self.report.stopped.is_some() {
+            return Ok(false);
+        }
+        Ok(match self.bucket.as_mut() {
+            Some(b) => wait_token(b, clock, &self.t.read.cancel).await,
+            None => true,
+        })
+    }
+
+    /// Publishes `m`'s copy; the originals of a batch it completes are
+    /// acked at once.
+    async fn publish(
+        &mut self,
+        r: &mut DlqReader,
+        m: &Message,
+        props: lapin::BasicProperties,
+    ) -> Result<()> {
+        let Some(publisher) = self.publisher.as_mut() else {
+            return Ok(());
+        };
+        publisher.set_batch(r.batch_size());
+        let done = publisher
+            .publish("", &self.opts.to, &m.record.body, props, m.tag)
+            .await;
+        let finished = !done.is_empty();
+        self.settle(r, done);
+        if finished {
+            // The originals of a confirmed batch are acked at once: what a
+            // kill leaves duplicated stays within the copies in flight
+            // (README, "Operating the DLQ").
+            r.flush_acks().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every copy in flight and acks the originals of those
+    /// confirmed.
+    async fn drain(&mut self, r: &mut DlqReader) -> Result<()> {
+        if let Some(publisher) = self.publisher.as_mut() {
+            let done = publisher.drain().await;
+            self.settle(r, done);
+            r.flush_acks().await?;
+        }
+        Ok(())
+    }
+
+    fn settle(&mut self, r: &mut DlqReader, done: Vec<Settled<u64>>) {
+        settle(r, done, self.p, self.report, &self.opts.to);
+    }
+
+    fn show(&mut self) {
+        (self.progress)(self.p);
+    }
 }
 
 /// Takes finished batches: a confirmed batch's originals are acked (its
@@ -519,9 +618,7 @@ async fn count_replay_id(t: &Target, replay_id: &str, hooks: &mut dyn ReplayHook
         Ok::<_, Error>(())
     }
     .await;
-    let stats = r.finish().await;
-    outcome?;
-    stats?;
+    r.finish_after(outcome).await?;
     Ok(n)
 }
 

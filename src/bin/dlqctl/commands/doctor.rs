@@ -21,15 +21,10 @@ pub async fn doctor(a: &DoctorArgs) -> Result<Outcome> {
     let p = plan(&t);
     let brokers = super::brokers(&a.connection)?;
     super::check_management_urls(&a.management_url)?;
-    let (conn, at) = brokers.connect("dlqctl doctor").await?;
+    let (conn, at, mgmt) = brokers
+        .connect_with_management(&a.management_url, "dlqctl doctor")
+        .await?;
     let url = brokers.get(at);
-    let mgmt = match brokers.management(&a.management_url, at) {
-        Ok(m) => m,
-        Err(e) => {
-            dlqctl::amqp::connection::close(&conn).await;
-            return Err(e.into());
-        }
-    };
     let opts = DoctorOptions {
         only: a.queue.clone(),
         handler_timeout: a.handler_timeout,

@@ -14,15 +14,10 @@ pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let p = plan(&t);
     let brokers = super::brokers(&a.connection)?;
     super::check_management_urls(&a.management_url)?;
-    let (conn, at) = brokers.connect("dlqctl status").await?;
+    let (conn, at, mgmt) = brokers
+        .connect_with_management(&a.management_url, "dlqctl status")
+        .await?;
     let url = brokers.get(at);
-    let mgmt = match brokers.management(&a.management_url, at) {
-        Ok(m) => m,
-        Err(e) => {
-            dlqctl::amqp::connection::close(&conn).await;
-            return Err(e.into());
-        }
-    };
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
     dlqctl::amqp::connection::close(&conn).await;
     let report = result?;

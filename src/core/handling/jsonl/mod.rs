@@ -14,7 +14,7 @@
 
 use crate::core::handling::message::HandlerMessage;
 use crate::core::handling::outcome::Outcome;
-use crate::core::values::shortstr;
+use crate::core::values::{shortstr, Invalid};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -45,29 +45,29 @@ pub fn hello_line(queue: &str, process: usize, processes: usize, max_in_flight: 
 
 /// Checks the process's first line: `{"ready": true, "version": 1}`
 /// (other fields are allowed). `Err` says what is wrong, quoting the line.
-pub fn parse_ready(line: &[u8]) -> Result<(), String> {
+pub fn parse_ready(line: &[u8]) -> Result<(), Invalid> {
     let quoted = || quote(line);
     let v: Value = serde_json::from_slice(line).map_err(|_| {
-        format!(
+        Invalid(format!(
             "its first line is not the ready line {{\"ready\":true,\"version\":{VERSION}}}: {}",
             quoted()
-        )
+        ))
     })?;
     if v.get("ready") != Some(&Value::Bool(true)) {
-        return Err(format!(
+        return Err(Invalid(format!(
             "its first line has no \"ready\":true: {}",
             quoted()
-        ));
+        )));
     }
     match v.get("version").and_then(Value::as_u64) {
         Some(VERSION) => Ok(()),
-        Some(other) => Err(format!(
+        Some(other) => Err(Invalid(format!(
             "it speaks protocol version {other}; this dlqctl speaks version {VERSION}"
-        )),
-        None => Err(format!(
+        ))),
+        None => Err(Invalid(format!(
             "its ready line has no \"version\":{VERSION}: {}",
             quoted()
-        )),
+        ))),
     }
 }
 

@@ -33,25 +33,31 @@ fn ready_line_needs_ready_true_and_our_version() {
         parse_ready(br#"{"version":1,"ready":true,"name":"orders-handler"}"#),
         Ok(())
     );
-    let e = parse_ready(b"hello world").unwrap_err();
+    let e = parse_ready(b"hello world").unwrap_err().0;
     assert!(
         e.contains("not the ready line") && e.contains("hello world"),
         "{e}"
     );
-    let e = parse_ready(br#"{"ready":false,"version":1}"#).unwrap_err();
+    let e = parse_ready(br#"{"ready":false,"version":1}"#)
+        .unwrap_err()
+        .0;
     assert!(e.contains("no \"ready\":true"), "{e}");
-    let e = parse_ready(br#"{"ready":"yes","version":1}"#).unwrap_err();
+    let e = parse_ready(br#"{"ready":"yes","version":1}"#)
+        .unwrap_err()
+        .0;
     assert!(e.contains("no \"ready\":true"), "{e}");
-    let e = parse_ready(br#"{"ready":true,"version":2}"#).unwrap_err();
+    let e = parse_ready(br#"{"ready":true,"version":2}"#).unwrap_err().0;
     assert!(
         e.contains("version 2") && e.contains("speaks version 1"),
         "{e}"
     );
-    let e = parse_ready(br#"{"ready":true}"#).unwrap_err();
+    let e = parse_ready(br#"{"ready":true}"#).unwrap_err().0;
     assert!(e.contains("no \"version\":1"), "{e}");
-    let e = parse_ready(br#"{"ready":true,"version":"1"}"#).unwrap_err();
+    let e = parse_ready(br#"{"ready":true,"version":"1"}"#)
+        .unwrap_err()
+        .0;
     assert!(e.contains("no \"version\":1"), "{e}");
-    let e = parse_ready(b"").unwrap_err();
+    let e = parse_ready(b"").unwrap_err().0;
     assert!(e.contains("not the ready line"), "{e}");
 }
 

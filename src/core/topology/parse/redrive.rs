@@ -224,26 +224,8 @@ fn parse_rate(s: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::topology::{parse_topology, Redrive, Topology};
-
-    fn ok(yaml: &str) -> Topology {
-        match parse_topology(yaml, "t.yaml") {
-            Ok(t) => t,
-            Err(e) => panic!("expected a valid topology, got:\n{e}"),
-        }
-    }
-
-    /// Every problem as "LINE:COL: message".
-    fn errs(yaml: &str) -> Vec<String> {
-        match parse_topology(yaml, "t.yaml") {
-            Ok(t) => panic!("expected problems, got {t:?}"),
-            Err(e) => e
-                .problems
-                .iter()
-                .map(|p| format!("{}: {}", p.pos, p.message))
-                .collect(),
-        }
-    }
+    use crate::core::topology::tests::{errs, ok};
+    use crate::core::topology::Redrive;
 
     /// One pipeline `a` whose `dead_letter` is `dl` (a flow mapping).
     fn with(dl: &str) -> String {
