@@ -8,8 +8,8 @@
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
 use crate::core::check::doctor::{
-    checklist, handler_timeout_from_metrics, Check, HandlerTimeout, ManagementState, QueueFacts,
-    Snapshot,
+    checklist, handler_timeout_from_metrics, Check, HandlerTimeout, ManagementState,
+    PermissionsUnknown, QueueFacts, Snapshot,
 };
 use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, Role};
@@ -82,7 +82,7 @@ pub async fn doctor(
         version: None,
         management: management.clone(),
         user: user.to_string(),
-        permissions: Err("the management API does not answer for this broker".into()),
+        permissions: Err(PermissionsUnknown::NoManagement),
         missing_exchanges,
         queues,
         dlx_bound: HashMap::new(),
@@ -134,11 +134,8 @@ async fn from_management(
     });
     s.permissions = match m.permissions(vhost, &s.user).await {
         Ok(Some(p)) => Ok(p),
-        Ok(None) => Err(format!(
-            "user {} has no permissions in this virtual host",
-            s.user
-        )),
-        Err(e) => Err(e.to_string()),
+        Ok(None) => Err(PermissionsUnknown::NoneInVhost(s.user.clone())),
+        Err(e) => Err(PermissionsUnknown::Refused(e.to_string())),
     };
     let listed = listing(m, plan, vhost, opts.policy_wait).await;
     if let Some(listed) = &listed {

@@ -4,19 +4,8 @@
 //! provision on the fresh broker, then `--check`), and a provision on the
 //! default branch. No broker needed.
 
+use crate::support::{read_yaml as read, strings};
 use serde_json::Value;
-
-fn read(path: &str) -> Value {
-    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{full} is not YAML: {e}"))
-}
-
-fn strings(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
 
 /// The index of the first command containing every one of `parts`, and
 /// none of `absent`.

@@ -4,25 +4,9 @@
 //! no cluster needed; the manifests were never applied to a real cluster
 //! (deploy/kubernetes/README.md says so).
 
-use crate::support::Scratch;
+use crate::support::{read_yaml, repo, strings, Scratch};
 use serde_json::Value;
 use std::process::Command;
-
-fn repo(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read_yaml(path: &str) -> Value {
-    let full = repo(path);
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{full} is not YAML: {e}"))
-}
-
-fn strings(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
 
 /// `systemd-analyze verify` accepts the unit with nothing to say: no
 /// unknown key, no value it cannot parse, the program it starts exists

@@ -2,7 +2,7 @@
 //! and import, the snapshot, selectors, rate, canary, rotation past the
 //! window, SIGKILL, and no duplicates left on quorum DLQs.
 
-use crate::support::dlq::{dead, dead_many, publish_many, Fixture};
+use crate::support::dlq::{dead, dead_many, dlq, ids, publish_many, Fixture};
 use crate::support::script::Script;
 use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, WorkerProc};
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
@@ -10,18 +10,7 @@ use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use serde_json::Value;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg(verb)
-        .arg(file)
-        .args(["--queue", queue])
-        .args(extra)
-        .run()
-        .await
-}
 
 fn json(run: &Run) -> Value {
     serde_json::from_str(run.stdout.trim())
@@ -43,17 +32,6 @@ async fn scratch_queue(b: &Broker, c: &Cleanup, name: &str) -> String {
         .await
         .expect("a scratch queue");
     q
-}
-
-fn ids(ds: &[lapin::message::Delivery]) -> Vec<String> {
-    ds.iter()
-        .map(|d| {
-            d.properties
-                .message_id()
-                .as_ref()
-                .map_or(String::new(), |m| m.as_str().to_string())
-        })
-        .collect()
 }
 
 fn header<'a>(d: &'a lapin::message::Delivery, k: &str) -> Option<&'a AMQPValue> {

@@ -5,22 +5,10 @@
 //! for the web API (400). And `purge` counts under the DLQ's lock.
 
 use crate::dlq::hold_lock;
-use crate::support::dlq::{dead, Fixture};
+use crate::support::dlq::{dead, dlq, Fixture};
 use crate::support::serve::Served;
-use crate::support::{Dlqctl, Run};
 use serde_json::json;
-use std::path::Path;
 use std::time::Duration;
-
-async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg(verb)
-        .arg(file)
-        .args(["--queue", queue])
-        .args(extra)
-        .run()
-        .await
-}
 
 /// Two groups: 3 × (exhausted, "timeout"), 1 × (permanent, "bad input").
 fn two_groups() -> Vec<(Vec<u8>, lapin::BasicProperties)> {

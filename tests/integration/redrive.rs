@@ -51,14 +51,7 @@ fn dead_redriven(id: &str, reason: &str, redriven: Option<i64>) -> (Vec<u8>, Bas
 
 /// The message ids of deliveries.
 fn ids(ds: &[lapin::message::Delivery]) -> BTreeSet<String> {
-    ds.iter()
-        .map(|d| {
-            d.properties
-                .message_id()
-                .as_ref()
-                .map_or(String::new(), |m| m.as_str().to_string())
-        })
-        .collect()
+    crate::support::dlq::ids(ds).into_iter().collect()
 }
 
 fn set(ids: &[&str]) -> BTreeSet<String> {

@@ -41,17 +41,17 @@ pub enum OutputFormat {
 impl ProvisionArgs {
     /// The output format: `--format`, or `--json` (its older spelling).
     /// Both given with different values is bad usage.
-    pub fn output_format(&self) -> Result<OutputFormat, String> {
+    pub fn output_format(&self) -> Result<OutputFormat, dlqctl::Error> {
         match (self.format, self.json) {
             (None, false) => Ok(OutputFormat::Text),
             (None, true) | (Some(OutputFormat::Json), _) => Ok(OutputFormat::Json),
             (Some(f), false) => Ok(f),
-            (Some(f), true) => Err(format!(
+            (Some(f), true) => Err(dlqctl::Error::Usage(format!(
                 "--json means --format json, which disagrees with --format {}: give one of them",
                 f.to_possible_value()
                     .map(|v| v.get_name().to_string())
                     .unwrap_or_default()
-            )),
+            ))),
         }
     }
 }
@@ -592,7 +592,7 @@ mod tests {
             .map_err(|e| e.to_string())?
             .command
         {
-            Command::Provision(a) => a.output_format(),
+            Command::Provision(a) => a.output_format().map_err(|e| e.to_string()),
             other => panic!("parsed as {other:?}"),
         }
     }

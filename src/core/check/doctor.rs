@@ -152,6 +152,20 @@ pub struct HandlerTimeout {
     pub source: String,
 }
 
+/// Why doctor does not know the user's permissions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PermissionsUnknown {
+    /// No management API answered.
+    #[error("the management API does not answer for this broker")]
+    NoManagement,
+    /// The user has no permissions entry in the vhost.
+    #[error("user {0} has no permissions in this virtual host")]
+    NoneInVhost(String),
+    /// The management API refused or failed the request.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Everything doctor reads from the broker, the worker and the command
 /// line, for one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +177,7 @@ pub struct Snapshot {
     /// The user of the AMQP connection.
     pub user: String,
     /// The user's permissions in the vhost, or why they are unknown.
-    pub permissions: Result<UserPermissions, String>,
+    pub permissions: Result<UserPermissions, PermissionsUnknown>,
     /// Exchanges of the plan that do not exist.
     pub missing_exchanges: Vec<String>,
     /// Every planned queue, by name.

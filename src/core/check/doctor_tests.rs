@@ -248,7 +248,7 @@ fn without_the_management_api_its_items_are_skipped_not_passed() {
     let mut s = healthy(&p);
     s.management = ManagementState::Unreachable("connection refused".into());
     s.version = None;
-    s.permissions = Err("the management API does not answer".into());
+    s.permissions = Err(PermissionsUnknown::NoManagement);
     for f in s.queues.values_mut() {
         f.policies = None;
         f.messages_dlx = vec![];

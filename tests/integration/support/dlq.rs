@@ -3,9 +3,33 @@
 //! them.
 
 use crate::support::worker::{i, s, table, with_id, Pipe};
-use crate::support::{Broker, Cleanup, Scratch};
+use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::types::{AMQPValue, FieldArray};
 use lapin::BasicProperties;
+use std::path::Path;
+
+/// Runs `dlqctl dlq VERB FILE --queue QUEUE EXTRA...`.
+pub async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
+    Dlqctl::new("dlq")
+        .arg(verb)
+        .arg(file)
+        .args(["--queue", queue])
+        .args(extra)
+        .run()
+        .await
+}
+
+/// The message ids of deliveries, in order (empty for none).
+pub fn ids(ds: &[lapin::message::Delivery]) -> Vec<String> {
+    ds.iter()
+        .map(|d| {
+            d.properties
+                .message_id()
+                .as_ref()
+                .map_or(String::new(), |m| m.as_str().to_string())
+        })
+        .collect()
+}
 
 /// A DLQ message as the worker writes one: attempt 3, an error history.
 pub fn dead(id: &str, reason: &str, error: &str, tenant: &str) -> BasicProperties {

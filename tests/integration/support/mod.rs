@@ -34,6 +34,25 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The path of `path` in the repository.
+pub fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The YAML file at `path` in the repository, as JSON values.
+pub fn read_yaml(path: &str) -> Value {
+    let full = repo(path);
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{full} is not YAML: {e}"))
+}
+
+/// The strings of a JSON array (none when `v` is not an array).
+pub fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
 /// The broker URL the tests use.
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| dlqctl::amqp::connection::DEFAULT_URL.to_string())

@@ -8,11 +8,10 @@ use crate::output::annotations::{annotations, PipelineLines};
 use anyhow::Result;
 use dlqctl::core::topology::plan;
 use dlqctl::load_topology;
-use dlqctl::Error;
 
 /// `dlqctl provision` (with --dry-run and --check).
 pub async fn provision(a: &ProvisionArgs) -> Result<Outcome> {
-    let format = a.output_format().map_err(Error::Usage)?;
+    let format = a.output_format()?;
     let t = load_topology(&a.file)?;
     let p = plan(&t);
     if a.dry_run {
