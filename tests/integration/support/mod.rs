@@ -425,7 +425,7 @@ impl Mgmt {
     /// A client for the management API at `management_url`, with the
     /// credentials of `amqp_url` (another broker than the default one).
     pub fn with(management_url: &str, amqp_url: &str) -> Mgmt {
-        let base = reqwest::Url::parse(management_url)
+        let mut base = reqwest::Url::parse(management_url)
             .unwrap_or_else(|e| panic!("management URL {management_url}: {e}"));
         let amqp = dlqctl::amqp::connection::BrokerUrl::parse(amqp_url).unwrap_or_else(|e| {
             panic!(
@@ -433,10 +433,40 @@ impl Mgmt {
                 dlqctl::amqp::connection::redact(amqp_url)
             )
         });
+        // Credentials in the management URL win over the AMQP URL's, and
+        // leave the URL: sent both ways, the API answers 400.
+        let (mut user, mut password) = (amqp.user().to_string(), amqp.password().to_string());
+        if !base.username().is_empty() {
+            let decode = |s: &str| {
+                let b = s.as_bytes();
+                let mut out = Vec::with_capacity(b.len());
+                let mut i = 0;
+                while i < b.len() {
+                    let hex = b
+                        .get(i + 1..i + 3)
+                        .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+                    match (b[i], hex) {
+                        (b'%', Some(v)) => {
+                            out.push(v);
+                            i += 3;
+                        }
+                        (c, _) => {
+                            out.push(c);
+                            i += 1;
+                        }
+                    }
+                }
+                String::from_utf8_lossy(&out).into_owned()
+            };
+            user = decode(base.username());
+            password = decode(base.password().unwrap_or(""));
+            let _ = base.set_username("");
+            let _ = base.set_password(None);
+        }
         Mgmt {
             base,
-            user: amqp.user().to_string(),
-            password: amqp.password().to_string(),
+            user,
+            password,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
