@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -25,7 +25,7 @@ const COMPLAINTS_PER_MINUTE: u32 = 20;
 /// Writes message lines to the process's stdin, skipping those whose
 /// message stopped waiting, until the pool closes it or a write fails.
 pub(super) async fn write_lines(
-    stdin: ChildStdin,
+    stdin: pipe::Sender,
     rx: mpsc::Receiver<(u64, Vec<u8>)>,
     live: Arc<Live>,
 ) {
@@ -38,7 +38,7 @@ pub(super) async fn write_lines(
 }
 
 async fn feed(
-    stdin: ChildStdin,
+    stdin: pipe::Sender,
     mut rx: mpsc::Receiver<(u64, Vec<u8>)>,
     live: &Live,
 ) -> std::io::Result<()> {
@@ -67,7 +67,7 @@ async fn feed(
 
 /// Reads answers from the process's stdout and hands each to its message.
 pub(super) async fn read_answers(
-    mut stdout: ChildStdout,
+    mut stdout: pipe::Receiver,
     mut splitter: LineSplitter,
     leftover: Vec<Line>,
     live: Arc<Live>,
@@ -187,7 +187,7 @@ impl Answers<'_> {
 /// Logs the process's stderr line by line, bounded in length and rate, and
 /// keeps its tail for the error text of a crash.
 pub(super) async fn log_stderr(
-    mut stderr: ChildStderr,
+    mut stderr: pipe::Receiver,
     index: usize,
     pid: u32,
     tail: Arc<Mutex<TailBuffer>>,

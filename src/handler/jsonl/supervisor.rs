@@ -2,13 +2,13 @@
 //! serve messages until it ends (or is restarted, or the pool stops), settle
 //! the messages it had, and start it again with backoff.
 
-use std::process::Stdio;
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -20,9 +20,8 @@ use super::pool::{Entry, Live, Pending, Pool, Reply};
 use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
-use crate::handler::process::{
-    describe_exit, format_timeout, io_error_text, GroupChild, TailBuffer,
-};
+use crate::handler::process::spawn::{spawn_piped, Spawned};
+use crate::handler::process::{describe_exit, format_timeout, io_error_text, TailBuffer};
 
 /// How much of the end of stderr goes into the error text of a crash.
 const STDERR_TAIL_BYTES: usize = 960;
@@ -95,7 +94,7 @@ pub(super) async fn supervise(pool: Arc<Pool>, index: usize) {
 
 /// A process that answered the hello, with its pipes' tasks.
 struct Running {
-    child: GroupChild,
+    child: Spawned,
     live: Arc<Live>,
     writer: JoinHandle<()>,
     reader: JoinHandle<()>,
@@ -106,28 +105,22 @@ struct Running {
 /// Starts process `index` and waits for its ready line.
 async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
     let cfg = &pool.cfg;
-    let mut cmd = Command::new(&cfg.program);
-    cmd.args(&cfg.args)
-        .env("DLQCTL_QUEUE", &cfg.queue)
-        .env("DLQCTL_PROCESS", index.to_string())
-        .env(
+    let env = [
+        ("DLQCTL_QUEUE", Some(OsString::from(&cfg.queue))),
+        ("DLQCTL_PROCESS", Some(index.to_string().into())),
+        (
             "DLQCTL_PROTOCOL",
-            format!("{}/{}", jsonl::PROTOCOL, jsonl::VERSION),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    crate::handler::process::die_with_parent(&mut cmd);
-    let child = cmd.spawn().map_err(|e| io_error_text(&e))?;
-    let mut child = GroupChild::new(child).ok_or("the process vanished at start")?;
-    let pid = child.child.id().unwrap_or(0);
-    let (Some(mut stdin), Some(mut stdout), Some(stderr)) = (
-        child.child.stdin.take(),
-        child.child.stdout.take(),
-        child.child.stderr.take(),
-    ) else {
+            Some(format!("{}/{}", jsonl::PROTOCOL, jsonl::VERSION).into()),
+        ),
+    ];
+    // Its own process group, death with dlqctl (PR_SET_PDEATHSIG), the
+    // group killed and the process reaped if `child` is dropped: started
+    // like the per-message handler, without forking the worker.
+    let mut child = spawn_piped(&cfg.program, &cfg.args, &env).map_err(|e| io_error_text(&e))?;
+    let pid = u32::try_from(child.pid()).unwrap_or(0);
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
         return Err("the process's pipes are missing".into());
     };
     let tail = Arc::new(Mutex::new(TailBuffer::new(STDERR_TAIL_BYTES)));
@@ -163,8 +156,8 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
 async fn handshake(
     cfg: &super::config::JsonlConfig,
     index: usize,
-    stdin: &mut ChildStdin,
-    stdout: &mut ChildStdout,
+    stdin: &mut pipe::Sender,
+    stdout: &mut pipe::Receiver,
     splitter: &mut LineSplitter,
 ) -> Result<Vec<Line>, String> {
     let hello = jsonl::hello_line(&cfg.queue, index, cfg.processes, cfg.max_in_flight);
@@ -195,18 +188,15 @@ async fn handshake(
 /// A process that did not become ready: says how it exited if it did, and
 /// what it wrote last on its stderr; kills and reaps it.
 async fn failed_start(
-    child: &mut GroupChild,
-    stdin: ChildStdin,
+    child: &mut Spawned,
+    stdin: pipe::Sender,
     stderr_task: JoinHandle<()>,
     tail: &Arc<Mutex<TailBuffer>>,
     why: String,
 ) -> String {
     // It may be exiting: give it a moment to say how.
-    let status = match tokio::time::timeout(RESTART_GRACE, child.child.wait()).await {
-        Ok(Ok(status)) => {
-            child.reaped = true;
-            Some(status)
-        }
+    let status = match tokio::time::timeout(RESTART_GRACE, child.wait()).await {
+        Ok(Ok(status)) => Some(status),
         _ => None,
     };
     drop(stdin);
@@ -215,8 +205,7 @@ async fn failed_start(
         None => why,
     };
     child.kill_group();
-    let _ = child.child.wait().await;
-    child.reaped = true;
+    let _ = child.wait().await;
     let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await;
     let tail = tail.lock().map(|t| t.text()).unwrap_or_default();
     if tail.is_empty() {
@@ -231,7 +220,7 @@ fn go_live(
     pool: &Arc<Pool>,
     index: usize,
     pid: u32,
-    (stdin, stdout): (ChildStdin, ChildStdout),
+    (stdin, stdout): (pipe::Sender, pipe::Receiver),
     splitter: LineSplitter,
     leftover: Vec<Line>,
 ) -> (Arc<Live>, JoinHandle<()>, JoinHandle<()>) {
@@ -272,15 +261,15 @@ impl Running {
         let live = self.live.clone();
         let cfg = &pool.cfg;
         let status = tokio::select! {
-            s = self.child.child.wait() => s.map(describe_exit).map_err(|e| io_error_text(&e)),
+            s = self.child.wait() => s.map(describe_exit).map_err(|e| io_error_text(&e)),
             () = live.restart.cancelled() => {
                 // It may be dying already (a broken pipe asks for a
                 // restart): let the real exit speak first.
-                match tokio::time::timeout(RESTART_GRACE, self.child.child.wait()).await {
+                match tokio::time::timeout(RESTART_GRACE, self.child.wait()).await {
                     Ok(s) => s.map(describe_exit).map_err(|e| io_error_text(&e)),
                     Err(_) => {
                         self.child.kill_group();
-                        let _ = self.child.child.wait().await;
+                        let _ = self.child.wait().await;
                         let why = live.why.lock().ok().and_then(|w| w.clone()).unwrap_or_default();
                         Ok(format!("was killed: {why}"))
                     }
@@ -288,17 +277,16 @@ impl Running {
             }
             () = pool.stopping.cancelled() => {
                 live.close_stdin.cancel();
-                match tokio::time::timeout(cfg.exit_wait, self.child.child.wait()).await {
+                match tokio::time::timeout(cfg.exit_wait, self.child.wait()).await {
                     Ok(s) => s.map(describe_exit).map_err(|e| io_error_text(&e)),
                     Err(_) => {
                         self.child.kill_group();
-                        let _ = self.child.child.wait().await;
+                        let _ = self.child.wait().await;
                         Ok(format!("was killed: it did not exit within {} of EOF on its stdin", format_timeout(cfg.exit_wait)))
                     }
                 }
             }
         };
-        self.child.reaped = true;
         // Children it left in its group would pile up over restarts.
         self.child.kill_leftovers();
         // No new message goes to it.

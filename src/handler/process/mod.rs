@@ -1,8 +1,9 @@
 //! Running handler programs: what the per-message handler
 //! ([`super::exec`]) and the long-running one ([`super::jsonl`]) share.
-//! A child in a process group of its own that is killed with its group
-//! when dropped, the bounded tail of its stderr, the wording of how it
-//! ended, and the `execvp`-like check that a program can be started.
+//! Starting a program ([`spawn`]: in a process group of its own, killed
+//! with its group when dropped, dying with dlqctl), the bounded tail of
+//! its stderr, the wording of how it ended, and the `execvp`-like check
+//! that a program can be started.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -12,7 +13,6 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Child;
 
 use crate::core::values::duration::tier_name;
 
@@ -69,61 +69,6 @@ pub(crate) fn io_error_text(e: &std::io::Error) -> String {
     match text.rfind(" (os error ") {
         Some(at) if text.ends_with(')') => text[..at].to_string(),
         _ => text,
-    }
-}
-
-/// A spawned child whose process group is killed if it is dropped before
-/// it was reaped (the handler's future was cancelled).
-///
-/// The group id is the child's pid, which stays reserved until the child is
-/// reaped, so killing the group before that cannot hit another process.
-pub(crate) struct GroupChild {
-    pgid: libc::pid_t,
-    pub(crate) reaped: bool,
-    pub(crate) child: Child,
-}
-
-impl GroupChild {
-    pub(crate) fn new(child: Child) -> Option<Self> {
-        let pgid = libc::pid_t::try_from(child.id()?).ok()?;
-        Some(GroupChild {
-            pgid,
-            reaped: false,
-            child,
-        })
-    }
-
-    /// Kills the group while the leader is not reaped (its pid, the
-    /// group's id, is still reserved).
-    pub(crate) fn kill_group(&self) {
-        if !self.reaped {
-            self.sigkill_group();
-        }
-    }
-
-    /// After the leader ended and was reaped: kills what it left behind in
-    /// its group. POSIX reuses no pid while a process group of that id
-    /// exists, so this reaches the leftovers or, when there are none, a
-    /// group that no longer exists.
-    pub(crate) fn kill_leftovers(&self) {
-        self.sigkill_group();
-    }
-
-    fn sigkill_group(&self) {
-        if self.pgid > 0 {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for GroupChild {
-    fn drop(&mut self) {
-        // Runs before `child` is dropped (fields drop after this), so the
-        // child is not yet reaped; its own drop then kills and reaps it.
-        self.kill_group();
     }
 }
 
@@ -269,31 +214,6 @@ fn check_executable(path: &Path) -> Result<(), String> {
         return Err("not executable (permission denied)".to_string());
     }
     Ok(())
-}
-
-/// Has the kernel kill the child (SIGKILL) when dlqctl dies, however it
-/// dies (SIGKILL included): a handler in a process group of its own gets
-/// no terminal signal, and one that ignores EOF would otherwise outlive
-/// it. (Linux ties this to the spawning thread; dlqctl spawns from the
-/// runtime's worker threads, which live as long as the process.)
-pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
-    // SAFETY: getpid before the fork; in the child only async-signal-safe
-    // calls (prctl, getppid).
-    let parent = unsafe { libc::getpid() };
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before the prctl.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "dlqctl exited while starting the handler",
-                ));
-            }
-            Ok(())
-        });
-    }
 }
 
 /// How a program ended, in words: `exited with status 3`, `killed by

@@ -2,7 +2,8 @@
 //! with the guarantees dlqctl gives on its handlers: a process group of its
 //! own, death with dlqctl (`PR_SET_PDEATHSIG`, even on a `kill -9` of
 //! dlqctl), default signal dispositions and an empty signal mask, stdin and
-//! stderr as pipes, stdout on `/dev/null`.
+//! stderr as pipes, stdout on `/dev/null` ([`spawn`], the per-message
+//! handler) or a pipe too ([`spawn_piped`], the `--jsonl` processes).
 //!
 //! # Why a hand-made `clone(CLONE_VM | CLONE_VFORK)`
 //!
@@ -67,11 +68,15 @@ const SHELL: &CStr = c"/bin/sh";
 /// environment, on top of ours.
 pub(crate) type EnvChange = (&'static str, Option<OsString>);
 
-/// A started program: its stdin and stderr pipes, and its process, which is
-/// killed with its group and reaped if this is dropped before it ended.
+/// A started program: its stdin and stderr pipes (and stdout's, from
+/// [`spawn_piped`]), and its process, which is killed with its group and
+/// reaped if this is dropped before it ended.
 pub(crate) struct Spawned {
     /// The write end of the program's stdin.
     pub(crate) stdin: Option<pipe::Sender>,
+    /// The read end of the program's stdout (`None` from [`spawn`]: its
+    /// stdout is `/dev/null`).
+    pub(crate) stdout: Option<pipe::Receiver>,
     /// The read end of the program's stderr.
     pub(crate) stderr: Option<pipe::Receiver>,
     proc: Proc,
@@ -79,7 +84,6 @@ pub(crate) struct Spawned {
 
 impl Spawned {
     /// The program's process id (and its process group's).
-    #[cfg(test)]
     pub(crate) fn pid(&self) -> pid_t {
         self.proc.pid
     }
@@ -95,6 +99,16 @@ impl Spawned {
     /// process).
     pub(crate) fn kill_group(&self) {
         if self.proc.status.is_none() {
+            self.proc.kill_group();
+        }
+    }
+
+    /// Once the leader was reaped: kills what it left behind in its group.
+    /// POSIX reuses no pid as a process id while a process group of that
+    /// id exists, so this reaches the leftovers or, when there are none, a
+    /// group that no longer exists. Does nothing while the leader runs.
+    pub(crate) fn kill_leftovers(&self) {
+        if self.proc.status.is_some() {
             self.proc.kill_group();
         }
     }
@@ -229,7 +243,23 @@ fn wait_blocking(pid: pid_t) -> io::Result<ExitStatus> {
 /// a NUL byte in an argument or a variable, the `execve` error (`ENOENT`,
 /// `EACCES`, `E2BIG`, ...) when the program could not be started.
 pub(crate) fn spawn(program: &OsStr, args: &[OsString], env: &[EnvChange]) -> io::Result<Spawned> {
-    spawn_with(program, args, env, pidfd_supported())
+    spawn_with(program, args, env, Stdout::Null, pidfd_supported())
+}
+
+/// [`spawn`], with the program's stdout a pipe too ([`Spawned::stdout`]).
+pub(crate) fn spawn_piped(
+    program: &OsStr,
+    args: &[OsString],
+    env: &[EnvChange],
+) -> io::Result<Spawned> {
+    spawn_with(program, args, env, Stdout::Pipe, pidfd_supported())
+}
+
+/// Where the program's stdout goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stdout {
+    Null,
+    Pipe,
 }
 
 /// Whether this kernel gives pidfds (`pidfd_open`, Linux 5.3, which also
@@ -253,6 +283,7 @@ fn spawn_with(
     program: &OsStr,
     args: &[OsString],
     env: &[EnvChange],
+    stdout: Stdout,
     use_pidfd: bool,
 ) -> io::Result<Spawned> {
     let mut image = ExecImage::new(program, args, env)?;
@@ -262,17 +293,25 @@ fn spawn_with(
     set_nonblocking(&stderr_read)?;
     let stdin_read = above_stdio(stdin_read)?;
     let stderr_write = above_stdio(stderr_write)?;
+    let stdout_pipe = match stdout {
+        Stdout::Null => None,
+        Stdout::Pipe => {
+            let (read, write) = pipe_pair()?;
+            set_nonblocking(&read)?;
+            Some((read, above_stdio(write)?))
+        }
+    };
+    let stdout_fd = match &stdout_pipe {
+        Some((_, write)) => write.as_raw_fd(),
+        None => dev_null()?,
+    };
     let ctx = ChildContext {
         candidates: image.candidates.as_ptr(),
         candidate_count: image.candidates.len(),
         argv: image.argv.as_ptr(),
         shell_argv: image.shell_argv.as_mut_ptr(),
         envp: image.envp.as_ptr(),
-        fds: [
-            stdin_read.as_raw_fd(),
-            dev_null()?,
-            stderr_write.as_raw_fd(),
-        ],
+        fds: [stdin_read.as_raw_fd(), stdout_fd, stderr_write.as_raw_fd()],
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
         error: AtomicI32::new(0),
@@ -280,6 +319,7 @@ fn spawn_with(
     let (pid, pidfd) = clone_vfork(&ctx, use_pidfd)?;
     drop(stdin_read);
     drop(stderr_write);
+    let stdout_read = stdout_pipe.map(|(read, _write)| read);
     drop(image);
     let failed = ctx.error.load(Ordering::SeqCst);
     if failed != 0 {
@@ -308,6 +348,9 @@ fn spawn_with(
     // From here the Proc kills and reaps the child if anything fails.
     Ok(Spawned {
         stdin: Some(pipe::Sender::from_owned_fd_unchecked(stdin_write)?),
+        stdout: stdout_read
+            .map(pipe::Receiver::from_owned_fd_unchecked)
+            .transpose()?,
         stderr: Some(pipe::Receiver::from_owned_fd_unchecked(stderr_read)?),
         proc,
     })

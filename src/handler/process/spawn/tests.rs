@@ -280,7 +280,14 @@ async fn a_dropped_child_is_killed_and_reaped_no_zombie() {
         if use_pidfd && !pidfd_supported() {
             continue;
         }
-        let child = spawn_with(OsStr::new("sleep"), &os(&["100"]), &[], use_pidfd).unwrap();
+        let child = spawn_with(
+            OsStr::new("sleep"),
+            &os(&["100"]),
+            &[],
+            Stdout::Null,
+            use_pidfd,
+        )
+        .unwrap();
         let pid = child.pid();
         assert!(listed(pid));
         drop(child);
@@ -297,7 +304,14 @@ async fn kill_group_then_wait_reaps_with_the_signal() {
         if use_pidfd && !pidfd_supported() {
             continue;
         }
-        let mut child = spawn_with(OsStr::new("sleep"), &os(&["100"]), &[], use_pidfd).unwrap();
+        let mut child = spawn_with(
+            OsStr::new("sleep"),
+            &os(&["100"]),
+            &[],
+            Stdout::Null,
+            use_pidfd,
+        )
+        .unwrap();
         let pid = child.pid();
         child.kill_group();
         let status = child.wait().await.unwrap();
@@ -317,7 +331,9 @@ fn a_child_dropped_outside_a_runtime_is_reaped() {
         .build()
         .unwrap();
     let child = rt
-        .block_on(async { spawn_with(OsStr::new("sleep"), &os(&["100"]), &[], false) })
+        .block_on(async {
+            spawn_with(OsStr::new("sleep"), &os(&["100"]), &[], Stdout::Null, false)
+        })
         .unwrap();
     let pid = child.pid();
     drop(child);
@@ -337,4 +353,89 @@ async fn many_concurrent_spawns_all_succeed() {
     while let Some(r) = tasks.join_next().await {
         r.unwrap();
     }
+}
+
+/// `spawn_piped` (the `--jsonl` processes): stdout is a third pipe of its
+/// own, read back while the program runs, with the same stdin, stderr and
+/// environment as `spawn`.
+#[tokio::test]
+async fn spawn_piped_gives_stdout_as_a_pipe_of_its_own() {
+    let running = Running {
+        child: spawn_piped(OsStr::new("sleep"), &os(&["100"]), &[]).expect("spawn sleep"),
+    };
+    let fds: Vec<String> = (0..3).map(|fd| running.fd(fd)).collect();
+    assert!(fds.iter().all(|f| f.starts_with("pipe:")), "{fds:?}");
+    assert!(
+        fds[0] != fds[1] && fds[1] != fds[2] && fds[0] != fds[2],
+        "{fds:?}"
+    );
+    drop(running);
+
+    let env = [("DLQCTL_SPAWN_TEST_PIPED", Some(OsString::from("v")))];
+    let mut child = spawn_piped(
+        OsStr::new("sh"),
+        &os(&[
+            "-c",
+            "read line; echo \"$line $DLQCTL_SPAWN_TEST_PIPED\"; echo err >&2",
+        ]),
+        &env,
+    )
+    .expect("spawn sh");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().expect("a stdout pipe");
+    let mut stderr = child.stderr.take().unwrap();
+    stdin.write_all(b"hello\n").await.unwrap();
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    let mut err = String::new();
+    stderr.read_to_string(&mut err).await.unwrap();
+    assert!(child.wait().await.unwrap().success(), "{err}");
+    assert_eq!(out, "hello v\n");
+    assert_eq!(err, "err\n");
+
+    let plain = spawn(OsStr::new("true"), &[], &[]).unwrap();
+    assert!(plain.stdout.is_none());
+}
+
+/// What the leader left in its group is killed once the leader is reaped,
+/// and not before (`kill_leftovers` does nothing while it runs).
+#[tokio::test]
+async fn kill_leftovers_reaches_the_group_after_the_leader_ended() {
+    let mut child = spawn_piped(
+        OsStr::new("sh"),
+        &os(&["-c", "sleep 100 & echo $!; read x; exit 0"]),
+        &[],
+    )
+    .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut buf = [0u8; 32];
+    let n = stdout.read(&mut buf).await.unwrap();
+    let orphan: pid_t = std::str::from_utf8(&buf[..n])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    child.kill_leftovers();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(listed(orphan), "killed while the leader ran");
+    drop(child.stdin.take());
+    assert!(child.wait().await.unwrap().success());
+    assert!(listed(orphan), "the leader's exit killed it");
+    child.kill_leftovers();
+    // Its parent is now init (or a subreaper), which may not reap it at
+    // once: dead is gone or a zombie.
+    let mut dead = false;
+    for _ in 0..250 {
+        let stat = std::fs::read_to_string(format!("/proc/{orphan}/stat")).unwrap_or_default();
+        // The state follows the command's closing parenthesis.
+        if stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| rest.starts_with('Z'))
+        {
+            dead = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(dead, "pid {orphan} still runs");
 }
