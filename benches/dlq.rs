@@ -12,9 +12,12 @@
 //!   queue (unlimited prefetch, nothing acked, then closed: the least work
 //!   a read can do, without dlqctl's bounds).
 //!
-//! Needs the broker of the integration tests and its management API on
-//! 15672 (guest/guest). Everything is created under a unique prefix and
-//! deleted at the end.
+//! Needs the broker of the integration tests (`AMQP_URL`, default
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`) and its management API
+//! (`DLQCTL_MANAGEMENT_URL` without credentials, default
+//! `http://127.0.0.1:15672`; guest/guest). Without the shovel plugins the
+//! replay is measured alone and the bench says the peer is missing.
+//! Everything is created under a unique prefix and deleted at the end.
 
 mod common;
 
@@ -25,8 +28,27 @@ use lapin::{Connection, ConnectionProperties};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const MGMT: &str = "http://127.0.0.1:15672/api";
+/// The broker: `AMQP_URL`, as the integration tests and `dlqctl` read it.
+fn url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// The management API's base (`.../api`), from `DLQCTL_MANAGEMENT_URL`.
+fn mgmt() -> String {
+    let base = std::env::var("DLQCTL_MANAGEMENT_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:15672".into());
+    format!("{}/api", base.trim_end_matches('/'))
+}
+
+/// Whether the shovel plugins are enabled: `rabbitmq_shovel_management`
+/// (which needs `rabbitmq_shovel`) serves `/api/shovels`.
+async fn shovel_plugin_enabled(http: &reqwest::Client) -> bool {
+    http.get(format!("{}/shovels", mgmt()))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
 
 fn n() -> usize {
     common::env_number("BENCH_DLQ_N", 100_000)
@@ -95,7 +117,7 @@ async fn shovel(http: &reqwest::Client, name: &str, src: &str, dest: &str) {
         "src-delete-after": "queue-length", "ack-mode": "on-confirm"
     }});
     let r = http
-        .put(format!("{MGMT}/parameters/shovel/%2F/{name}"))
+        .put(format!("{}/parameters/shovel/%2F/{name}", mgmt()))
         .basic_auth("guest", Some("guest"))
         .json(&body)
         .send()
@@ -116,7 +138,7 @@ async fn shovel(http: &reqwest::Client, name: &str, src: &str, dest: &str) {
 /// few thousand unacked messages.) Run as `dlq-bench --raw-read QUEUE N`;
 /// the bench refills the queue after it.
 async fn raw_read(queue: &str, n: usize) {
-    let conn = Connection::connect(URL, ConnectionProperties::default())
+    let conn = Connection::connect(&url(), ConnectionProperties::default())
         .await
         .expect("connect");
     let ch = conn.create_channel().await.expect("channel");
@@ -179,7 +201,7 @@ async fn main() {
     let bench = common::BenchPipeline::provision("dlq");
     let (name, dlq, f) = (bench.name.clone(), bench.dlq.clone(), bench.file.clone());
 
-    let conn = Connection::connect(URL, ConnectionProperties::default())
+    let conn = Connection::connect(&url(), ConnectionProperties::default())
         .await
         .expect("the broker");
     let http = reqwest::Client::new();
@@ -187,6 +209,15 @@ async fn main() {
     println!("# dlq bench: N = {n} messages (~200 bytes, dlqctl headers), quorum queues");
     println!("\n## replay of N to the main queue vs a dynamic shovel (src-delete-after: queue-length, on-confirm)");
     let rounds = common::env_number("BENCH_ROUNDS", 2);
+    let with_shovel = shovel_plugin_enabled(&http).await;
+    if !with_shovel {
+        println!(
+            "PEER MISSING: the rabbitmq_shovel plugins are not enabled on the broker ({}/shovels \
+             does not answer); the replay is measured alone, with no ratio. Enable them with \
+             `rabbitmq-plugins enable rabbitmq_shovel rabbitmq_shovel_management`.",
+            mgmt()
+        );
+    }
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         fill(&conn, &dlq, n).await;
@@ -200,6 +231,14 @@ async fn main() {
             .unwrap_or(0);
         let ours = moved as f64 / m.wall.as_secs_f64();
         purge(&conn, &name).await;
+        if !with_shovel {
+            println!(
+                "round {round}: dlqctl replay {moved} in {:.2}s = {ours:.0} msg/s (peak RSS {} MiB); shovel: not measured (plugin missing)",
+                m.wall.as_secs_f64(),
+                m.max_rss_kib / 1024,
+            );
+            continue;
+        }
 
         fill(&conn, &dlq, n).await;
         let sname = format!("{name}-shovel-{round}");
@@ -212,7 +251,7 @@ async fn main() {
         let theirs = n as f64 / wall.as_secs_f64();
         purge(&conn, &name).await;
         let _ = http
-            .delete(format!("{MGMT}/parameters/shovel/%2F/{sname}"))
+            .delete(format!("{}/parameters/shovel/%2F/{sname}", mgmt()))
             .basic_auth("guest", Some("guest"))
             .send()
             .await;
