@@ -131,7 +131,7 @@ const TIME_STEPS_MS: [u64; 13] = [
 ];
 
 /// A label of the scale closer than this to another is left out.
-const LABEL_GAP: f64 = 10.0;
+const LABEL_GAP: f64 = 9.0;
 
 /// The round number the scale goes up to: the smallest 1, 2 or 5 times
 /// a power of ten at or above `max` (1 for 0).

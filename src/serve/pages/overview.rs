@@ -11,13 +11,13 @@ use crate::serve::when::span;
 
 /// The chart's picture, and the plot inside it: the scale's labels go
 /// left of the plot, the time axis's under it.
-const CHART_W: f64 = 300.0;
-const CHART_H: f64 = 62.0;
+const CHART_W: f64 = 340.0;
+const CHART_H: f64 = 68.0;
 const PLOT: Area = Area {
     left: 36.0,
     top: 5.0,
-    width: 256.0,
-    height: 40.0,
+    width: 296.0,
+    height: 46.0,
 };
 
 /// The health's name, as the badge, the row's `data-health` and the
@@ -111,7 +111,7 @@ fn consumers_cell(main: &QueueStatus) -> Markup {
     match main.consumers {
         None => count_cell("consumers", main, None),
         Some(0) if ready > 0 => html! {
-            td.num data-test="consumers" title=(format!("consumers: 0 ({}); {ready} ready messages wait for a worker", main.name)) {
+            td.num data-test="consumers" title=(format!("consumers: 0 ({}), ready: {ready}: nothing consumes what waits", main.name)) {
                 span.badge.health-warning data-test="no-consumer" { "none" }
             }
         },
