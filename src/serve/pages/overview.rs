@@ -300,3 +300,97 @@ pub async fn overview(State(app): Shared) -> Response {
         .map_err(Fail::from);
     respond(&app, page)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::status::TierStatus;
+
+    fn q(name: &str, ready: u64, consumers: u64, dlx: Option<u64>, quorum: bool) -> QueueStatus {
+        QueueStatus {
+            name: name.into(),
+            exists: true,
+            ready: Some(ready),
+            consumers: Some(consumers),
+            unacked: Some(0),
+            messages_dlx: dlx,
+            quorum,
+            listed: None,
+        }
+    }
+
+    #[test]
+    fn consumers_are_said_in_words_and_none_is_coloured_only_while_messages_wait() {
+        let cell = |ready, consumers| {
+            consumers_cell(&q("orders", ready, consumers, None, true)).into_string()
+        };
+        let two = cell(5, 2);
+        assert!(two.contains(">2 consuming</td>"), "{two}");
+        assert!(two.contains(r#"title="consumers: 2 (orders)""#), "{two}");
+        let idle = cell(0, 0);
+        assert!(
+            idle.contains(">none</td>") && !idle.contains("badge"),
+            "{idle}"
+        );
+        let stuck = cell(3, 0);
+        assert!(
+            stuck.contains(
+                r#"<span class="badge health-warning" data-test="no-consumer">none</span>"#
+            ),
+            "{stuck}"
+        );
+        assert!(stuck.contains("ready: 3"), "{stuck}");
+        let mut gone = q("orders", 0, 0, None, true);
+        (gone.exists, gone.ready, gone.consumers) = (false, None, None);
+        let gone = consumers_cell(&gone).into_string();
+        assert!(
+            gone.contains("does not exist") && gone.contains(">–</td>"),
+            "{gone}"
+        );
+    }
+
+    #[test]
+    fn refused_dead_letters_sum_the_quorum_queues_messages_dlx_named_on_hover() {
+        let p = |main: QueueStatus, dlq: QueueStatus| PipelineStatus {
+            name: "orders".into(),
+            main,
+            tiers: vec![TierStatus {
+                tier: "1m".into(),
+                queue: q("orders.retry.1m", 0, 0, Some(2), true),
+            }],
+            dlq,
+        };
+        let cell = refused_cell(&p(
+            q("orders", 0, 0, Some(4), true),
+            q("orders.dlq", 0, 0, Some(0), true),
+        ))
+        .into_string();
+        assert!(
+            cell.contains(r#"title="messages_dlx: orders 4, orders.retry.1m 2, orders.dlq 0""#),
+            "{cell}"
+        );
+        assert!(
+            cell.contains(r#"<span class="badge health-warning">6</span>"#),
+            "{cell}"
+        );
+        // Unknown (the management API did not answer): not a made-up 0.
+        let cell = refused_cell(&p(
+            q("orders", 0, 0, None, true),
+            q("orders.dlq", 0, 0, Some(0), true),
+        ))
+        .into_string();
+        assert!(
+            cell.contains("unknown") && cell.contains(">–</td>"),
+            "{cell}"
+        );
+        // Classic queues have no messages_dlx.
+        let classic = |n: &str| q(n, 0, 0, None, false);
+        let mut all = p(classic("orders"), classic("orders.dlq"));
+        all.tiers[0].queue = classic("orders.retry.1m");
+        let cell = refused_cell(&all).into_string();
+        assert!(
+            cell.contains("no quorum queue") && cell.contains(">–</td>"),
+            "{cell}"
+        );
+    }
+}
