@@ -1,5 +1,6 @@
 //! The last hour of a DLQ's depth, as `dlqctl serve` samples it, and the
-//! small chart the overview draws of it. Pure: the sampler feeds it.
+//! health the overview gives a pipeline. Pure: the sampler feeds it, and
+//! [`crate::serve::chart`] draws it.
 //!
 //! **Inflow** is the growth of the depth between two samples, never
 //! negative: a message that came and went between two samples is not seen,
@@ -68,76 +69,8 @@ impl History {
     }
 }
 
-/// A chart in SVG coordinates: a polyline of the depth and bars of the
-/// inflow, over `[now - WINDOW_MS, now]`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Chart {
-    /// `points` of the depth polyline (`x,y x,y …`), empty with fewer than
-    /// two readable samples.
-    pub depth_points: String,
-    /// The inflow bars: `(x, y, height)`, bottom-aligned.
-    pub inflow_bars: Vec<(f64, f64, f64)>,
-    /// The highest depth, the top of the scale.
-    pub max_depth: u64,
-    /// The highest inflow of one sample.
-    pub max_inflow: u64,
-}
-
-/// Draws the samples of a [`History`] in a `width` × `height` box ending
-/// at `now_ms` and starting
-/// an hour before, or at the first sample when the server has run less
-/// than an hour. The depth and the inflow each have their own scale, from
-/// 0 to their highest value.
-pub fn chart(samples: &[Sample], now_ms: u64, width: f64, height: f64) -> Chart {
-    let start = now_ms
-        .saturating_sub(WINDOW_MS)
-        .max(samples.first().map_or(0, |s| s.at_ms))
-        .min(now_ms);
-    let span = (now_ms - start).max(1);
-    let x = |at: u64| -> f64 {
-        let at = at.clamp(start, now_ms);
-        ((at - start) as f64 / span as f64 * width * 100.0).round() / 100.0
-    };
-    let max_depth = samples.iter().filter_map(|s| s.depth).max().unwrap_or(0);
-    let max_inflow = samples.iter().filter_map(|s| s.inflow).max().unwrap_or(0);
-    let y = |v: u64, max: u64| -> f64 {
-        if max == 0 {
-            return height;
-        }
-        let usable = height - 1.0;
-        ((height - v as f64 / max as f64 * usable) * 100.0).round() / 100.0
-    };
-    let readable: Vec<(u64, u64)> = samples
-        .iter()
-        .filter_map(|s| s.depth.map(|d| (s.at_ms, d)))
-        .collect();
-    let depth_points = if readable.len() < 2 {
-        String::new()
-    } else {
-        readable
-            .iter()
-            .map(|&(at, d)| format!("{},{}", x(at), y(d, max_depth)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let inflow_bars = samples
-        .iter()
-        .filter_map(|s| s.inflow.filter(|&i| i > 0).map(|i| (s.at_ms, i)))
-        .map(|(at, i)| {
-            let top = y(i, max_inflow);
-            (x(at), top, ((height - top) * 100.0).round() / 100.0)
-        })
-        .collect();
-    Chart {
-        depth_points,
-        inflow_bars,
-        max_depth,
-        max_inflow,
-    }
-}
-
 /// How a pipeline looks on the overview.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
     /// The DLQ is at or under `--warn-dlq` (or no threshold is set).
@@ -159,9 +92,23 @@ pub fn health(
     warn: Option<u64>,
     max: Option<u64>,
 ) -> Health {
-    if !all_exist || max.is_some_and(|m| dlq_total > m) {
+    let by_depth = level(dlq_total as f64, warn, max);
+    if !all_exist {
         Health::Alert
-    } else if warn.is_some_and(|w| dlq_total > w) || held_for_dlx > 0 {
+    } else if held_for_dlx > 0 {
+        by_depth.max(Health::Warning)
+    } else {
+        by_depth
+    }
+}
+
+/// The health a DLQ depth alone gives: strictly over `max` is an alert,
+/// strictly over `warn` a warning. A fraction for the chart's line, which
+/// changes colour where it crosses a threshold.
+pub fn level(depth: f64, warn: Option<u64>, max: Option<u64>) -> Health {
+    if max.is_some_and(|m| depth > m as f64) {
+        Health::Alert
+    } else if warn.is_some_and(|w| depth > w as f64) {
         Health::Warning
     } else {
         Health::Healthy
@@ -201,20 +148,6 @@ mod tests {
     }
 
     #[test]
-    fn the_chart_spans_the_box_with_depth_on_its_own_scale() {
-        let mut h = History::default();
-        let now = 10 * WINDOW_MS;
-        h.push(now - WINDOW_MS, Some(0));
-        h.push(now - WINDOW_MS / 2, Some(50));
-        h.push(now, Some(100));
-        let c = chart(&h.to_vec(), now, 600.0, 41.0);
-        assert_eq!(c.depth_points, "0,41 300,21 600,1");
-        assert_eq!(c.max_depth, 100);
-        assert_eq!(c.max_inflow, 50);
-        assert_eq!(c.inflow_bars, vec![(300.0, 1.0, 40.0), (600.0, 1.0, 40.0)]);
-    }
-
-    #[test]
     fn health_is_strictly_over_each_threshold() {
         assert_eq!(health(true, 5, 0, Some(5), Some(10)), Health::Healthy);
         assert_eq!(health(true, 6, 0, Some(5), Some(10)), Health::Warning);
@@ -224,28 +157,5 @@ mod tests {
         assert_eq!(health(true, 0, 1, None, None), Health::Warning);
         assert_eq!(health(false, 0, 0, None, None), Health::Alert);
         assert_eq!(health(true, 1, 0, None, Some(0)), Health::Alert);
-    }
-
-    #[test]
-    fn a_server_up_for_less_than_an_hour_spreads_its_samples_over_the_box() {
-        let mut h = History::default();
-        h.push(1_000, Some(4));
-        h.push(2_000, Some(8));
-        h.push(3_000, Some(4));
-        let c = chart(&h.to_vec(), 3_000, 100.0, 11.0);
-        assert_eq!(c.depth_points, "0,6 50,1 100,6");
-    }
-
-    #[test]
-    fn an_empty_or_flat_history_draws_nothing_broken() {
-        let c = chart(&[], 1_000, 600.0, 40.0);
-        assert_eq!(c.depth_points, "");
-        assert!(c.inflow_bars.is_empty());
-        let mut h = History::default();
-        h.push(0, Some(0));
-        h.push(1, Some(0));
-        let c = chart(&h.to_vec(), 1, 600.0, 40.0);
-        assert!(!c.depth_points.contains("NaN"), "{}", c.depth_points);
-        assert!(c.inflow_bars.is_empty());
     }
 }

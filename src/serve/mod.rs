@@ -14,6 +14,7 @@
 mod api;
 mod assets;
 pub mod body_view;
+pub mod chart;
 mod common;
 mod flight;
 mod guard;
@@ -23,6 +24,7 @@ mod launch;
 mod pages;
 pub(crate) mod state;
 pub mod web_guard;
+pub mod when;
 
 pub use common::{Fail, PAGE_SIZE};
 pub use state::{App, ServeOptions};

@@ -81,6 +81,18 @@ async fn the_overview_shows_each_pipeline_with_its_health_and_samples_its_dlq() 
     assert!(page.text.contains(&f.pipe.name), "{}", page.text);
     assert!(page.text.contains("health-warning"), "{}", page.text);
     assert!(page.text.contains("<polyline"), "the chart: {}", page.text);
+    // Without a script: the chart's scale and time axis, the headings in
+    // words, the times relative, all in the HTML the server sends.
+    for part in [
+        "<text class=\"scale\"",
+        "<text class=\"time\"",
+        ">now</text>",
+        ">Refused dead letters</th>",
+        "data-test=\"history-note\"",
+        "data-test=\"read-at\"><time datetime=",
+    ] {
+        assert!(page.text.contains(part), "no {part} in {}", page.text);
+    }
     // No broker credentials anywhere.
     assert!(!page.text.contains("guest:guest"), "{}", page.text);
     assert!(!o.to_string().contains("guest:guest"), "{o}");

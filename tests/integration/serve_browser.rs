@@ -112,6 +112,24 @@ impl Browser {
             .expect("the element's text")
     }
 
+    /// What `script` returns, run in the page.
+    async fn js(&self, script: &str) -> Value {
+        self.c()
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// An attribute of the first element `css` matches.
+    async fn attr(&self, css: &str, name: &str) -> String {
+        self.wait_css(css)
+            .await
+            .attr(name)
+            .await
+            .expect("the attribute")
+            .unwrap_or_else(|| panic!("{css} has no {name}"))
+    }
+
     /// Saves a screenshot named `name.png`.
     async fn screenshot(&self, name: &str) {
         let png = self.c().screenshot().await.expect("a screenshot");
@@ -160,6 +178,13 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     // depth rising and the inflow.
     let later = msgs.split_off(8);
     let f = Fixture::new(3, |_| {}, msgs).await;
+    // A message waits in the main queue, and no worker consumes it.
+    crate::support::dlq::publish_many(
+        &f.b,
+        &f.pipe.name,
+        vec![(b"waiting".to_vec(), lapin::BasicProperties::default())],
+    )
+    .await;
     let s = Served::start(
         &f.file,
         &[
@@ -192,6 +217,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
             .as_deref(),
         Some("warning")
     );
+    overview_in_words(&b, &row, &f.pipe.name, &f.pipe.dlq()).await;
     b.screenshot("overview").await;
 
     // A DLQ's groups.
@@ -202,6 +228,12 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
         .unwrap();
     b.wait_css("table.groups").await;
     assert_eq!(b.text("[data-test=snapshot]").await, "41");
+    // The times the messages carry, relative, the header's text on hover.
+    let seen = "table.groups tbody tr td time";
+    assert_eq!(b.attr(seen, "title").await, "2026-01-01T00:00:00.000Z");
+    let ago = b.text(seen).await;
+    assert!(ago.ends_with(" ago"), "{ago}");
+    assert_relative(&b.text("[data-test=read-at] time").await);
     b.screenshot("dlq").await;
 
     // A group.
@@ -329,7 +361,8 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     );
     assert_eq!(b.text("[data-field=done]").await, "40");
     b.screenshot("replay-done").await;
-    assert_eq!(f.b.message_count(&f.pipe.name).await, Some(40));
+    // The 40 replayed, and the one that waited there from the start.
+    assert_eq!(f.b.message_count(&f.pipe.name).await, Some(41));
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(1));
 
     // Back on the overview, the DLQ holds the one left (once the
@@ -345,4 +378,106 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     )
     .await;
     b.close().await;
+}
+
+/// A time the page says relative to now: `just now`, `3 s ago`.
+fn assert_relative(text: &str) {
+    let ago = text.strip_suffix(" ago").and_then(|t| t.split_once(' '));
+    assert!(
+        text == "just now"
+            || ago.is_some_and(|(n, unit)| {
+                n.parse::<u64>().is_ok() && ["s", "min", "h", "day", "days"].contains(&unit)
+            }),
+        "not a relative time: {text:?}"
+    );
+}
+
+/// The overview's row of the pipeline says what it shows in words: a
+/// chart with a scale, a time axis and the thresholds' colours, headings
+/// without API names (those are on hover, with the raw values), whether
+/// anyone consumes, and relative times with the exact time on hover.
+async fn overview_in_words(b: &Browser, row: &str, main: &str, dlq: &str) {
+    let texts = |css: String| {
+        format!("return Array.from(document.querySelectorAll({css:?})).map(e => e.textContent)")
+    };
+    // The scale: 0 and a round top over the 41 the DLQ reached, and the
+    // warning threshold (10) written in its colour; the alert one (100)
+    // is above the scale.
+    let scale = b.js(&texts(format!("{row} svg.chart text.scale"))).await;
+    assert_eq!(scale, json!(["0", "50", "10"]), "the scale");
+    let rule = b
+        .js(&texts(format!("{row} svg.chart text.rule-warning")))
+        .await;
+    assert_eq!(rule, json!(["10"]));
+    // The time axis: round times before now, ending at now.
+    let times = b.js(&texts(format!("{row} svg.chart text.time"))).await;
+    let times: Vec<String> = serde_json::from_value(times).unwrap();
+    assert!(times.len() >= 2, "{times:?}");
+    assert_eq!(times.last().map(String::as_str), Some("now"), "{times:?}");
+    for t in &times[..times.len() - 1] {
+        let n = t
+            .strip_prefix('\u{2212}')
+            .and_then(|t| t.strip_suffix(" s").or(t.strip_suffix(" min")));
+        assert!(n.is_some_and(|n| n.parse::<u64>().is_ok()), "{times:?}");
+    }
+    // The line: healthy while the DLQ held 8, warning from over 10, in
+    // the badge's own colour.
+    let lines = b
+        .js(&format!(
+            "return Array.from(document.querySelectorAll('{row} svg.chart polyline')).map(e => e.getAttribute('class'))"
+        ))
+        .await;
+    assert_eq!(lines, json!(["depth line-healthy", "depth line-warning"]));
+    let same = b
+        .js(&format!(
+            "const r = document.querySelector('{row}'); \
+             const line = r.querySelector('polyline.line-warning'); \
+             const badge = r.querySelector('.badge.health-warning'); \
+             return [getComputedStyle(line).stroke, getComputedStyle(badge).color]"
+        ))
+        .await;
+    assert_eq!(same[0], same[1], "the line and the badge: {same}");
+    let title = b.js(&texts(format!("{row} svg.chart > title"))).await;
+    assert!(
+        title[0]
+            .as_str()
+            .unwrap()
+            .starts_with("DLQ depth over the last "),
+        "{title}"
+    );
+    // Headings in words, the API's names on hover.
+    let head = b.text("table.overview thead").await;
+    assert!(head.contains("Refused dead letters"), "{head}");
+    assert!(!head.contains("messages_dlx"), "{head}");
+    let refused = format!("{row} [data-test=refused]");
+    assert_eq!(b.text(&refused).await, "0");
+    let hover = b.attr(&refused, "title").await;
+    assert!(hover.starts_with("messages_dlx: "), "{hover}");
+    assert!(hover.contains(&format!("{dlq} 0")), "{hover}");
+    let hover = b
+        .attr(&format!("{row} [data-test=dlq-depth]"), "title")
+        .await;
+    assert!(hover.starts_with(&format!("{dlq}: ready 41")), "{hover}");
+    // Nobody consumes the main queue while a message waits: said, coloured.
+    let none = format!("{row} [data-test=no-consumer]");
+    assert_eq!(b.text(&none).await, "none");
+    let hover = b
+        .attr(&format!("{row} [data-test=consumers]"), "title")
+        .await;
+    assert_eq!(
+        hover,
+        format!("consumers: 0 ({main}), ready: 1: nothing consumes what waits")
+    );
+    // Times: relative, the exact time on hover; the note on the short history.
+    let read = "[data-test=read-at] time";
+    assert_relative(&b.text(read).await);
+    let exact = b.attr(read, "title").await;
+    assert_eq!(b.attr(read, "datetime").await, exact);
+    assert!(
+        exact.len() == 24 && exact.ends_with('Z') && exact.as_bytes()[10] == b'T',
+        "{exact}"
+    );
+    let note = b.text("[data-test=history-note]").await;
+    assert!(note.starts_with("History since "), "{note}");
+    assert_relative(&b.text("[data-test=history-note] time").await);
 }

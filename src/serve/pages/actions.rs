@@ -154,7 +154,7 @@ fn job_page(app: &App, j: &JobView) -> Markup {
                 dt { "Failed" } dd data-field="failed" { (p.failed) }
                 dt { "Elapsed" } dd data-field="elapsed" { (format!("{:.1} s", j.elapsed_ms as f64 / 1000.0)) }
                 dt { "DLQ " span.mono { (j.dlq) } " holds" } dd data-field="dlq-messages" { "…" }
-                dt { "Started" } dd { (j.started_at) }
+                dt { "Started" } dd { (when_text(Some(&j.started_at), now_ms())) }
             }
             div.error data-field="error" { (j.error.as_deref().unwrap_or("")) }
             p.muted data-field="poll-error" {}
@@ -196,6 +196,7 @@ pub async fn job(State(app): Shared, path: Result<Path<u64>, PathRejection>) -> 
 /// `GET /jobs`.
 pub async fn jobs(State(app): Shared) -> Response {
     let all = app.jobs.all();
+    let now = now_ms();
     let content = html! {
         h1 { "Jobs" }
         @if all.is_empty() {
@@ -211,7 +212,7 @@ pub async fn jobs(State(app): Shared) -> Response {
                             td { (state_name(j.state)) }
                             td.num { (j.progress.done) }
                             td.num { (j.progress.failed) }
-                            td { (j.started_at) }
+                            td { (when_text(Some(&j.started_at), now)) }
                             td.num { (format!("{:.1} s", j.elapsed_ms as f64 / 1000.0)) }
                         }
                     }

@@ -56,13 +56,14 @@ fn message_page(app: &App, pipeline: &str, m: &PeekedMessage) -> Markup {
     let timeline = crate::core::dlq::describe::timeline(&m.described);
     let bytes = body_bytes(m);
     let headers = m.headers.as_object().cloned().unwrap_or_default();
+    let now = now_ms();
     let content = html! {
         h1 { "Message " span.mono { (opt(m.message_id.as_deref())) } }
         dl.facts {
             dt { "Group" } dd { a.mono href=(group_url(pipeline, group)) { (group) } }
             dt { "Reason" } dd { (opt(m.described.reason.as_deref())) }
             dt { "Attempts" } dd { (opt(m.described.attempts)) }
-            dt { "Dead-lettered" } dd { (opt(m.described.dead_lettered_at.as_deref())) }
+            dt { "Dead-lettered" } dd { (when_text(m.described.dead_lettered_at.as_deref(), now)) }
             dt { "From" } dd.mono { (opt(m.described.source_queue.as_deref())) }
             dt { "First routed" } dd.mono {
                 (opt(m.described.original_exchange.as_deref())) " → " (opt(m.described.original_routing_key.as_deref()))
@@ -73,12 +74,12 @@ fn message_page(app: &App, pipeline: &str, m: &PeekedMessage) -> Markup {
         ol.timeline data-test="timeline" {
             @for e in &timeline {
                 li {
-                    div { strong { "Attempt " (opt(e.attempt)) } " " span.when { (opt(e.time.as_deref())) } }
+                    div { strong { "Attempt " (opt(e.attempt)) } " " span.when { (when_text(e.time.as_deref(), now)) } }
                     div.mono { (e.error) }
                 }
             }
             li.dead {
-                div { strong { "Dead-lettered" } " " span.when { (opt(m.described.dead_lettered_at.as_deref())) } }
+                div { strong { "Dead-lettered" } " " span.when { (when_text(m.described.dead_lettered_at.as_deref(), now)) } }
                 div { (opt(m.described.reason.as_deref())) }
                 @if let Some(e) = &m.described.last_error { div.mono { (e) } }
             }

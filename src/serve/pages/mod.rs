@@ -2,7 +2,8 @@
 //! value it is given: a header or body holding `<script>` shows as text).
 //! No inline script or style: the Content-Security-Policy forbids both.
 //!
-//! - `views`: the overview, a DLQ's groups, a group's messages.
+//! - `overview`: every pipeline, with a chart of its DLQ's hour.
+//! - `views`: a DLQ's groups, a group's messages.
 //! - `message`: one message, its history and its body.
 //! - `actions`: the action forms, the jobs' pages, the export download.
 //! - `login`: the login form and the unknown address.
@@ -12,11 +13,13 @@ mod actions;
 pub(super) mod frame;
 mod login;
 mod message;
+mod overview;
 mod parts;
 mod views;
 
 pub use actions::{action, cancel, download, job, jobs};
 pub use login::{login, login_form, not_found};
 pub use message::message;
+pub use overview::overview;
 pub(crate) use parts::{bad_path, bad_query};
-pub use views::{dlq, group, overview};
+pub use views::{dlq, group};

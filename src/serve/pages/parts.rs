@@ -3,7 +3,8 @@
 
 pub(super) use super::frame::{bare, layout};
 pub(super) use crate::core::dlq::select::Selector;
-pub(super) use crate::core::values::text::rfc3339_millis;
+pub(super) use crate::core::values::text::{parse_rfc3339_millis, rfc3339_millis};
+pub(super) use crate::ops::dlq::now_ms;
 pub(super) use crate::ops::dlq::PeekedMessage;
 pub(super) use crate::serve::body_view::{self, BodyView};
 pub(super) use crate::serve::common::{query_value, seg, Fail, PAGE_SIZE};
@@ -11,6 +12,7 @@ pub(super) use crate::serve::guard::{csrf_ok, Authed};
 pub(super) use crate::serve::jobs::job_at;
 pub(super) use crate::serve::jobs::{Action, JobView, Request, Selection, State as JobState};
 pub(super) use crate::serve::state::{App, CachedSummary, Overview};
+pub(super) use crate::serve::when::ago;
 pub(super) use axum::body::Bytes;
 pub(super) use axum::extract::rejection::{PathRejection, QueryRejection};
 pub(super) use axum::extract::{Path, Query, State};
@@ -57,8 +59,22 @@ pub(crate) fn bad_query(r: QueryRejection) -> Fail {
     Fail::bad_request(format!("bad query: {}", r.body_text()))
 }
 
-pub(super) fn time(ms: u64) -> String {
-    rfc3339_millis(ms)
+/// A time as "3 min ago" before `now_ms`, the exact time on hover and in
+/// its `datetime`.
+pub(super) fn when(at_ms: u64, now_ms: u64) -> Markup {
+    let exact = rfc3339_millis(at_ms);
+    html! { time datetime=(exact) title=(exact) { (ago(at_ms, now_ms)) } }
+}
+
+/// A time a message's headers carry, as [`when`], the text as it was
+/// written on hover; one that is not an RFC 3339 time shows as it is.
+pub(super) fn when_text(at: Option<&str>, now_ms: u64) -> Markup {
+    match at.and_then(|a| Some((a, parse_rfc3339_millis(a)?))) {
+        Some((a, ms)) => html! {
+            time datetime=(rfc3339_millis(ms)) title=(a) { (ago(ms, now_ms)) }
+        },
+        None => html! { (opt(at)) },
+    }
 }
 
 pub(super) fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

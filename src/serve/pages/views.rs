@@ -1,112 +1,7 @@
-//! The DLQ's views: the overview of every pipeline, a DLQ's groups, and a
-//! group's messages.
+//! The DLQ's views: a DLQ's groups and a group's messages (the overview
+//! is `overview`).
 
 use super::parts::*;
-
-/// A small chart: the DLQ's depth (line) and inflow (bars) over the hour.
-fn chart(history: &[crate::serve::history::Sample], now_ms: u64) -> Markup {
-    let (w, h) = (240.0, 40.0);
-    let c = crate::serve::history::chart(history, now_ms, w, h);
-    html! {
-        svg.chart width="240" height="40" viewBox="0 0 240 40" role="img"
-            aria-label=(format!("DLQ depth over the last hour, up to {}; inflow up to {} per sample", c.max_depth, c.max_inflow)) {
-            title { "DLQ depth (line, up to " (c.max_depth) ") and inflow (bars, up to " (c.max_inflow) " per sample), last hour" }
-            rect.frame x="0" y="0" width="240" height="40" {}
-            g.inflow {
-                @for (x, y, bh) in &c.inflow_bars {
-                    rect x=(x) y=(y) width="2" height=(bh) {}
-                }
-            }
-            @if !c.depth_points.is_empty() {
-                polyline.depth points=(c.depth_points) {}
-            }
-        }
-    }
-}
-
-fn overview_page(app: &App, o: &Overview) -> Markup {
-    let content = html! {
-        h1 { "Pipelines" }
-        @if let Some(why) = &o.management_unavailable {
-            div.notice { "Unacked counts and messages_dlx are unknown: " (why) }
-        }
-        @if !o.missing.is_empty() {
-            div.error { "Missing: " (o.missing.join(", ")) " — run dlqctl provision." }
-        }
-        table.overview {
-            thead { tr {
-                th { "Pipeline" } th { "Health" }
-                th.num { "Ready" } th.num { "Unacked" } th.num { "Consumers" }
-                th { "Retry tiers" }
-                th.num { "DLQ" } th.num { "messages_dlx" }
-                th { "DLQ, last hour" } th.num { "Inflow (1 h)" }
-            } }
-            tbody {
-                @for p in &o.pipelines {
-                    tr data-pipeline=(p.status.name) data-health=(health_name(p.health)) {
-                        td { a href=(dlq_url(&p.status.name)) { (p.status.name) } }
-                        td { span class=(format!("badge health-{}", health_name(p.health))) { (health_name(p.health)) } }
-                        td.num { (opt(p.status.main.ready)) }
-                        td.num { (opt(p.status.main.unacked)) }
-                        td.num { (opt(p.status.main.consumers)) }
-                        td {
-                            @for t in &p.status.tiers {
-                                span.mono { (t.tier) ": " (opt(t.queue.ready)) } " "
-                            }
-                        }
-                        td.num.dlq-depth data-test="dlq-depth" {
-                            a href=(dlq_url(&p.status.name)) { (p.status.dlq.total()) }
-                        }
-                        td.num { (opt(p.status.dlq.messages_dlx.or(p.status.main.messages_dlx))) }
-                        td { (chart(&p.history, o.at_ms)) }
-                        td.num {
-                            (p.inflow_last_hour)
-                            @if let Some(id) = p.running_job {
-                                br; a href=(format!("/jobs/{id}")) { "job " (id) " running" }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        p.muted {
-            "Thresholds: warning over " (opt(o.warn_dlq)) ", alert over " (opt(o.max_dlq))
-            " messages (ready + unacked). The chart is sampled every "
-            (every(o.sample_every_ms)) " while this server runs; inflow is the DLQ's growth between samples. Read at "
-            (time(o.at_ms)) "."
-        }
-    };
-    layout(app, "Overview", html! { "Overview" }, content, Some(30_000))
-}
-
-/// An interval as the page says it: `300 ms`, `10 s`, `1.5 s`.
-fn every(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms} ms")
-    } else if ms.is_multiple_of(1000) {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{:.1} s", ms as f64 / 1000.0)
-    }
-}
-
-fn health_name(h: crate::serve::history::Health) -> &'static str {
-    match h {
-        crate::serve::history::Health::Healthy => "healthy",
-        crate::serve::history::Health::Warning => "warning",
-        crate::serve::history::Health::Alert => "alert",
-    }
-}
-
-/// `GET /`: every pipeline.
-pub async fn overview(State(app): Shared) -> Response {
-    let page = app
-        .overview()
-        .await
-        .map(|o| overview_page(&app, &o))
-        .map_err(Fail::from);
-    respond(&app, page)
-}
 
 /// The pipeline's automatic redrive policy, and the messages waiting for
 /// a person as this summary counted them.
@@ -135,10 +30,11 @@ fn summary_page(
     s: &CachedSummary,
 ) -> Markup {
     let r = &s.report;
+    let now = now_ms();
     let content = html! {
         h1 { "DLQ " span.mono { (r.queue) } }
         @if let Some(why) = &s.stale_because {
-            div.notice data-test="stale" { "Showing the summary of " (time(s.at_ms)) ": " (why) }
+            div.notice data-test="stale" { "Showing the summary of " (when(s.at_ms, now)) ": " (why) }
         }
         @if let Some(id) = app.jobs.running_on(pipeline) {
             div.notice { a href=(format!("/jobs/{id}")) { "Job " (id) } " is working on this DLQ." }
@@ -146,7 +42,7 @@ fn summary_page(
         dl.facts {
             dt { "Messages" } dd data-test="snapshot" { (r.snapshot) }
             dt { "Groups" } dd { (r.groups.len()) }
-            dt { "Read at" } dd { (time(s.at_ms)) }
+            dt { "Read" } dd data-test="read-at" { (when(s.at_ms, now)) }
         }
         @if let Some(policy) = policy {
             (redrive_facts(policy, r.waiting_for_person))
@@ -167,8 +63,8 @@ fn summary_page(
                             td { (opt(g.reason.as_deref())) }
                             td.mono.cut title=(g.fingerprint) { (g.fingerprint) }
                             td.num data-test="count" { (g.count) }
-                            td { (opt(g.first_dead_lettered_at.as_deref())) }
-                            td { (opt(g.last_dead_lettered_at.as_deref())) }
+                            td { (when_text(g.first_dead_lettered_at.as_deref(), now)) }
+                            td { (when_text(g.last_dead_lettered_at.as_deref(), now)) }
                             td.mono { (opt(g.source_queue.as_deref())) }
                         }
                     }
@@ -255,6 +151,7 @@ fn group_page(
     more: bool,
 ) -> Markup {
     let first = usize::from(page) * usize::from(PAGE_SIZE);
+    let now = now_ms();
     // An id that more than one message of the page carries opens by place.
     let mut seen = std::collections::HashMap::<&str, usize>::new();
     for m in messages {
@@ -290,7 +187,7 @@ fn group_page(
                         }
                         td.num { (first + i + 1) }
                         td.mono { a href=(link(m, first + i)) { (opt(m.message_id.as_deref())) } }
-                        td { (opt(m.described.dead_lettered_at.as_deref())) }
+                        td { (when_text(m.described.dead_lettered_at.as_deref(), now)) }
                         td.num { (opt(m.described.attempts)) }
                         td.mono.cut { (opt(m.described.last_error.as_deref())) }
                         td.mono.cut { (crate::core::dlq::describe::body_preview(&body_bytes(m), 60)) }
@@ -302,15 +199,15 @@ fn group_page(
     let content = html! {
         h1 { "Group " span.mono { (g.id) } }
         @if let Some(why) = &counted.stale_because {
-            div.notice data-test="stale" { "The count is from " (time(counted.at_ms)) ": " (why) }
+            div.notice data-test="stale" { "The count is from " (when(counted.at_ms, now)) ": " (why) }
         }
         dl.facts {
             dt { "Reason" } dd { (opt(g.reason.as_deref())) }
             dt { "Error" } dd.mono { (g.fingerprint) }
             dt { "Messages" } dd data-test="group-count" { (g.count) }
-            dt { "Counted at" } dd { (time(counted.at_ms)) }
-            dt { "First seen" } dd { (opt(g.first_dead_lettered_at.as_deref())) }
-            dt { "Last seen" } dd { (opt(g.last_dead_lettered_at.as_deref())) }
+            dt { "Counted" } dd { (when(counted.at_ms, now)) }
+            dt { "First seen" } dd { (when_text(g.first_dead_lettered_at.as_deref(), now)) }
+            dt { "Last seen" } dd { (when_text(g.last_dead_lettered_at.as_deref(), now)) }
             dt { "From" } dd.mono { (opt(g.source_queue.as_deref())) }
         }
         @if app.opts.read_only {
