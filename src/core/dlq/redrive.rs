@@ -209,6 +209,7 @@ pub fn next_wait(every_ms: u64, previous_ms: u64, result: RunResult) -> u64 {
 mod tests {
     use super::*;
     use crate::core::dlq::replay::{replay_id_of, REPLAYED_AT_HEADER};
+    use crate::core::field_table;
     use crate::core::retry::ATTEMPT_HEADER;
     use lapin::types::LongString;
 
@@ -329,14 +330,6 @@ mod tests {
         );
     }
 
-    fn headers(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut t = FieldTable::default();
-        for (k, v) in pairs {
-            t.insert((*k).into(), v.clone());
-        }
-        t
-    }
-
     #[test]
     fn a_message_is_seen_through_its_description_and_headers() {
         let d = Described {
@@ -344,7 +337,7 @@ mod tests {
             dead_lettered_at: Some("2026-01-01T00:00:00.000Z".into()),
             ..Described::default()
         };
-        let h = headers(&[(REDRIVEN_HEADER, AMQPValue::LongLongInt(2))]);
+        let h = field_table([(REDRIVEN_HEADER, AMQPValue::LongLongInt(2))]);
         assert_eq!(
             Seen::of(&d, Some(&h)),
             Seen {
@@ -383,7 +376,7 @@ mod tests {
             (AMQPValue::LongString(LongString::from("9")), 0),
             (AMQPValue::Boolean(true), 0),
         ] {
-            let h = headers(&[(REDRIVEN_HEADER, v.clone())]);
+            let h = field_table([(REDRIVEN_HEADER, v.clone())]);
             assert_eq!(redriven_count(Some(&h)), want, "{v:?}");
         }
     }
@@ -403,7 +396,7 @@ mod tests {
             .with_message_id("m-1".into())
             .with_user_id("someone-else".into())
             .with_expiration("100".into())
-            .with_headers(headers(&pairs))
+            .with_headers(field_table(pairs))
     }
 
     fn header(p: &BasicProperties, k: &str) -> Option<AMQPValue> {
