@@ -28,3 +28,15 @@ pub mod handling;
 pub mod retry;
 pub mod topology;
 pub mod values;
+
+/// Test support: a header table of `pairs`.
+#[cfg(test)]
+pub(crate) fn field_table<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, lapin::types::AMQPValue)>,
+) -> lapin::types::FieldTable {
+    let mut t = lapin::types::FieldTable::default();
+    for (k, v) in pairs {
+        t.insert(k.into(), v);
+    }
+    t
+}

@@ -384,6 +384,7 @@ fn or_describe(tail: String, description: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handler::process::watch::{eventually, listed};
     use std::path::{Path, PathBuf};
     use std::time::Instant as StdInstant;
 
@@ -412,13 +413,7 @@ mod tests {
     }
 
     async fn wait_gone(pid: i32) -> bool {
-        for _ in 0..100 {
-            if !alive(pid) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
+        eventually(100, || !alive(pid)).await
     }
 
     async fn read_pid(path: &Path) -> i32 {
@@ -435,29 +430,30 @@ mod tests {
 
     const T: Duration = Duration::from_secs(20);
 
-    #[tokio::test]
-    async fn exit_zero_is_success() {
-        assert_eq!(sh("exit 0", T).handle(&msg(b"x")).await, Outcome::Success);
+    /// Runs `sh -c script` on a message of `body`: its outcome.
+    async fn run(script: &str, body: &[u8]) -> Outcome {
+        sh(script, T).handle(&msg(body)).await
     }
 
+    /// Exit 0 is a success, 65 permanent, any other status transient; the
+    /// error is stderr's tail, or the status when stderr is empty.
     #[tokio::test]
-    async fn exit_65_is_permanent_with_stderr() {
-        let out = sh("echo 'bad order: no sku' >&2; exit 65", T)
-            .handle(&msg(b"x"))
-            .await;
-        assert_eq!(out, Outcome::permanent("bad order: no sku"));
-        let out = sh("exit 65", T).handle(&msg(b"x")).await;
-        assert_eq!(out, Outcome::permanent("exited with status 65"));
-    }
-
-    #[tokio::test]
-    async fn other_exit_is_transient_with_stderr_tail() {
-        let out = sh("echo first >&2; printf '  db down\\n\\n' >&2; exit 3", T)
-            .handle(&msg(b"x"))
-            .await;
-        assert_eq!(out, Outcome::transient("first\n  db down"));
-        let out = sh("exit 3", T).handle(&msg(b"x")).await;
-        assert_eq!(out, Outcome::transient("exited with status 3"));
+    async fn the_exit_status_gives_the_outcome_with_stderr() {
+        for (script, want) in [
+            ("exit 0", Outcome::Success),
+            (
+                "echo 'bad order: no sku' >&2; exit 65",
+                Outcome::permanent("bad order: no sku"),
+            ),
+            ("exit 65", Outcome::permanent("exited with status 65")),
+            (
+                "echo first >&2; printf '  db down\\n\\n' >&2; exit 3",
+                Outcome::transient("first\n  db down"),
+            ),
+            ("exit 3", Outcome::transient("exited with status 3")),
+        ] {
+            assert_eq!(run(script, b"x").await, want, "{script}");
+        }
     }
 
     #[tokio::test]
@@ -535,17 +531,12 @@ mod tests {
     async fn child_that_ignores_stdin_is_fine() {
         let body = vec![b'z'; 1 << 20];
         // Exits at once without reading.
-        assert_eq!(sh("exit 0", T).handle(&msg(&body)).await, Outcome::Success);
+        assert_eq!(run("exit 0", &body).await, Outcome::Success);
         // Lives a while without reading, so our write is blocked, then exits.
-        assert_eq!(
-            sh("sleep 0.3; exit 0", T).handle(&msg(&body)).await,
-            Outcome::Success
-        );
+        assert_eq!(run("sleep 0.3; exit 0", &body).await, Outcome::Success);
         // Closes stdin at once, then works on.
         assert_eq!(
-            sh("exec 0<&-; sleep 0.2; echo done >&2; exit 3", T)
-                .handle(&msg(&body))
-                .await,
+            run("exec 0<&-; sleep 0.2; echo done >&2; exit 3", &body).await,
             Outcome::transient("done")
         );
     }
@@ -572,6 +563,26 @@ mod tests {
         );
     }
 
+    /// Runs `program`, which cannot start yet: the run must still wait
+    /// 700 ms later (else `waiting`), then end once `fix` made the program
+    /// startable (else `resumes`). The outcome of the resumed run.
+    async fn held_until_fixed(
+        program: &Path,
+        waiting: &str,
+        fix: impl FnOnce(),
+        resumes: &str,
+    ) -> Outcome {
+        let h = ExecHandler::new(program.to_path_buf(), vec![], T);
+        let run = tokio::spawn(async move { h.handle(&msg(b"x")).await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(!run.is_finished(), "{waiting}");
+        fix();
+        tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect(resumes)
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn a_missing_program_holds_the_message_until_it_can_start() {
         use std::os::unix::fs::PermissionsExt;
@@ -579,31 +590,28 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let program = dir.join("handler.sh");
         let _ = std::fs::remove_file(&program);
-        let h = ExecHandler::new(program.clone(), vec![], T);
-        let run = tokio::spawn(async move { h.handle(&msg(b"x")).await });
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        assert!(
-            !run.is_finished(),
-            "the run ended while the program was missing"
-        );
-        std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let out = tokio::time::timeout(Duration::from_secs(10), run)
-            .await
-            .expect("the run resumes once the program exists")
-            .unwrap();
+        let out = held_until_fixed(
+            &program,
+            "the run ended while the program was missing",
+            || {
+                std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+                std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+            },
+            "the run resumes once the program exists",
+        )
+        .await;
         assert_eq!(out, Outcome::Success);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn signal_is_transient() {
-        let out = sh("echo dying >&2; kill -9 $$", T).handle(&msg(b"")).await;
+        let out = run("echo dying >&2; kill -9 $$", b"").await;
         assert_eq!(
             out,
             Outcome::transient("killed by signal 9 (SIGKILL): dying")
         );
-        let out = sh("kill -TERM $$", T).handle(&msg(b"")).await;
+        let out = run("kill -TERM $$", b"").await;
         assert_eq!(out, Outcome::transient("killed by signal 15 (SIGTERM)"));
     }
 
@@ -650,16 +658,8 @@ mod tests {
         assert!(wait_gone(pid).await, "grandchild {pid} survived the drop");
     }
 
-    /// Whether /proc lists `pid` at all: a zombie (ended, not reaped) is
-    /// listed.
     async fn wait_unlisted(pid: i32) -> bool {
-        for _ in 0..100 {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
+        eventually(100, || !listed(pid)).await
     }
 
     /// A run cut short, by its timeout or by dropping its future, leaves no
@@ -697,15 +697,15 @@ mod tests {
         let program = temp_path("noexec");
         std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let h = ExecHandler::new(program.clone(), vec![], T);
-        let run = tokio::spawn(async move { h.handle(&msg(b"x")).await });
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        assert!(!run.is_finished(), "the run ended while not executable");
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let out = tokio::time::timeout(Duration::from_secs(10), run)
-            .await
-            .expect("the run resumes once the program is executable")
-            .unwrap();
+        let out = held_until_fixed(
+            &program,
+            "the run ended while not executable",
+            || {
+                std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+            },
+            "the run resumes once the program is executable",
+        )
+        .await;
         assert_eq!(out, Outcome::Success);
         std::fs::remove_file(&program).unwrap();
     }

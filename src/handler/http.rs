@@ -450,19 +450,23 @@ mod tests {
         format!("http://{addr}")
     }
 
+    /// The example message (only its body, content type, id and attempt
+    /// are sent), as message `m-42` on its third attempt.
     fn msg(body: &[u8]) -> HandlerMessage {
         HandlerMessage {
-            body: body.to_vec(),
-            queue: "orders".into(),
             message_id: Some("m-42".into()),
-            content_type: Some("application/json".into()),
             attempt: 3,
-            max_attempts: 5,
-            ..Default::default()
+            ..HandlerMessage::example(body)
         }
     }
 
     const T: Duration = Duration::from_secs(10);
+
+    /// The outcome of an empty message posted to `path` of `base`.
+    async fn outcome_at(base: &str, path: impl std::fmt::Display) -> Outcome {
+        let h = HttpHandler::new(format!("{base}{path}"), T).unwrap();
+        h.handle(&msg(b"")).await
+    }
 
     #[tokio::test]
     async fn success_sends_body_and_headers() {
@@ -511,15 +515,15 @@ mod tests {
     #[tokio::test]
     async fn statuses_map_to_outcomes() {
         let base = serve(Seen::default()).await;
-        let at = |code: u16| HttpHandler::new(format!("{base}/status/{code}"), T).unwrap();
-        assert_eq!(at(200).handle(&msg(b"")).await, Outcome::Success);
-        assert_eq!(at(204).handle(&msg(b"")).await, Outcome::Success);
+        let at = |code: u16| outcome_at(&base, format!("/status/{code}"));
+        assert_eq!(at(200).await, Outcome::Success);
+        assert_eq!(at(204).await, Outcome::Success);
         for code in [400, 401, 404, 409, 422] {
-            let out = at(code).handle(&msg(b"")).await;
+            let out = at(code).await;
             assert!(matches!(out, Outcome::Permanent { .. }), "{code}: {out:?}");
         }
         for code in [408, 425, 500, 502, 504, 599] {
-            let out = at(code).handle(&msg(b"")).await;
+            let out = at(code).await;
             assert!(
                 matches!(
                     out,
@@ -532,11 +536,11 @@ mod tests {
             );
         }
         assert_eq!(
-            at(400).handle(&msg(b"")).await,
+            at(400).await,
             Outcome::permanent("HTTP 400 Bad Request: nope")
         );
         assert_eq!(
-            at(500).handle(&msg(b"")).await,
+            at(500).await,
             Outcome::transient("HTTP 500 Internal Server Error: nope")
         );
     }
@@ -544,16 +548,14 @@ mod tests {
     #[tokio::test]
     async fn retry_after_on_429_and_503_only() {
         let base = serve(Seen::default()).await;
-        let h = HttpHandler::new(format!("{base}/429"), T).unwrap();
         assert_eq!(
-            h.handle(&msg(b"")).await,
+            outcome_at(&base, "/429").await,
             Outcome::Transient {
                 error: "HTTP 429 Too Many Requests: slow down".into(),
                 retry_after: Some(Duration::from_secs(7)),
             }
         );
-        let h = HttpHandler::new(format!("{base}/503"), T).unwrap();
-        let Outcome::Transient { error, retry_after } = h.handle(&msg(b"")).await else {
+        let Outcome::Transient { error, retry_after } = outcome_at(&base, "/503").await else {
             panic!("not transient");
         };
         assert_eq!(error, "HTTP 503 Service Unavailable");
@@ -562,9 +564,8 @@ mod tests {
             (Duration::from_secs(110)..=Duration::from_secs(120)).contains(&retry_after),
             "{retry_after:?}"
         );
-        let h = HttpHandler::new(format!("{base}/500-retry-after"), T).unwrap();
         assert_eq!(
-            h.handle(&msg(b"")).await,
+            outcome_at(&base, "/500-retry-after").await,
             Outcome::transient("HTTP 500 Internal Server Error")
         );
     }
@@ -611,17 +612,18 @@ mod tests {
     #[tokio::test]
     async fn huge_error_body_is_cut() {
         let base = serve(Seen::default()).await;
-        let h = HttpHandler::new(format!("{base}/huge"), T).unwrap();
         let expected = format!("HTTP 502 Bad Gateway: {}…", "e".repeat(ERROR_BODY_BYTES));
-        assert_eq!(h.handle(&msg(b"")).await, Outcome::transient(expected));
+        assert_eq!(
+            outcome_at(&base, "/huge").await,
+            Outcome::transient(expected)
+        );
     }
 
     #[tokio::test]
     async fn redirects_are_not_followed() {
         let base = serve(Seen::default()).await;
-        let h = HttpHandler::new(format!("{base}/redirect"), T).unwrap();
         assert_eq!(
-            h.handle(&msg(b"")).await,
+            outcome_at(&base, "/redirect").await,
             Outcome::permanent(
                 "HTTP 302 Found (redirects are not followed; Location: http://example.com/next)"
             )

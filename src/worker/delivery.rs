@@ -448,6 +448,7 @@ fn log_error(error: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::metrics::assert_renders;
     use lapin::BasicProperties;
 
     fn copy() -> Copy {
@@ -458,14 +459,18 @@ mod tests {
         }
     }
 
+    fn retry_in_1s() -> Settlement {
+        Settlement::Retry {
+            delay_ms: 1000,
+            copy: copy(),
+        }
+    }
+
     #[test]
     fn every_dead_letter_is_counted_by_reason() {
         let m = Metrics::new();
         let q = m.queue_counters("orders");
-        let retry = Settlement::Retry {
-            delay_ms: 1000,
-            copy: copy(),
-        };
+        let retry = retry_in_1s();
         // The broker refuses the retry copy for its size: nacked to the DLX.
         record_settlement(
             &q,
@@ -478,25 +483,22 @@ mod tests {
         };
         record_settlement(&q, &dead.clone().after_publish(PublishEnd::Nacked));
         record_settlement(&q, &dead.after_publish(PublishEnd::Confirmed));
-        let text = m.render();
-        for line in [
-            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter_nack\"} 2",
-            "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter\"} 1",
-            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
-            "dlqctl_dead_letters_total{queue=\"orders\",reason=\"permanent\"} 2",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter_nack\"} 2",
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"dead_letter\"} 1",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"permanent\"} 2",
+            ],
+        );
     }
 
     #[test]
     fn abandoned_and_acked_settlements_count_no_dead_letter() {
         let m = Metrics::new();
         let q = m.queue_counters("orders");
-        let retry = Settlement::Retry {
-            delay_ms: 1000,
-            copy: copy(),
-        };
+        let retry = retry_in_1s();
         record_settlement(&q, &retry.clone().after_publish(PublishEnd::ShuttingDown));
         record_settlement(&q, &retry.after_publish(PublishEnd::Confirmed));
         record_settlement(
@@ -505,21 +507,19 @@ mod tests {
                 first_attempt: true,
             },
         );
-        let text = m.render();
-        for line in [
-            "dlqctl_decisions_total{queue=\"orders\",decision=\"abandoned\"} 1",
-            "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 1",
-            "dlqctl_decisions_total{queue=\"orders\",decision=\"ack\"} 1",
-            "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
-            "dlqctl_retry_delay_seconds_count 1",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
-        // Every reason is there from the start, at 0, and stays there.
-        for reason in ["permanent", "exhausted", "too_large"] {
-            let zero =
-                format!("dlqctl_dead_letters_total{{queue=\"orders\",reason=\"{reason}\"}} 0");
-            assert!(text.contains(&zero), "{zero} in\n{text}");
-        }
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"abandoned\"} 1",
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 1",
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"ack\"} 1",
+                "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
+                "dlqctl_retry_delay_seconds_count 1",
+                // Every reason is there from the start, at 0, and stays there.
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"permanent\"} 0",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"exhausted\"} 0",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 0",
+            ],
+        );
     }
 }

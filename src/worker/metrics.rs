@@ -313,28 +313,29 @@ impl Metrics {
                 .clone(),
             dead_letters: self.dead_letters.clone(),
             retry_delay_seconds: self.retry_delay_seconds.clone(),
-            decisions: DECISIONS
-                .iter()
-                .map(|d| {
-                    let labels = DecisionLabels {
-                        queue: queue.to_string(),
-                        decision: (*d).to_string(),
-                    };
-                    (*d, self.decisions.get_or_create(&labels).clone())
-                })
-                .collect(),
-            outcomes: OUTCOMES
-                .iter()
-                .map(|o| {
-                    let labels = OutcomeLabels {
-                        queue: queue.to_string(),
-                        outcome: (*o).to_string(),
-                    };
-                    (*o, self.outcomes.get_or_create(&labels).clone())
-                })
-                .collect(),
+            decisions: counters(&self.decisions, &DECISIONS, |d| DecisionLabels {
+                queue: queue.to_string(),
+                decision: d.to_string(),
+            }),
+            outcomes: counters(&self.outcomes, &OUTCOMES, |o| OutcomeLabels {
+                queue: queue.to_string(),
+                outcome: o.to_string(),
+            }),
         }
     }
+}
+
+/// The counter of each of `labels` in `family`, under the label set
+/// `label_set` makes of it.
+fn counters<S: Clone + std::hash::Hash + Eq>(
+    family: &Family<S, Counter>,
+    labels: &[&'static str],
+    label_set: impl Fn(&str) -> S,
+) -> Vec<(&'static str, Counter)> {
+    labels
+        .iter()
+        .map(|l| (*l, family.get_or_create(&label_set(l)).clone()))
+        .collect()
 }
 
 /// Binds the metrics address once; the listener's `local_addr` is the
@@ -409,6 +410,15 @@ pub async fn serve(
         .await
 }
 
+/// Test support: asserts that `m` renders each of `lines`.
+#[cfg(test)]
+pub(crate) fn assert_renders(m: &Metrics, lines: &[&str]) {
+    let text = m.render();
+    for line in lines {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,26 +462,15 @@ mod tests {
         q.dead_letter("exhausted");
         q.dead_letter("too_large");
         q.retry_delay(10_000);
-        let text = m.render();
-        assert!(
-            text.contains("dlqctl_first_attempt_successes_total{queue=\"orders\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("dlqctl_dead_letters_total{queue=\"orders\",reason=\"exhausted\"} 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("dlqctl_retry_delay_seconds_sum 10.0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("dlqctl_retry_delay_seconds_count 1"),
-            "{text}"
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"exhausted\"} 2",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
+                "dlqctl_retry_delay_seconds_sum 10.0",
+                "dlqctl_retry_delay_seconds_count 1",
+            ],
         );
     }
 
@@ -498,16 +497,16 @@ mod tests {
         r.waiting_for_person = None;
         r.next_wait_ms = 1500;
         m.record_redrive(&r);
-        let text = m.render();
-        for want in [
-            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
-            "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
-            "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
-            "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
-            "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
-        ] {
-            assert!(text.contains(want), "{want} in:\n{text}");
-        }
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
+                "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
+                "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
+                "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
+            ],
+        );
     }
 
     #[test]
@@ -522,16 +521,14 @@ mod tests {
         let q = m.queue_counters("orders");
         q.decision("retry");
         q.outcome("transient");
-        let text = m.render();
-        assert!(
-            text.contains("dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 2"),
-            "{text}"
-        );
-        assert!(text.contains("dlqctl_handlers_in_flight 0"), "{text}");
-        assert!(text.contains("dlqctl_consuming 0"), "{text}");
-        assert!(
-            text.contains("dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1"),
-            "{text}"
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 2",
+                "dlqctl_handlers_in_flight 0",
+                "dlqctl_consuming 0",
+                "dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1",
+            ],
         );
     }
 }

@@ -84,6 +84,15 @@ fn def(v: Value) -> Map<String, Value> {
     v.as_object().cloned().unwrap_or_default()
 }
 
+/// A policy named `name` that applies, with the `effective` definition.
+fn policy(name: &str, effective: Value) -> Option<AppliedPolicies> {
+    Some(AppliedPolicies {
+        policy: Some(name.into()),
+        effective: def(effective),
+        ..AppliedPolicies::default()
+    })
+}
+
 #[test]
 fn a_healthy_pipeline_passes_every_item() {
     let p = plan();
@@ -156,11 +165,7 @@ fn a_drop_head_policy_on_quorum_queues_fails_and_says_dead_lettering_is_at_most_
     let p = plan();
     let mut s = healthy(&p);
     for q in ["orders", "orders.retry.1s"] {
-        facts(&mut s, q).policies = Some(AppliedPolicies {
-            policy: Some("dh".into()),
-            effective: def(json!({"overflow": "drop-head"})),
-            ..AppliedPolicies::default()
-        });
+        facts(&mut s, q).policies = policy("dh", json!({"overflow": "drop-head"}));
     }
     let c = checklist(&p, &s, None);
     let fails = with(Level::Fail, &c);
@@ -180,11 +185,7 @@ fn a_drop_head_policy_on_quorum_queues_fails_and_says_dead_lettering_is_at_most_
 fn a_key_that_changes_nothing_passes_and_names_the_policy() {
     let p = plan();
     let mut s = healthy(&p);
-    facts(&mut s, "orders").policies = Some(AppliedPolicies {
-        policy: Some("ll".into()),
-        effective: def(json!({"queue-leader-locator": "balanced"})),
-        ..AppliedPolicies::default()
-    });
+    facts(&mut s, "orders").policies = policy("ll", json!({"queue-leader-locator": "balanced"}));
     let c = checklist(&p, &s, None);
     assert_eq!(worst(&c), Level::Pass);
     assert!(c.iter().any(|i| i.area == Area::Policies
@@ -207,11 +208,7 @@ fn a_short_dlq_retention_and_a_main_queue_without_consumers_warn() {
     assert_eq!(worst(&checklist(&p, &healthy(&p), None)), Level::Pass);
     let mut s = healthy(&p);
     // A policy that lowers a long retention counts too.
-    facts(&mut s, "orders.dlq").policies = Some(AppliedPolicies {
-        policy: Some("short".into()),
-        effective: def(json!({"message-ttl": 2 * DAY})),
-        ..AppliedPolicies::default()
-    });
+    facts(&mut s, "orders.dlq").policies = policy("short", json!({"message-ttl": 2 * DAY}));
     let c = checklist(&p, &s, None);
     assert!(c
         .iter()
@@ -365,11 +362,7 @@ fn the_handler_timeout_must_stay_under_the_consumer_timeout() {
     set(&mut s, DEFAULT_CONSUMER_TIMEOUT_MS - 1);
     assert_eq!(worst(&checklist(&p, &s, None)), Level::Pass);
     // A policy's consumer-timeout replaces the default.
-    facts(&mut s, "orders").policies = Some(AppliedPolicies {
-        policy: Some("ct".into()),
-        effective: def(json!({"consumer-timeout": 60_000})),
-        ..AppliedPolicies::default()
-    });
+    facts(&mut s, "orders").policies = policy("ct", json!({"consumer-timeout": 60_000}));
     let fails = with(Level::Fail, &checklist(&p, &s, None));
     assert!(
         fails[0].2.contains("the consumer-timeout of its policy"),

@@ -189,6 +189,14 @@ mod tests {
         (queues, bindings)
     }
 
+    fn not_in_topology(object: ObjectKind, name: &str, messages: Option<u64>) -> Finding {
+        Finding::NotInTopology {
+            object,
+            name: name.into(),
+            messages,
+        }
+    }
+
     #[test]
     fn the_plan_itself_has_nothing_stale() {
         let p = the_plan(ORDERS);
@@ -205,16 +213,12 @@ mod tests {
         assert_eq!(
             stale_objects(&p, &queues, &bindings),
             vec![
-                Finding::NotInTopology {
-                    object: ObjectKind::Queue,
-                    name: "orders.retry.1m".into(),
-                    messages: Some(3),
-                },
-                Finding::NotInTopology {
-                    object: ObjectKind::Binding,
-                    name: "orders.retry -> orders.retry.1m [1m]".into(),
-                    messages: None,
-                },
+                not_in_topology(ObjectKind::Queue, "orders.retry.1m", Some(3)),
+                not_in_topology(
+                    ObjectKind::Binding,
+                    "orders.retry -> orders.retry.1m [1m]",
+                    None
+                ),
             ]
         );
     }
@@ -231,11 +235,7 @@ mod tests {
         bindings.push(b("orders.dlx", "orders.dlq", ""));
         let found = stale_objects(&p, &queues, &bindings);
         assert_eq!(found.len(), 2, "{found:?}");
-        assert!(found.contains(&Finding::NotInTopology {
-            object: ObjectKind::Queue,
-            name: "orders.dlq".into(),
-            messages: None,
-        }));
+        assert!(found.contains(&not_in_topology(ObjectKind::Queue, "orders.dlq", None)));
     }
 
     #[test]
@@ -245,11 +245,11 @@ mod tests {
         bindings.push(b("shop", "orders", "order.legacy"));
         assert_eq!(
             stale_objects(&p, &queues, &bindings),
-            vec![Finding::NotInTopology {
-                object: ObjectKind::Binding,
-                name: "shop -> orders [order.legacy]".into(),
-                messages: None,
-            }]
+            vec![not_in_topology(
+                ObjectKind::Binding,
+                "shop -> orders [order.legacy]",
+                None
+            )]
         );
     }
 

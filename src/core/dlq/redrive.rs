@@ -209,6 +209,7 @@ pub fn next_wait(every_ms: u64, previous_ms: u64, result: RunResult) -> u64 {
 mod tests {
     use super::*;
     use crate::core::dlq::replay::{replay_id_of, REPLAYED_AT_HEADER};
+    use crate::core::field_table;
     use crate::core::retry::ATTEMPT_HEADER;
     use lapin::types::LongString;
 
@@ -230,34 +231,39 @@ mod tests {
         }
     }
 
+    /// The verdict of `p` now on a message of `reason`, dead-lettered
+    /// `age_ms` ago (`None`: unknown) and redriven `redriven` times.
+    fn verdict_on(
+        p: &Redrive,
+        reason: Option<&str>,
+        age_ms: Option<u64>,
+        redriven: u64,
+    ) -> Verdict {
+        verdict(p, &seen(reason, age_ms, redriven), NOW)
+    }
+
     #[test]
     fn an_exhausted_message_old_enough_and_under_the_budget_is_eligible() {
         let p = policy();
-        assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), Some(5 * MIN), 0), NOW),
-            Verdict::Eligible
-        );
-        assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), Some(100 * MIN), 2), NOW),
-            Verdict::Eligible
-        );
+        for (age, redriven) in [(5 * MIN, 0), (100 * MIN, 2)] {
+            assert_eq!(
+                verdict_on(&p, Some("exhausted"), Some(age), redriven),
+                Verdict::Eligible,
+                "{age} {redriven}"
+            );
+        }
     }
 
     #[test]
     fn a_message_younger_than_min_age_or_of_unknown_age_waits() {
         let p = policy();
-        assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), Some(5 * MIN - 1), 0), NOW),
-            Verdict::TooYoung
-        );
-        assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), Some(0), 0), NOW),
-            Verdict::TooYoung
-        );
-        assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), None, 0), NOW),
-            Verdict::TooYoung
-        );
+        for age in [Some(5 * MIN - 1), Some(0), None] {
+            assert_eq!(
+                verdict_on(&p, Some("exhausted"), age, 0),
+                Verdict::TooYoung,
+                "{age:?}"
+            );
+        }
         // Dead-lettered "in the future" (a clock ahead): not old enough.
         let ahead = Seen {
             reason: Some("exhausted"),
@@ -268,7 +274,7 @@ mod tests {
         // min_age 0 is not writable (durations start at 1ms), but holds.
         let p0 = Redrive { min_age: 0, ..p };
         assert_eq!(
-            verdict(&p0, &seen(Some("exhausted"), Some(0), 0), NOW),
+            verdict_on(&p0, Some("exhausted"), Some(0), 0),
             Verdict::Eligible
         );
     }
@@ -276,29 +282,29 @@ mod tests {
     #[test]
     fn permanent_and_other_reasons_move_only_when_listed() {
         let p = policy();
-        for r in ["permanent", "too_large", "rejected", "delivery_limit", ""] {
+        for r in [
+            Some("permanent"),
+            Some("too_large"),
+            Some("rejected"),
+            Some("delivery_limit"),
+            Some(""),
+            None,
+            // Case matters: reasons are written in lower case.
+            Some("Exhausted"),
+        ] {
             assert_eq!(
-                verdict(&p, &seen(Some(r), Some(100 * MIN), 0), NOW),
+                verdict_on(&p, r, Some(100 * MIN), 0),
                 Verdict::ReasonNotListed,
-                "{r}"
+                "{r:?}"
             );
         }
-        assert_eq!(
-            verdict(&p, &seen(None, Some(100 * MIN), 0), NOW),
-            Verdict::ReasonNotListed
-        );
         let both = Redrive {
             reasons: vec!["exhausted".into(), "permanent".into()],
             ..policy()
         };
         assert_eq!(
-            verdict(&both, &seen(Some("permanent"), Some(100 * MIN), 0), NOW),
+            verdict_on(&both, Some("permanent"), Some(100 * MIN), 0),
             Verdict::Eligible
-        );
-        // Case matters: reasons are written in lower case.
-        assert_eq!(
-            verdict(&p, &seen(Some("Exhausted"), Some(100 * MIN), 0), NOW),
-            Verdict::ReasonNotListed
         );
     }
 
@@ -312,29 +318,21 @@ mod tests {
             (u64::MAX, Verdict::WaitingForPerson),
         ] {
             assert_eq!(
-                verdict(&p, &seen(Some("exhausted"), Some(100 * MIN), n), NOW),
+                verdict_on(&p, Some("exhausted"), Some(100 * MIN), n),
                 want,
                 "{n}"
             );
         }
         // Counted as waiting even while too young to move.
         assert_eq!(
-            verdict(&p, &seen(Some("exhausted"), Some(0), 3), NOW),
+            verdict_on(&p, Some("exhausted"), Some(0), 3),
             Verdict::WaitingForPerson
         );
         // But a reason not listed is not the policy's to count.
         assert_eq!(
-            verdict(&p, &seen(Some("permanent"), Some(0), 3), NOW),
+            verdict_on(&p, Some("permanent"), Some(0), 3),
             Verdict::ReasonNotListed
         );
-    }
-
-    fn headers(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut t = FieldTable::default();
-        for (k, v) in pairs {
-            t.insert((*k).into(), v.clone());
-        }
-        t
     }
 
     #[test]
@@ -344,7 +342,7 @@ mod tests {
             dead_lettered_at: Some("2026-01-01T00:00:00.000Z".into()),
             ..Described::default()
         };
-        let h = headers(&[(REDRIVEN_HEADER, AMQPValue::LongLongInt(2))]);
+        let h = field_table([(REDRIVEN_HEADER, AMQPValue::LongLongInt(2))]);
         assert_eq!(
             Seen::of(&d, Some(&h)),
             Seen {
@@ -383,7 +381,7 @@ mod tests {
             (AMQPValue::LongString(LongString::from("9")), 0),
             (AMQPValue::Boolean(true), 0),
         ] {
-            let h = headers(&[(REDRIVEN_HEADER, v.clone())]);
+            let h = field_table([(REDRIVEN_HEADER, v.clone())]);
             assert_eq!(redriven_count(Some(&h)), want, "{v:?}");
         }
     }
@@ -403,7 +401,7 @@ mod tests {
             .with_message_id("m-1".into())
             .with_user_id("someone-else".into())
             .with_expiration("100".into())
-            .with_headers(headers(&pairs))
+            .with_headers(field_table(pairs))
     }
 
     fn header(p: &BasicProperties, k: &str) -> Option<AMQPValue> {
@@ -502,7 +500,7 @@ mod tests {
                     for redriven in [0u64, 1, 2, 3, 9, 10, 11] {
                         let mut was_eligible = false;
                         for age in [0u64, 1, 999, 1000, 1001, 5 * MIN - 1, 5 * MIN, 10 * MIN] {
-                            let v = verdict(&p, &seen(reason, Some(age), redriven), NOW);
+                            let v = verdict_on(&p, reason, Some(age), redriven);
                             let want = if reason != Some("exhausted") {
                                 Verdict::ReasonNotListed
                             } else if redriven >= u64::from(max_redrives) {

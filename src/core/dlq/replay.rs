@@ -135,39 +135,27 @@ pub fn remaining_retention(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::field_table;
     use crate::core::values::shortstr;
     use lapin::types::FieldArray;
 
     fn original() -> BasicProperties {
-        let mut h = FieldTable::default();
-        h.insert(
-            "x-death".into(),
-            AMQPValue::FieldArray(FieldArray::default()),
-        );
-        h.insert(
-            "x-first-death-reason".into(),
-            AMQPValue::LongString("rejected".into()),
-        );
-        h.insert(
-            "x-last-death-queue".into(),
-            AMQPValue::LongString("q".into()),
-        );
-        h.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
-        h.insert("x-acquired-count".into(), AMQPValue::LongLongInt(4));
-        h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(4));
-        h.insert(
-            "dlqctl-errors".into(),
-            AMQPValue::FieldArray(FieldArray::default()),
-        );
-        h.insert(
-            "dlqctl-last-error".into(),
-            AMQPValue::LongString("boom".into()),
-        );
-        h.insert(
-            "dlqctl-reason".into(),
-            AMQPValue::LongString("exhausted".into()),
-        );
-        h.insert("tenant".into(), AMQPValue::LongString("acme".into()));
+        let text = |s: &str| AMQPValue::LongString(s.into());
+        let h = field_table([
+            ("x-death", AMQPValue::FieldArray(FieldArray::default())),
+            ("x-first-death-reason", text("rejected")),
+            ("x-last-death-queue", text("q")),
+            ("x-delivery-count", AMQPValue::LongLongInt(3)),
+            ("x-acquired-count", AMQPValue::LongLongInt(4)),
+            (ATTEMPT_HEADER, AMQPValue::LongLongInt(4)),
+            (
+                "dlqctl-errors",
+                AMQPValue::FieldArray(FieldArray::default()),
+            ),
+            ("dlqctl-last-error", text("boom")),
+            ("dlqctl-reason", text("exhausted")),
+            ("tenant", text("acme")),
+        ]);
         BasicProperties::default()
             .with_message_id(ShortString::from(shortstr::from_raw_bytes(&[0xff, b'1'])))
             .with_user_id("someone-else".into())

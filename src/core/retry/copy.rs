@@ -132,43 +132,37 @@ pub(crate) fn kept_properties(
     original: &BasicProperties,
     connection_user: &str,
 ) -> BasicProperties {
-    let mut p = BasicProperties::default().with_delivery_mode(2);
-    if let Some(v) = original.content_type() {
-        p = p.with_content_type(v.clone());
-    }
-    if let Some(v) = original.content_encoding() {
-        p = p.with_content_encoding(v.clone());
-    }
-    if let Some(v) = original.priority() {
-        p = p.with_priority(*v);
-    }
-    if let Some(v) = original.correlation_id() {
-        p = p.with_correlation_id(v.clone());
-    }
-    if let Some(v) = original.reply_to() {
-        p = p.with_reply_to(v.clone());
-    }
-    if let Some(v) = original.message_id() {
-        p = p.with_message_id(v.clone());
-    }
-    if let Some(v) = original.timestamp() {
-        p = p.with_timestamp(*v);
-    }
-    if let Some(v) = original.kind() {
-        p = p.with_type(v.clone());
-    }
+    use BasicProperties as P;
+    let mut p = P::default().with_delivery_mode(2);
+    p = keep(p, original.content_type(), P::with_content_type);
+    p = keep(p, original.content_encoding(), P::with_content_encoding);
+    p = keep(p, original.priority(), P::with_priority);
+    p = keep(p, original.correlation_id(), P::with_correlation_id);
+    p = keep(p, original.reply_to(), P::with_reply_to);
+    p = keep(p, original.message_id(), P::with_message_id);
+    p = keep(p, original.timestamp(), P::with_timestamp);
+    p = keep(p, original.kind(), P::with_type);
     if let Some(v) = original.user_id() {
         if v.as_str() == connection_user {
             p = p.with_user_id(v.clone());
         }
     }
-    if let Some(v) = original.app_id() {
-        p = p.with_app_id(v.clone());
-    }
-    if let Some(v) = original.cluster_id() {
-        p = p.with_cluster_id(v.clone());
-    }
+    p = keep(p, original.app_id(), P::with_app_id);
+    p = keep(p, original.cluster_id(), P::with_cluster_id);
     p
+}
+
+/// `p` with the property that `set` sets, when the original had one
+/// (`value`).
+fn keep<T: Clone>(
+    p: BasicProperties,
+    value: &Option<T>,
+    set: fn(BasicProperties, T) -> BasicProperties,
+) -> BasicProperties {
+    match value {
+        Some(v) => set(p, v.clone()),
+        None => p,
+    }
 }
 
 /// Headers the broker writes about deaths and deliveries; a copy that kept

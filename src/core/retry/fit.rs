@@ -169,24 +169,18 @@ impl Trimmed {
     /// In words, for the log: `2 oldest dlqctl-errors entries dropped, …`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if self.history_entries > 0 && !self.history_removed {
-            parts.push(format!(
-                "{} oldest dlqctl-errors entries dropped",
-                self.history_entries
-            ));
-        }
-        if self.history_removed {
-            parts.push("dlqctl-errors removed".to_string());
-        }
-        if self.last_error_bytes > 0 && !self.last_error_removed {
-            parts.push(format!(
-                "dlqctl-last-error cut by {} bytes",
-                self.last_error_bytes
-            ));
-        }
-        if self.last_error_removed {
-            parts.push("dlqctl-last-error removed".to_string());
-        }
+        parts.extend(header_cut(
+            "dlqctl-errors",
+            self.history_removed,
+            self.history_entries,
+            |n| format!("{n} oldest dlqctl-errors entries dropped"),
+        ));
+        parts.extend(header_cut(
+            "dlqctl-last-error",
+            self.last_error_removed,
+            self.last_error_bytes,
+            |n| format!("dlqctl-last-error cut by {n} bytes"),
+        ));
         if self.dlqctl_headers_removed {
             parts.push("every dlqctl header but dlqctl-reason removed".to_string());
         }
@@ -194,6 +188,23 @@ impl Trimmed {
             parts.push("dlqctl-reason removed".to_string());
         }
         parts.join(", ")
+    }
+}
+
+/// How one header was trimmed, in words: `removed`, else cut by `n`
+/// (entries or bytes) as `cut` says it, else not at all.
+fn header_cut(
+    header: &str,
+    removed: bool,
+    n: usize,
+    cut: impl FnOnce(usize) -> String,
+) -> Option<String> {
+    if removed {
+        Some(format!("{header} removed"))
+    } else if n > 0 {
+        Some(cut(n))
+    } else {
+        None
     }
 }
 

@@ -6,6 +6,7 @@ use super::decision::*;
 use super::headers_json::*;
 use super::jitter::*;
 use super::*;
+use crate::core::field_table;
 use crate::core::handling::outcome::Outcome;
 use crate::core::topology::RetryPolicy;
 use crate::core::values::shortstr::MAX_JSON_DEPTH;
@@ -26,20 +27,12 @@ fn ss(s: &str) -> AMQPValue {
     AMQPValue::ShortString(ShortString::from(s))
 }
 
-fn table(entries: Vec<(&str, AMQPValue)>) -> FieldTable {
-    let mut t = FieldTable::default();
-    for (k, v) in entries {
-        t.insert(ShortString::from(k), v);
-    }
-    t
-}
-
 fn array(values: Vec<AMQPValue>) -> AMQPValue {
     AMQPValue::FieldArray(FieldArray::from(values))
 }
 
 fn death(queue: &str, reason: &str, count: AMQPValue) -> AMQPValue {
-    AMQPValue::FieldTable(table(vec![
+    AMQPValue::FieldTable(field_table(vec![
         ("queue", ls(queue)),
         ("reason", ls(reason)),
         ("count", count),
@@ -49,7 +42,7 @@ fn death(queue: &str, reason: &str, count: AMQPValue) -> AMQPValue {
 }
 
 fn xdeath(entries: Vec<AMQPValue>) -> FieldTable {
-    table(vec![(X_DEATH, array(entries))])
+    field_table(vec![(X_DEATH, array(entries))])
 }
 
 fn queues() -> Vec<String> {
@@ -88,7 +81,7 @@ fn non_integers() -> Vec<AMQPValue> {
         ls("3"),
         array(vec![AMQPValue::LongLongInt(3)]),
         AMQPValue::Timestamp(3),
-        AMQPValue::FieldTable(table(vec![("count", AMQPValue::LongLongInt(3))])),
+        AMQPValue::FieldTable(field_table(vec![("count", AMQPValue::LongLongInt(3))])),
         AMQPValue::ByteArray(ByteArray::from(vec![3u8])),
         AMQPValue::Void,
     ]
@@ -108,7 +101,7 @@ fn no_headers_is_the_first_attempt() {
             warnings: vec![]
         }
     );
-    let c = count(&table(vec![("x-other", ls("y"))]));
+    let c = count(&field_table(vec![("x-other", ls("y"))]));
     assert_eq!((c.own, c.deaths, c.attempt), (None, 0, 1));
     assert!(c.warnings.is_empty());
 }
@@ -116,7 +109,7 @@ fn no_headers_is_the_first_attempt() {
 #[test]
 fn own_header_of_every_integer_type_is_read() {
     for v in threes() {
-        let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+        let c = count(&field_table(vec![(ATTEMPT_HEADER, v.clone())]));
         assert_eq!((c.own, c.attempt), (Some(3), 4), "{v:?}");
         assert!(c.warnings.is_empty(), "{v:?}");
     }
@@ -125,7 +118,7 @@ fn own_header_of_every_integer_type_is_read() {
 #[test]
 fn own_header_of_another_type_is_ignored_with_a_warning() {
     for v in non_integers() {
-        let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+        let c = count(&field_table(vec![(ATTEMPT_HEADER, v.clone())]));
         assert_eq!((c.own, c.attempt), (None, 1), "{v:?}");
         assert_eq!(c.warnings.len(), 1, "{v:?}");
         assert!(c.warnings[0].contains(ATTEMPT_HEADER), "{:?}", c.warnings);
@@ -140,7 +133,7 @@ fn negative_own_header_is_ignored_with_a_warning() {
         AMQPValue::LongInt(-3),
         AMQPValue::LongLongInt(i64::MIN),
     ] {
-        let c = count(&table(vec![(ATTEMPT_HEADER, v.clone())]));
+        let c = count(&field_table(vec![(ATTEMPT_HEADER, v.clone())]));
         assert_eq!((c.own, c.attempt), (None, 1), "{v:?}");
         assert_eq!(c.warnings.len(), 1, "{v:?}");
     }
@@ -148,24 +141,27 @@ fn negative_own_header_is_ignored_with_a_warning() {
 
 #[test]
 fn huge_own_header_saturates() {
-    let c = count(&table(vec![(
+    let c = count(&field_table(vec![(
         ATTEMPT_HEADER,
         AMQPValue::LongLongInt(i64::MAX),
     )]));
     assert_eq!((c.own, c.attempt), (Some(u32::MAX), u32::MAX));
     assert_eq!(c.warnings.len(), 1);
-    let c = count(&table(vec![(
+    let c = count(&field_table(vec![(
         ATTEMPT_HEADER,
         AMQPValue::LongUInt(u32::MAX),
     )]));
     assert_eq!((c.own, c.attempt), (Some(u32::MAX), u32::MAX));
     assert!(c.warnings.is_empty());
-    let c = count(&table(vec![(
+    let c = count(&field_table(vec![(
         ATTEMPT_HEADER,
         AMQPValue::LongUInt(u32::MAX - 1),
     )]));
     assert_eq!(c.attempt, u32::MAX);
-    let c = count(&table(vec![(ATTEMPT_HEADER, AMQPValue::LongLongInt(0))]));
+    let c = count(&field_table(vec![(
+        ATTEMPT_HEADER,
+        AMQPValue::LongLongInt(0),
+    )]));
     assert_eq!((c.own, c.attempt), (Some(0), 1));
 }
 
@@ -220,7 +216,7 @@ fn death_count_of_every_integer_type_is_read() {
 
 #[test]
 fn death_reason_and_queue_may_be_short_strings() {
-    let entry = AMQPValue::FieldTable(table(vec![
+    let entry = AMQPValue::FieldTable(field_table(vec![
         ("queue", ss("orders.retry.10s")),
         ("reason", ss("expired")),
         ("count", AMQPValue::LongLongInt(2)),
@@ -247,11 +243,11 @@ fn attempt_is_the_larger_of_own_and_deaths_plus_one() {
 fn x_death_that_is_not_an_array_is_ignored_with_a_warning() {
     for v in [
         ls("garbage"),
-        AMQPValue::FieldTable(table(vec![("count", AMQPValue::LongLongInt(3))])),
+        AMQPValue::FieldTable(field_table(vec![("count", AMQPValue::LongLongInt(3))])),
         AMQPValue::LongLongInt(3),
         AMQPValue::Void,
     ] {
-        let mut h = table(vec![(X_DEATH, v.clone())]);
+        let mut h = field_table(vec![(X_DEATH, v.clone())]);
         h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(1));
         let c = count(&h);
         assert_eq!((c.own, c.deaths, c.attempt), (Some(1), 0, 2), "{v:?}");
@@ -266,25 +262,28 @@ fn malformed_death_entries_are_skipped_each_with_a_warning() {
     let bad = vec![
         ls("SECRET"),
         array(vec![death(q, "expired", AMQPValue::LongLongInt(100))]),
-        AMQPValue::FieldTable(table(vec![
+        AMQPValue::FieldTable(field_table(vec![
             ("queue", ls(q)),
             ("count", AMQPValue::LongLongInt(100)),
         ])),
-        AMQPValue::FieldTable(table(vec![
+        AMQPValue::FieldTable(field_table(vec![
             ("reason", ls("expired")),
             ("count", AMQPValue::LongLongInt(100)),
         ])),
-        AMQPValue::FieldTable(table(vec![
+        AMQPValue::FieldTable(field_table(vec![
             ("queue", AMQPValue::LongLongInt(1)),
             ("reason", ls("expired")),
             ("count", AMQPValue::LongLongInt(100)),
         ])),
-        AMQPValue::FieldTable(table(vec![
+        AMQPValue::FieldTable(field_table(vec![
             ("queue", ls(q)),
             ("reason", AMQPValue::Boolean(true)),
             ("count", AMQPValue::LongLongInt(100)),
         ])),
-        AMQPValue::FieldTable(table(vec![("queue", ls(q)), ("reason", ls("expired"))])),
+        AMQPValue::FieldTable(field_table(vec![
+            ("queue", ls(q)),
+            ("reason", ls("expired")),
+        ])),
         death(q, "expired", ls("100")),
         death(q, "expired", AMQPValue::Double(100.0)),
         death(q, "expired", AMQPValue::Timestamp(100)),
@@ -706,7 +705,7 @@ fn history(p: &BasicProperties) -> Vec<(i64, String, String)> {
 
 #[test]
 fn copies_keep_every_property_but_expiration_and_headers() {
-    let original = full_properties(table(vec![("trace", ls("t-1"))]), Some("200"));
+    let original = full_properties(field_table(vec![("trace", ls("t-1"))]), Some("200"));
     let c = ctx(1, "boom");
     let empty = FieldTable::default();
     let retried = retry_copy(&original, &c, Some("9500".into()));
@@ -773,7 +772,7 @@ fn a_foreign_user_id_is_dropped_and_ours_kept() {
 
 #[test]
 fn copies_strip_the_broker_history_and_keep_other_headers() {
-    let original = BasicProperties::default().with_headers(table(vec![
+    let original = BasicProperties::default().with_headers(field_table(vec![
         (
             X_DEATH,
             array(vec![death(
@@ -920,8 +919,8 @@ fn malformed_first_failed_at_is_replaced() {
         ls(&"9".repeat(65)),
         AMQPValue::Void,
     ] {
-        let original =
-            BasicProperties::default().with_headers(table(vec![(FIRST_FAILED_AT_HEADER, bad)]));
+        let original = BasicProperties::default()
+            .with_headers(field_table(vec![(FIRST_FAILED_AT_HEADER, bad)]));
         let copy = retry_copy(&original, &ctx(1, "x"), None);
         assert_eq!(
             text(&copy, FIRST_FAILED_AT_HEADER),
@@ -929,14 +928,14 @@ fn malformed_first_failed_at_is_replaced() {
         );
     }
     let original = BasicProperties::default()
-        .with_headers(table(vec![(FIRST_FAILED_AT_HEADER, ss("yesterday"))]));
+        .with_headers(field_table(vec![(FIRST_FAILED_AT_HEADER, ss("yesterday"))]));
     let copy = retry_copy(&original, &ctx(1, "x"), None);
     assert_eq!(text(&copy, FIRST_FAILED_AT_HEADER), "yesterday");
 }
 
 #[test]
 fn original_route_headers_fall_back_one_by_one() {
-    let h = |entries| Some(table(entries));
+    let h = |entries: Vec<(&str, AMQPValue)>| Some(field_table(entries));
     let (e, k) = ("", "orders");
     let read = |t: Option<FieldTable>| original_exchange_and_key(t.as_ref(), e, k);
     assert_eq!(read(None), ("".into(), "orders".into()));
@@ -954,7 +953,7 @@ fn original_route_headers_fall_back_one_by_one() {
     // The default exchange is a valid original.
     assert_eq!(
         original_exchange_and_key(
-            Some(&table(vec![(ORIGINAL_EXCHANGE_HEADER, ls(""))])),
+            Some(&field_table(vec![(ORIGINAL_EXCHANGE_HEADER, ls(""))])),
             "other",
             "k"
         ),
@@ -1067,8 +1066,8 @@ fn a_malformed_error_history_starts_fresh() {
         AMQPValue::FieldTable(FieldTable::default()),
         array(vec![ls("x"), AMQPValue::Void]),
     ] {
-        let original =
-            BasicProperties::default().with_headers(table(vec![(ERRORS_HEADER, bad.clone())]));
+        let original = BasicProperties::default()
+            .with_headers(field_table(vec![(ERRORS_HEADER, bad.clone())]));
         let copy = retry_copy(&original, &ctx(2, "e2"), None);
         assert_eq!(
             history(&copy),
@@ -1081,7 +1080,7 @@ fn a_malformed_error_history_starts_fresh() {
 #[test]
 fn well_formed_history_entries_survive_malformed_neighbours() {
     let entry = |attempt: AMQPValue, time: AMQPValue, error: AMQPValue| {
-        AMQPValue::FieldTable(table(vec![
+        AMQPValue::FieldTable(field_table(vec![
             ("attempt", attempt),
             ("time", time),
             ("error", error),
@@ -1094,7 +1093,7 @@ fn well_formed_history_entries_survive_malformed_neighbours() {
         entry(AMQPValue::LongLongInt(1), AMQPValue::Timestamp(1), ls("e")),
         entry(AMQPValue::LongLongInt(1), ls(&"t".repeat(65)), ls("e")),
         entry(AMQPValue::LongLongInt(1), ls("t"), AMQPValue::Void),
-        AMQPValue::FieldTable(table(vec![("attempt", AMQPValue::LongLongInt(1))])),
+        AMQPValue::FieldTable(field_table(vec![("attempt", AMQPValue::LongLongInt(1))])),
         entry(
             AMQPValue::LongInt(4),
             ls("t4"),
@@ -1102,7 +1101,7 @@ fn well_formed_history_entries_survive_malformed_neighbours() {
         ),
     ];
     let original =
-        BasicProperties::default().with_headers(table(vec![(ERRORS_HEADER, array(entries))]));
+        BasicProperties::default().with_headers(field_table(vec![(ERRORS_HEADER, array(entries))]));
     let copy = retry_copy(&original, &ctx(5, "e5"), None);
     assert_eq!(
         history(&copy),
@@ -1179,12 +1178,12 @@ fn dead_letter_without_a_run_keeps_the_history() {
 fn written_headers_stay_under_eight_kib() {
     let huge_error = "€".repeat(1 << 20);
     let name = "n".repeat(255);
-    let hostile_entry = AMQPValue::FieldTable(table(vec![
+    let hostile_entry = AMQPValue::FieldTable(field_table(vec![
         ("attempt", AMQPValue::LongLongInt(i64::MAX)),
         ("time", ls(&"9".repeat(64))),
         ("error", ls(&"e".repeat(100_000))),
     ]));
-    let original = BasicProperties::default().with_headers(table(vec![
+    let original = BasicProperties::default().with_headers(field_table(vec![
         (ERRORS_HEADER, array(vec![hostile_entry; 50])),
         (FIRST_FAILED_AT_HEADER, ls(&"9".repeat(64))),
         (ORIGINAL_EXCHANGE_HEADER, ls(&name)),
@@ -1259,7 +1258,7 @@ fn times_are_rfc3339_utc_with_milliseconds() {
 #[test]
 fn headers_to_json_maps_every_type() {
     use serde_json::json;
-    let h = table(vec![
+    let h = field_table(vec![
         ("bool", AMQPValue::Boolean(true)),
         ("i8", AMQPValue::ShortShortInt(-8)),
         ("u8", AMQPValue::ShortShortUInt(8)),
@@ -1315,9 +1314,9 @@ fn headers_to_json_maps_every_type() {
         ),
         (
             "table",
-            AMQPValue::FieldTable(table(vec![(
+            AMQPValue::FieldTable(field_table(vec![(
                 "inner",
-                AMQPValue::FieldTable(table(vec![("k", AMQPValue::Boolean(false))])),
+                AMQPValue::FieldTable(field_table(vec![("k", AMQPValue::Boolean(false))])),
             )])),
         ),
     ]);
@@ -1345,7 +1344,7 @@ fn headers_to_json_gives_bytes_that_are_not_utf8_as_base64() {
     // Keys as the patched parser holds them when received as these bytes.
     let bad_key = from_raw_bytes(b"\xff\xfekey");
     let inner_bad_key = from_raw_bytes(b"k\xc3");
-    let mut h = table(vec![
+    let mut h = field_table(vec![
         ("plain", ls("v")),
         ("base64:looks-escaped", ls("x")),
         (
@@ -1355,7 +1354,7 @@ fn headers_to_json_gives_bytes_that_are_not_utf8_as_base64() {
         ("short-good", ss("é")),
         (
             "nested",
-            AMQPValue::FieldTable(table(vec![(inner_bad_key.as_str(), ls("in"))])),
+            AMQPValue::FieldTable(field_table(vec![(inner_bad_key.as_str(), ls("in"))])),
         ),
     ]);
     h.insert(
@@ -1402,7 +1401,7 @@ fn deep_nesting_is_cut_to_null() {
     for _ in 0..200 {
         v = array(vec![v]);
     }
-    let json = headers_to_json(Some(&table(vec![("deep", v)])));
+    let json = headers_to_json(Some(&field_table(vec![("deep", v)])));
     let mut depth = 0;
     let mut cur = &json["deep"];
     while let serde_json::Value::Array(a) = cur {

@@ -53,30 +53,24 @@ fn escape_into(out: &mut String, c: char) {
 /// `\uXXXX` (ESC is `\u001b`). A backslash is kept as it is. For one value
 /// (a message id, a reason, an error) inside a line of text output.
 pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(is_unsafe_on_terminal) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if is_unsafe_on_terminal(c) {
-            escape_into(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    escape_where(s, is_unsafe_on_terminal)
 }
 
 /// Like [`escape_controls`] but keeps newlines and tabs: for whole
 /// blocks of text output, whose lines the program itself separates.
 pub fn escape_controls_keep_lines(s: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| is_unsafe_on_terminal(c) && c != '\n' && c != '\t';
-    if !s.chars().any(unsafe_char) {
+    escape_where(s, |c| is_unsafe_on_terminal(c) && c != '\n' && c != '\t')
+}
+
+/// `s` with the characters `escape` picks written as escapes; borrowed
+/// when it has none.
+fn escape_where(s: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(&escape) {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if unsafe_char(c) {
+        if escape(c) {
             escape_into(&mut out, c);
         } else {
             out.push(c);

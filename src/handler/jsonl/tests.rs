@@ -46,8 +46,11 @@ for line in sys.stdin.buffer:
         answer(m, b)
 "#;
 
-fn config(script: &str) -> JsonlConfig {
+/// A pool of `python3 -c script` processes, `max_in_flight` messages at
+/// a time on each.
+fn config(script: &str, max_in_flight: usize) -> JsonlConfig {
     let mut c = JsonlConfig::new(python(), vec!["-c".into(), script.into()], "orders");
+    c.max_in_flight = max_in_flight;
     c.timeout = Duration::from_secs(10);
     c.start_timeout = Duration::from_secs(10);
     c
@@ -55,9 +58,7 @@ fn config(script: &str) -> JsonlConfig {
 
 #[tokio::test]
 async fn outcomes_come_back_by_id_in_any_order() {
-    let mut c = config(ECHO);
-    c.max_in_flight = 3;
-    let h = JsonlHandler::start(c);
+    let h = JsonlHandler::start(config(ECHO, 3));
     let (m1, m2, m3) = (
         msg("slow:600:success"),
         msg("slow:300:permanent"),
@@ -79,9 +80,7 @@ async fn outcomes_come_back_by_id_in_any_order() {
 
 #[tokio::test]
 async fn a_crash_fails_the_messages_in_flight_and_the_process_comes_back() {
-    let mut c = config(ECHO);
-    c.max_in_flight = 2;
-    let h = JsonlHandler::start(c);
+    let h = JsonlHandler::start(config(ECHO, 2));
     let (m1, m2) = (msg("slow:5000:success"), msg("die"));
     let (slow, die) = tokio::join!(h.handle(&m1), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -111,7 +110,7 @@ async fn messages_wait_unsent_while_no_process_starts() {
         "import os, sys\nif not os.path.exists({:?}): sys.exit('gate closed')\n{ECHO}",
         dir.display().to_string()
     );
-    let h = Arc::new(JsonlHandler::start(config(&script)));
+    let h = Arc::new(JsonlHandler::start(config(&script, 1)));
     let h2 = h.clone();
     let waiting = tokio::spawn(async move { h2.handle(&msg("success")).await });
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -152,9 +151,7 @@ async fn a_wrong_ready_line_is_a_failed_start_and_no_message_is_sent() {
 
 #[tokio::test]
 async fn a_dropped_message_leaves_no_entry_behind() {
-    let mut c = config(ECHO);
-    c.max_in_flight = 1;
-    let h = JsonlHandler::start(c);
+    let h = JsonlHandler::start(config(ECHO, 1));
     let ok = msg("success");
     assert_eq!(h.handle(&ok).await, Outcome::Success);
     // Dropped while waiting for its answer: its place is free again.
@@ -177,8 +174,7 @@ async fn a_dropped_message_leaves_no_entry_behind() {
 /// before it must still be flushed (it was once left in the buffer).
 #[tokio::test]
 async fn a_skipped_line_does_not_hold_back_the_one_before_it() {
-    let mut c = config(ECHO);
-    c.max_in_flight = 2;
+    let mut c = config(ECHO, 2);
     c.timeout = Duration::from_secs(3);
     let h = JsonlHandler::start(c);
     let warm = msg("success");
@@ -204,7 +200,7 @@ async fn a_skipped_line_does_not_hold_back_the_one_before_it() {
 
 #[tokio::test]
 async fn messages_after_shutdown_end_as_transient_at_once() {
-    let h = Arc::new(JsonlHandler::start(config(ECHO)));
+    let h = Arc::new(JsonlHandler::start(config(ECHO, 1)));
     let ok = msg("success");
     assert_eq!(h.handle(&ok).await, Outcome::Success);
     h.shutdown().await;
@@ -284,19 +280,29 @@ fn held_and_pid(o: &Outcome) -> (usize, u32) {
     (field("held=") as usize, field("pid="))
 }
 
+/// A pool of [`HOLDER`]s with `max_in_flight` places and `timeout`, that
+/// does not restart a process for its timeouts in a row (100 allowed).
+fn holder(max_in_flight: usize, timeout: Duration) -> JsonlHandler {
+    let mut c = config(HOLDER, max_in_flight);
+    c.timeout = timeout;
+    c.timeouts_before_restart = 100;
+    JsonlHandler::start(c)
+}
+
+/// The outcomes of two `hold` messages sent together (they time out).
+async fn hold_two(h: &JsonlHandler) -> [Outcome; 2] {
+    let (h1, h2) = (msg("hold"), msg("hold"));
+    let (a, b) = tokio::join!(h.handle(&h1), h.handle(&h2));
+    [a, b]
+}
+
 /// A timed-out message still counts against `max_in_flight`: the process
 /// may still work on it. It once got new messages at once (6 unanswered
 /// with `max_in_flight` 4).
 #[tokio::test]
 async fn a_timed_out_message_still_counts_against_max_in_flight() {
-    let mut c = config(HOLDER);
-    c.max_in_flight = 4;
-    c.timeout = Duration::from_millis(1500);
-    c.timeouts_before_restart = 100;
-    let h = JsonlHandler::start(c);
-    let (h1, h2) = (msg("hold"), msg("hold"));
-    let (a, b) = tokio::join!(h.handle(&h1), h.handle(&h2));
-    for o in [a, b] {
+    let h = holder(4, Duration::from_millis(1500));
+    for o in hold_two(&h).await {
         assert!(
             matches!(o, Outcome::Transient { ref error, .. } if error.contains("no answer")),
             "{o:?}"
@@ -330,14 +336,9 @@ async fn a_timed_out_message_still_counts_against_max_in_flight() {
 /// could be sent to it again: it is restarted.
 #[tokio::test]
 async fn a_process_whose_places_all_timed_out_is_restarted() {
-    let mut c = config(HOLDER);
-    c.max_in_flight = 2;
-    c.timeout = Duration::from_millis(1000);
-    c.timeouts_before_restart = 100;
-    let h = JsonlHandler::start(c);
+    let h = holder(2, Duration::from_millis(1000));
     let before = held_and_pid(&h.handle(&msg("count")).await).1;
-    let (h1, h2) = (msg("hold"), msg("hold"));
-    let (a, b) = tokio::join!(h.handle(&h1), h.handle(&h2));
+    let [a, b] = hold_two(&h).await;
     assert!(matches!(a, Outcome::Transient { .. }) && matches!(b, Outcome::Transient { .. }));
     let after = tokio::time::timeout(Duration::from_secs(10), h.handle(&msg("count")))
         .await

@@ -226,6 +226,29 @@ pub(crate) fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
+/// Test support for the handler tests that watch a process end.
+#[cfg(test)]
+pub(crate) mod watch {
+    use std::time::Duration;
+
+    /// Whether /proc lists `pid` at all: a zombie (ended, not reaped) is
+    /// listed.
+    pub(crate) fn listed(pid: i32) -> bool {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    /// Asks `done` up to `tries` times, 20 ms apart: whether it said yes.
+    pub(crate) async fn eventually(tries: u32, mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..tries {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,12 +19,8 @@ pub async fn doctor(a: &DoctorArgs) -> Result<Outcome> {
         dlqctl::load_pipeline(&a.file, q)?;
     }
     let p = plan(&t);
-    let brokers = super::brokers(&a.connection)?;
-    super::check_management_urls(&a.management_url)?;
-    let (conn, at, mgmt) = brokers
-        .connect_with_management(&a.management_url, "dlqctl doctor")
-        .await?;
-    let url = brokers.get(at);
+    let (conn, url, mgmt) =
+        super::connect_with_management(&a.connection, &a.management_url, "dlqctl doctor").await?;
     let opts = DoctorOptions {
         only: a.queue.clone(),
         handler_timeout: a.handler_timeout,

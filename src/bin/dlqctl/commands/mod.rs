@@ -33,6 +33,29 @@ pub fn check_management_urls(urls: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Connects for a command that also reads the management API (`status`,
+/// `doctor`), after the addresses and `--management-url` passed as usage:
+/// the connection, the address that answered and its management client.
+pub async fn connect_with_management(
+    c: &crate::cli::Connection,
+    management_url: &[String],
+    name: &str,
+) -> Result<
+    (
+        lapin::Connection,
+        dlqctl::amqp::BrokerUrl,
+        dlqctl::amqp::mgmt::Management,
+    ),
+    Error,
+> {
+    let brokers = brokers(c)?;
+    check_management_urls(management_url)?;
+    let (conn, at, mgmt) = brokers
+        .connect_with_management(management_url, name)
+        .await?;
+    Ok((conn, brokers.get(at).clone(), mgmt))
+}
+
 /// Cancels `token` on SIGTERM, SIGINT or SIGHUP (a closed terminal or a
 /// supervisor's reload: a graceful stop, not a death that leaves work half
 /// done), then logs `doing`.

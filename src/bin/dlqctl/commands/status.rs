@@ -12,12 +12,8 @@ use dlqctl::load_topology;
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load_topology(&a.file)?;
     let p = plan(&t);
-    let brokers = super::brokers(&a.connection)?;
-    super::check_management_urls(&a.management_url)?;
-    let (conn, at, mgmt) = brokers
-        .connect_with_management(&a.management_url, "dlqctl status")
-        .await?;
-    let url = brokers.get(at);
+    let (conn, url, mgmt) =
+        super::connect_with_management(&a.connection, &a.management_url, "dlqctl status").await?;
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
     dlqctl::amqp::connection::close(&conn).await;
     let report = result?;

@@ -6,7 +6,7 @@ use dlqctl::core::topology::Arguments;
 use dlqctl::core::values::text::escape_controls as esc;
 use dlqctl::ops::dlq::export::ExportReport;
 use dlqctl::ops::dlq::purge::PurgeReport;
-use dlqctl::ops::dlq::replay::ReplayReport;
+use dlqctl::ops::dlq::replay::{CanaryReport, ReplayReport};
 use dlqctl::ops::dlq::{PeekReport, SummaryReport};
 use dlqctl::ops::provision::Report;
 use dlqctl::ops::status::{OverThreshold, QueueStatus, StatusReport};
@@ -445,7 +445,17 @@ pub fn export_text(r: &ExportReport, output: Option<&std::path::Path>) -> String
     line
 }
 
-/// `dlq replay`'s report.
+/// The canary's line of a replay or redrive report; `failed` is the word
+/// for a canary that did not pass.
+fn canary_line(c: &CanaryReport, failed: &str) -> String {
+    format!(
+        "canary: {} sent, {} came back: {}\n",
+        c.sent,
+        c.came_back,
+        if c.passed { "passed" } else { failed }
+    )
+}
+
 /// What `dlq redrive` did, in a few lines.
 pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
     use dlqctl::core::dlq::redrive::RunResult;
@@ -470,12 +480,7 @@ pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
     };
     let mut out = format!("{head} in {:.1}s\n", r.elapsed_ms as f64 / 1000.0);
     if let Some(c) = &r.canary {
-        out += &format!(
-            "canary: {} sent, {} came back: {}\n",
-            c.sent,
-            c.came_back,
-            if c.passed { "passed" } else { "failed" }
-        );
+        out += &canary_line(c, "failed");
     }
     if let Some(h) = &r.health {
         out += &format!("health probe: {h}\n");
@@ -494,6 +499,7 @@ pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
     out
 }
 
+/// `dlq replay`'s report.
 pub fn replay_text(r: &ReplayReport) -> String {
     let mut out = if r.dry_run {
         format!(
@@ -534,12 +540,7 @@ pub fn replay_text(r: &ReplayReport) -> String {
         );
     }
     if let Some(c) = &r.canary {
-        out += &format!(
-            "canary: {} sent, {} came back: {}\n",
-            c.sent,
-            c.came_back,
-            if c.passed { "passed" } else { "FAILED" }
-        );
+        out += &canary_line(c, "FAILED");
     }
     if let Some(why) = &r.stopped {
         out += &format!("stopped: {why}\n");

@@ -2,6 +2,7 @@
 //! rules and errors, the child's signal state, and reaping (no zombie).
 
 use super::*;
+use crate::handler::process::watch::{eventually, listed};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,27 +19,22 @@ fn temp_path(tag: &str) -> PathBuf {
 async fn sh(script: &str, body: &[u8], env: &[EnvChange]) -> (ExitStatus, String) {
     let mut child = spawn(OsStr::new("sh"), &os(&["-c", script]), env).expect("spawn sh");
     let mut stdin = child.stdin.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
     stdin.write_all(body).await.unwrap();
     drop(stdin);
+    status_and_stderr(child).await
+}
+
+/// Reads the child's stderr to its end, then waits for it: its status and
+/// what it wrote.
+async fn status_and_stderr(mut child: Spawned) -> (ExitStatus, String) {
     let mut err = String::new();
+    let mut stderr = child.stderr.take().unwrap();
     stderr.read_to_string(&mut err).await.unwrap();
     (child.wait().await.unwrap(), err)
 }
 
-/// Whether /proc still lists `pid` (a zombie included).
-fn listed(pid: pid_t) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 async fn wait_unlisted(pid: pid_t) -> bool {
-    for _ in 0..250 {
-        if !listed(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    eventually(250, || !listed(pid)).await
 }
 
 #[tokio::test]
@@ -177,16 +173,9 @@ async fn the_program_leads_its_own_process_group_and_dies_with_us() {
     } else {
         "python3"
     };
-    let mut child = spawn(OsStr::new(python), &[probe.clone().into()], &[]).expect("python3");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .await
-        .unwrap();
-    assert!(child.wait().await.unwrap().success(), "{err}");
+    let child = spawn(OsStr::new(python), &[probe.clone().into()], &[]).expect("python3");
+    let (status, err) = status_and_stderr(child).await;
+    assert!(status.success(), "{err}");
     assert_eq!(err, libc::SIGKILL.to_string());
     std::fs::remove_file(&probe).unwrap();
 }
@@ -228,16 +217,9 @@ async fn a_script_without_a_shebang_runs_in_the_shell() {
     let file = temp_path("script");
     std::fs::write(&file, "echo \"ran $1\" >&2\nexit 7\n").unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut child = spawn(file.as_os_str(), &os(&["arg"]), &[]).expect("spawn");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .await
-        .unwrap();
-    assert_eq!(child.wait().await.unwrap().code(), Some(7));
+    let child = spawn(file.as_os_str(), &os(&["arg"]), &[]).expect("spawn");
+    let (status, err) = status_and_stderr(child).await;
+    assert_eq!(status.code(), Some(7));
     assert_eq!(err, "ran arg\n");
     std::fs::remove_file(&file).unwrap();
 }
@@ -272,22 +254,33 @@ fn candidates_follow_path_like_execvp() {
     assert!(image.envp.last().unwrap().is_null());
 }
 
+/// The ways a child is watched: by its pidfd where the kernel has them,
+/// and by polling.
+fn watch_modes() -> Vec<bool> {
+    [true, false]
+        .into_iter()
+        .filter(|&use_pidfd| !use_pidfd || pidfd_supported())
+        .collect()
+}
+
+/// `sleep 100`, watched by its pidfd or by polling.
+fn sleeper(use_pidfd: bool) -> Spawned {
+    spawn_with(
+        OsStr::new("sleep"),
+        &os(&["100"]),
+        &[],
+        Stdout::Null,
+        use_pidfd,
+    )
+    .unwrap()
+}
+
 /// Dropped while running (a cancelled or timed-out run): the group is
 /// killed and the program reaped, in both ways of watching it.
 #[tokio::test]
 async fn a_dropped_child_is_killed_and_reaped_no_zombie() {
-    for use_pidfd in [true, false] {
-        if use_pidfd && !pidfd_supported() {
-            continue;
-        }
-        let child = spawn_with(
-            OsStr::new("sleep"),
-            &os(&["100"]),
-            &[],
-            Stdout::Null,
-            use_pidfd,
-        )
-        .unwrap();
+    for use_pidfd in watch_modes() {
+        let child = sleeper(use_pidfd);
         let pid = child.pid();
         assert!(listed(pid));
         drop(child);
@@ -300,18 +293,8 @@ async fn a_dropped_child_is_killed_and_reaped_no_zombie() {
 
 #[tokio::test]
 async fn kill_group_then_wait_reaps_with_the_signal() {
-    for use_pidfd in [true, false] {
-        if use_pidfd && !pidfd_supported() {
-            continue;
-        }
-        let mut child = spawn_with(
-            OsStr::new("sleep"),
-            &os(&["100"]),
-            &[],
-            Stdout::Null,
-            use_pidfd,
-        )
-        .unwrap();
+    for use_pidfd in watch_modes() {
+        let mut child = sleeper(use_pidfd);
         let pid = child.pid();
         child.kill_group();
         let status = child.wait().await.unwrap();
@@ -330,11 +313,7 @@ fn a_child_dropped_outside_a_runtime_is_reaped() {
         .enable_all()
         .build()
         .unwrap();
-    let child = rt
-        .block_on(async {
-            spawn_with(OsStr::new("sleep"), &os(&["100"]), &[], Stdout::Null, false)
-        })
-        .unwrap();
+    let child = rt.block_on(async { sleeper(false) });
     let pid = child.pid();
     drop(child);
     assert!(!listed(pid), "pid {pid} left");
@@ -424,18 +403,12 @@ async fn kill_leftovers_reaches_the_group_after_the_leader_ended() {
     child.kill_leftovers();
     // Its parent is now init (or a subreaper), which may not reap it at
     // once: dead is gone or a zombie.
-    let mut dead = false;
-    for _ in 0..250 {
+    let dead = eventually(250, || {
         let stat = std::fs::read_to_string(format!("/proc/{orphan}/stat")).unwrap_or_default();
         // The state follows the command's closing parenthesis.
-        if stat
-            .rsplit_once(") ")
+        stat.rsplit_once(") ")
             .is_none_or(|(_, rest)| rest.starts_with('Z'))
-        {
-            dead = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert!(dead, "pid {orphan} still runs");
 }
