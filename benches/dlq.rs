@@ -35,8 +35,8 @@ fn url() -> String {
 
 /// The management API's base (`.../api`), from `DLQCTL_MANAGEMENT_URL`.
 fn mgmt() -> String {
-    let base = std::env::var("DLQCTL_MANAGEMENT_URL")
-        .unwrap_or_else(|_| "http://127.0.0.1:15672".into());
+    let base =
+        std::env::var("DLQCTL_MANAGEMENT_URL").unwrap_or_else(|_| "http://127.0.0.1:15672".into());
     format!("{}/api", base.trim_end_matches('/'))
 }
 
