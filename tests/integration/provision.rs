@@ -237,6 +237,10 @@ async fn a_second_provision_changes_nothing_and_keeps_messages() {
     assert_eq!(v["created"], json!([]), "{v:#}");
     assert_eq!(v["unchanged"].as_array().map(Vec::len), Some(13), "{v:#}");
     assert_eq!(v["bindings_declared"], 8, "{v:#}");
+    // The count says what it holds: every exchange, queue and binding is
+    // as the file wants it.
+    assert_eq!(v["objects_as_wanted"], 13 + 8, "{v:#}");
+    assert!(v.get("ok").is_none(), "{v:#}");
     assert!(
         v["unchanged"]
             .as_array()
