@@ -506,6 +506,13 @@ async fn check_without_the_management_api_leaves_bindings_unverified() {
         );
         assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
     }
+    // The API that did not answer is named once, not once per binding.
+    assert_eq!(
+        run.stdout.matches("http://127.0.0.1:1").count(),
+        1,
+        "{}",
+        run.stdout
+    );
 
     // Remove one binding: the management API sees it, AMQP alone cannot.
     let ch = b.channel().await;
