@@ -837,7 +837,7 @@ mod tests {
             .unwrap_or(words.len());
         words.truncate(end);
         let start = (words.iter())
-            .position(|w| !(w.contains('=') && !w.starts_with('-')))
+            .position(|w| !w.contains('=') || w.starts_with('-'))
             .unwrap_or(words.len());
         words.drain(..start);
         words
