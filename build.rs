@@ -37,7 +37,20 @@ fn main() {
         if let Some(dir) = git(&["-C", &here, "rev-parse", "--absolute-git-dir"]) {
             println!("cargo:rerun-if-changed={dir}/HEAD");
             if let Some(r) = git(&["-C", &here, "symbolic-ref", "-q", "HEAD"]) {
-                println!("cargo:rerun-if-changed={dir}/{r}");
+                // In a worktree the branch lives in the common git
+                // directory, not beside its HEAD: ask git where.
+                let path = git(&[
+                    "-C",
+                    &here,
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-path",
+                    &r,
+                ]);
+                println!(
+                    "cargo:rerun-if-changed={}",
+                    path.unwrap_or_else(|| format!("{dir}/{r}"))
+                );
             }
         }
     }

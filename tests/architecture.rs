@@ -8,7 +8,10 @@
 //!   `mod.rs` counted), so its layout is read at a glance;
 //! - `src/core/` does no I/O: no async runtime, files, sockets, processes,
 //!   broker connections, clock or random numbers;
-//! - no function in `src/` is longer than 100 lines.
+//! - no function in `src/` is longer than 100 lines;
+//! - every integration test that disrupts the broker (named `serial_`)
+//!   first asks `allow_disruption`, so that without
+//!   `DLQCTL_TEST_DISRUPTIVE=1` it fails before touching the broker.
 //!
 //! Test code (`#[cfg(test)]` items and the `*tests.rs` files) is left out:
 //! a test may reach anywhere and be as long as its table.
@@ -698,7 +701,81 @@ fn no_function_is_longer_than_100_lines() {
     );
 }
 
+/// The `serial_` test functions of `code` (comments and strings blanked)
+/// whose body does not begin with `allow_disruption(...)`, by line.
+fn serial_tests_not_asking(code: &[char]) -> (usize, Vec<(usize, String)>) {
+    let mut seen = 0;
+    let mut bad = Vec::new();
+    for at in find_words(code, "fn") {
+        let name_at = (at + 2..code.len())
+            .find(|&i| !code[i].is_whitespace())
+            .unwrap_or(code.len());
+        let name_end = (name_at..code.len())
+            .find(|&i| !is_ident(code[i]))
+            .unwrap_or(code.len());
+        let name: String = code[name_at..name_end].iter().collect();
+        if !name.starts_with("serial_") {
+            continue;
+        }
+        seen += 1;
+        let Some((open, '{')) = item_end(code, name_end) else {
+            continue;
+        };
+        let body: String = code[open + 1..].iter().take(200).collect();
+        let first = body.trim_start();
+        let asks = ["crate::support::allow_disruption(", "allow_disruption("]
+            .iter()
+            .any(|p| first.starts_with(p));
+        if !asks {
+            bad.push((line_of(code, at), name));
+        }
+    }
+    (seen, bad)
+}
+
+#[test]
+fn every_test_that_disrupts_the_broker_asks_first() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
+    let mut seen = 0;
+    let mut bad = Vec::new();
+    for entry in fs::read_dir(&dir).expect("tests/integration is readable") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = fs::read_to_string(&path).expect("a readable test file");
+            let (n, found) = serial_tests_not_asking(&strip(&text));
+            seen += n;
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            bad.extend(
+                found
+                    .into_iter()
+                    .map(|(line, name)| format!("tests/integration/{file}:{line} fn {name}")),
+            );
+        }
+    }
+    assert!(seen >= 5, "the serial_ tests were read ({seen})");
+    assert!(
+        bad.is_empty(),
+        "serial_ tests whose first statement is not \
+         `crate::support::allow_disruption(\"what it does\")`:\n{}",
+        bad.join("\n")
+    );
+}
+
 // ---------------------------------------------------------------- the checker itself
+
+#[test]
+fn the_checker_finds_a_serial_test_that_does_not_ask() {
+    let code = strip(
+        "async fn serial_a() {\n    crate::support::allow_disruption(\"x\");\n}\n\
+         // fn serial_in_a_comment() {}\n\
+         async fn serial_b() -> () {\n    // allow_disruption(\"x\");\n    stop();\n}\n\
+         fn other() { stop(); }\n",
+    );
+    assert_eq!(
+        serial_tests_not_asking(&code),
+        (2, vec![(5, "serial_b".to_string())])
+    );
+}
 
 fn synthetic(files: &[(&str, &str)]) -> (BTreeMap<String, String>, Vec<Source>) {
     let files: BTreeMap<String, String> = files

@@ -133,7 +133,13 @@ fn man_renders_the_page_of_dlqctl_and_of_every_subcommand() {
     let top = dlqctl(&["man"]);
     assert!(top.status.success(), "{}", text(&top.stderr));
     let shown = man_renders(&top.stdout);
-    for part in ["NAME", "SYNOPSIS", "SUBCOMMANDS", "dlqctl-provision(1)"] {
+    for part in [
+        "NAME",
+        "SYNOPSIS",
+        "SUBCOMMANDS",
+        "dlqctl-provision(1)",
+        "EXAMPLES",
+    ] {
         assert!(shown.contains(part), "no {part} in:\n{shown}");
     }
     for path in [
@@ -147,7 +153,12 @@ fn man_renders_the_page_of_dlqctl_and_of_every_subcommand() {
         &["dlq", "summary"],
         &["dlq", "export"],
         &["dlq", "replay"],
+        &["dlq", "redrive"],
         &["dlq", "purge"],
+        &["doctor"],
+        &["drill"],
+        &["completions"],
+        &["man"],
     ] {
         let mut args = vec!["man"];
         args.extend_from_slice(path);
@@ -157,6 +168,13 @@ fn man_renders_the_page_of_dlqctl_and_of_every_subcommand() {
         let name = format!("dlqctl-{}", path.join("-"));
         assert!(shown.contains(&name), "{path:?}: no {name} in:\n{shown}");
         assert!(shown.contains("OPTIONS"), "{path:?}: no OPTIONS");
+        // The examples of its --help, one command line each.
+        let examples = shown.split("EXAMPLES").nth(1).unwrap_or_default();
+        let first = format!("dlqctl {} ", path.join(" "));
+        assert!(
+            examples.lines().any(|l| l.trim().starts_with(&first)),
+            "{path:?}: no example line starting {first:?} under EXAMPLES in:\n{shown}"
+        );
     }
 }
 

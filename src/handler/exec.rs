@@ -226,6 +226,16 @@ impl ExecHandler {
                 &tail,
             ));
         }
+        if status.success() && !tail.is_empty() {
+            // The handler's own words, beside the worker's one line per
+            // message: at debug (a failure's stderr is its error text).
+            tracing::debug!(
+                queue = %msg.queue,
+                message_id = msg.message_id.as_deref(),
+                output = %tail,
+                "handler stderr"
+            );
+        }
         outcome_of(status, tail)
     }
 

@@ -29,6 +29,7 @@ pub const DEFAULT_PARALLELISM: usize = 16;
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Report {
     /// Objects declared (provision) or found as wanted (check).
+    #[serde(rename = "objects_as_wanted")]
     pub ok: usize,
     /// Everything that is not as wanted.
     pub findings: Vec<Finding>,

@@ -95,3 +95,63 @@ fn a_rate_or_canary_wait_that_would_hold_the_dlq_for_days_is_refused() {
         assert_usage(&dlqctl(&args), wanted);
     }
 }
+
+/// Under `--log-format json` the error that ends a command is one JSON
+/// record shaped like the log's, with its exit code, whatever refused the
+/// command: the argument parser, the topology file, or the broker.
+#[test]
+fn under_log_format_json_every_error_is_one_json_record() {
+    let dir = Scratch::new();
+    let bad = dir.write("bad.yaml", "version: 1\npipelines:\n  - name: \"\"\n");
+    let good = dir.write("good.yaml", "version: 1\npipelines:\n  - name: orders\n");
+    let (bad, good) = (bad.to_str().unwrap(), good.to_str().unwrap());
+    for (args, code, wanted) in [
+        (
+            vec!["work", "--log-format", "json", good, "--queu", "orders"],
+            2,
+            "unexpected argument '--queu'",
+        ),
+        (
+            vec!["--log-format=json", "dlq", "peek", good],
+            2,
+            "--queue <QUEUE>",
+        ),
+        (
+            vec!["--log-format", "json", "validate", bad],
+            2,
+            "bad.yaml:3",
+        ),
+        (
+            vec![
+                "--log-format",
+                "json",
+                "status",
+                good,
+                "--url",
+                "amqp://guest:guest@127.0.0.1:1/%2f",
+            ],
+            1,
+            "127.0.0.1:1",
+        ),
+    ] {
+        let out = dlqctl(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: not one line:\n{stderr}");
+        let v: serde_json::Value = serde_json::from_str(lines[0])
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stderr}"));
+        assert_eq!(v["level"], "ERROR", "{args:?}: {v}");
+        assert_eq!(v["fields"]["exit_code"], code, "{args:?}: {v}");
+        let message = v["fields"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(wanted),
+            "{args:?}: no {wanted:?} in {message:?}"
+        );
+        assert!(!message.starts_with("error:"), "{args:?}: {message:?}");
+    }
+    // --help and --version are not errors: as they always are.
+    let out = dlqctl(&["--log-format", "json", "--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("dlqctl "));
+}

@@ -177,3 +177,31 @@ fn post_deploy_example_runs_doctor_then_drill_after_a_deploy() {
         position(&runs, &["dlqctl drill", "--queue", "--format github"], &[]).expect("drill");
     assert!(install < doctor && doctor < drill, "{runs:?}");
 }
+
+/// No example names a placeholder repository (`github.com/OWNER/dlqctl`):
+/// each takes dlqctl's git URL from a CI variable, and its install step
+/// stops with that advice when the variable is unset.
+#[test]
+fn every_ci_example_installs_from_a_variable_not_a_placeholder() {
+    for file in [
+        "docs/ci/github-actions.yml",
+        "docs/ci/gitlab-ci.yml",
+        "docs/ci/post-deploy.yml",
+    ] {
+        let text = std::fs::read_to_string(crate::support::repo(file)).expect(file);
+        assert!(!text.contains("OWNER"), "{file} names a placeholder");
+        let installs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("cargo install") && !l.trim_start().starts_with('#'))
+            .collect();
+        assert!(!installs.is_empty(), "{file}: no install step");
+        for line in installs {
+            assert!(
+                line.contains("--git \"${DLQCTL_GIT:?set the"),
+                "{file}: {line}"
+            );
+        }
+    }
+    let w = read("docs/ci/post-deploy.yml");
+    assert_eq!(w["env"]["DLQCTL_GIT"], "${{ vars.DLQCTL_GIT }}");
+}

@@ -175,27 +175,64 @@ async fn purge_counts_under_the_lock_and_honours_wait() {
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(4));
 }
 
-/// `export --json` pretty-prints its report, as every other command's
-/// `--json` does (it printed one line).
+/// Every JSON document, whatever the command, is pretty-printed the same
+/// way (`export --json` printed one line while the others were pretty).
 #[tokio::test]
-async fn export_json_is_pretty_like_the_other_commands() {
+async fn every_json_document_is_pretty_printed_the_same_way() {
     let f = Fixture::new(3, |_| {}, two_groups()).await;
     let scratch = crate::support::Scratch::new();
     let out = scratch.path().join("x.jsonl");
-    let run = dlq(
-        "export",
-        &f.file,
-        &f.pipe.name,
-        &["--output", &out.display().to_string(), "--json"],
-    )
-    .await;
-    run.assert_code(0);
-    let summary = dlq("summary", &f.file, &f.pipe.name, &["--json"]).await;
-    for (what, text) in [("export", &run.stdout), ("summary", &summary.stdout)] {
-        let _: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    let out = out.display().to_string();
+    let file = f.file.display().to_string();
+    let q = f.pipe.name.as_str();
+    let mut runs = Vec::new();
+    for (verb, extra, code) in [
+        ("export", &["--output", out.as_str(), "--json"][..], 0),
+        ("summary", &["--json"], 0),
+        ("peek", &["--json"], 0),
+        ("replay", &["--dry-run", "--json"], 0),
+        ("purge", &["--json"], 2),
+    ] {
+        let run = dlq(verb, &f.file, q, extra).await;
+        run.assert_code(code);
+        runs.push((format!("dlq {verb}"), run.stdout));
+    }
+    for (args, code) in [
+        (vec!["status", &file, "--json"], 0),
+        (vec!["provision", &file, "--json"], 0),
+        (vec!["provision", &file, "--check", "--format", "json"], 0),
+        (vec!["provision", &file, "--dry-run", "--format", "json"], 0),
+        (vec!["doctor", &file, "--queue", q, "--format", "json"], 3),
+    ] {
+        let run = crate::support::Dlqctl::new(args[0])
+            .args(&args[1..])
+            .run()
+            .await;
         assert!(
-            text.trim().starts_with("{\n  \""),
-            "{what} --json is not pretty: {text}"
+            [0, code].contains(&run.code.unwrap_or(-1)),
+            "{args:?}: exit {:?}\n{}",
+            run.code,
+            run.output()
+        );
+        runs.push((args[..args.len().min(3)].join(" "), run.stdout));
+    }
+    for (what, text) in &runs {
+        let v: serde_json::Value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}):\n{text}"));
+        // The same lines as serde_json's pretty form (in another order
+        // when the keys are: a map here sorts them).
+        let lines = |t: &str| {
+            let mut l: Vec<String> = t
+                .lines()
+                .map(|l| l.trim_end_matches(',').to_string())
+                .collect();
+            l.sort();
+            l
+        };
+        assert_eq!(
+            lines(text.trim()),
+            lines(&serde_json::to_string_pretty(&v).unwrap()),
+            "{what}: not pretty-printed:\n{text}"
         );
     }
 }

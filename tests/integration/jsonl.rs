@@ -38,12 +38,17 @@ impl Fixture {
     /// `dlqctl work --jsonl OPTS -- python3 support/jsonl_handler.py --log
     /// LOG HARGS`.
     fn worker(&self, opts: &[&str], handler_args: &[&str]) -> WorkerProc {
+        self.worker_env(opts, handler_args, &[])
+    }
+
+    /// [`Self::worker`] with these variables in its environment.
+    fn worker_env(&self, opts: &[&str], handler_args: &[&str], env: &[(&str, &str)]) -> WorkerProc {
         let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
         args.extend(["--jsonl".into(), "--".into(), python()]);
         args.push(script("tests/integration/support/jsonl_handler.py"));
         args.extend(["--log".into(), self.log.display().to_string()]);
         args.extend(handler_args.iter().map(|s| s.to_string()));
-        WorkerProc::spawn(&self.file, &self.pipe.name, &args)
+        WorkerProc::spawn_with_env(&self.file, &self.pipe.name, &args, env)
     }
 
     /// [`Self::worker`], once it logs `consuming`.
@@ -463,12 +468,27 @@ async fn garbage_on_stdout_is_logged_and_ignored() {
     f.stop_and_check_empty(w).await;
 }
 
-/// stderr is logged line by line, each cut at 4 KiB and at most 100 lines
-/// a second, the rest counted.
+/// stderr is logged at debug, line by line, each cut at 4 KiB and at most
+/// 100 lines a second, the rest counted. At the default level (info) none
+/// of it is logged, and no count either.
 #[tokio::test]
-async fn stderr_is_logged_bounded_per_line_and_in_rate() {
+async fn stderr_is_logged_at_debug_bounded_per_line_and_in_rate() {
     let f = Fixture::new(&[100], 2).await;
-    let mut w = f.consuming(&[], &[]).await;
+    let mut w = f.worker(&[], &[]);
+    w.wait_consuming().await;
+    f.publish_json("quiet", json!({"do": "chatty"})).await;
+    w.wait_decisions(1, SECS_30).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    w.stop().await;
+    assert!(
+        !w.output().contains("handler stderr"),
+        "logged at info:\n{}",
+        w.output()
+    );
+
+    let debug = [("RUST_LOG", "info,dlqctl::handler=debug")];
+    let mut w = f.worker_env(&[], &[], &debug);
+    w.wait_consuming().await;
     f.publish_json("chatty", json!({"do": "chatty"})).await;
     w.wait_decisions(1, SECS_30).await;
     let dropped = w
@@ -480,6 +500,15 @@ async fn stderr_is_logged_bounded_per_line_and_in_rate() {
         .await;
     let lines = w.events("handler stderr");
     let long = &lines[0];
+    let levels: Vec<Value> = (w.lines().iter())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "handler stderr")
+        .map(|v| v["level"].clone())
+        .collect();
+    assert!(
+        levels.iter().all(|l| l == "DEBUG"),
+        "handler stderr logged at {levels:?}"
+    );
     assert!(
         text(long, "line").ends_with("… (5904 more bytes)") && text(long, "line").len() < 4200,
         "{long}"

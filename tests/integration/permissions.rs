@@ -20,6 +20,7 @@ struct Scope {
 
 impl Scope {
     async fn new() -> Scope {
+        crate::support::allow_disruption("adds users and a virtual host to the broker");
         let prefix = unique_prefix();
         let s = Scope {
             vhost: format!("{prefix}-vh"),
@@ -160,6 +161,7 @@ async fn publish_to(url: &str, queue: &str, id: &str, body: &[u8]) {
 /// the arguments it cannot compare), retries, and dead-letters.
 #[tokio::test]
 async fn serial_a_worker_needs_read_on_its_queue_and_write_on_its_exchanges() {
+    crate::support::allow_disruption("adds users and a virtual host to the broker");
     let scope = Scope::new().await;
     let scratch = Scratch::new();
     let (file, name) = provisioned(&scope, &scratch).await;
@@ -207,6 +209,7 @@ exit 0"#,
 /// naming the object and the permission it lacks.
 #[tokio::test]
 async fn serial_provision_without_configure_names_the_object_and_permission() {
+    crate::support::allow_disruption("adds users and a virtual host to the broker");
     let scope = Scope::new().await;
     let scratch = Scratch::new();
     let name = format!("{}-orders", scope.prefix);
@@ -237,6 +240,7 @@ async fn serial_provision_without_configure_names_the_object_and_permission() {
 /// exchange, for replay).
 #[tokio::test]
 async fn serial_dlq_commands_need_read_on_the_dlq_and_write_where_they_publish() {
+    crate::support::allow_disruption("adds users and a virtual host to the broker");
     let scope = Scope::new().await;
     let scratch = Scratch::new();
     let (file, name) = provisioned(&scope, &scratch).await;

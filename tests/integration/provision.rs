@@ -237,6 +237,10 @@ async fn a_second_provision_changes_nothing_and_keeps_messages() {
     assert_eq!(v["created"], json!([]), "{v:#}");
     assert_eq!(v["unchanged"].as_array().map(Vec::len), Some(13), "{v:#}");
     assert_eq!(v["bindings_declared"], 8, "{v:#}");
+    // The count says what it holds: every exchange, queue and binding is
+    // as the file wants it.
+    assert_eq!(v["objects_as_wanted"], 13 + 8, "{v:#}");
+    assert!(v.get("ok").is_none(), "{v:#}");
     assert!(
         v["unchanged"]
             .as_array()
@@ -502,6 +506,13 @@ async fn check_without_the_management_api_leaves_bindings_unverified() {
         );
         assert!(run.stdout.contains(&line), "no `{line}` in\n{}", run.stdout);
     }
+    // The API that did not answer is named once, not once per binding.
+    assert_eq!(
+        run.stdout.matches("http://127.0.0.1:1").count(),
+        1,
+        "{}",
+        run.stdout
+    );
 
     // Remove one binding: the management API sees it, AMQP alone cannot.
     let ch = b.channel().await;

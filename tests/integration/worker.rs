@@ -1446,3 +1446,101 @@ async fn a_running_handler_dies_with_a_killed_dlqctl() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The text log a person reads: one `message handled` line per message at
+/// INFO, a success included, with no field logged empty (`tier=`,
+/// `reason=""`, `error=`); the handler's own stderr only at DEBUG.
+#[tokio::test]
+async fn text_logs_one_line_per_message_no_empty_field_and_handler_stderr_at_debug() {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let handler = f.scratch.path().join("h.sh");
+    Scratch::write_executable(
+        &handler,
+        "#!/bin/sh\necho \"handler says $DLQCTL_MESSAGE_ID\" >&2\ncase \"$(cat)\" in *bad*) exit 65;; esac\nexit 0\n",
+    );
+    let text_worker = |log: &str| {
+        let mut child = Dlqctl::new("work")
+            .arg(&file)
+            .args(["--queue", &f.pipe.name, "--"])
+            .arg(&handler)
+            .env("RUST_LOG", log)
+            .spawn();
+        let lines = crate::support::collect_output(&mut child);
+        (child, lines)
+    };
+    for (log, ids) in [
+        ("info", ["ok-1", "bad-1"]),
+        ("info,dlqctl::handler=debug", ["ok-2", "bad-2"]),
+    ] {
+        let (mut child, lines) = text_worker(log);
+        for id in ids {
+            let body: &[u8] = if id.starts_with("bad") {
+                b"bad"
+            } else {
+                b"good"
+            };
+            publish(&f.broker, "", &f.pipe.name, body, with_id(id)).await;
+        }
+        let handled = |lines: &[String]| -> Vec<String> {
+            lines
+                .iter()
+                .filter(|l| l.contains(" message handled "))
+                .cloned()
+                .collect()
+        };
+        let start = Instant::now();
+        while handled(&lines.lock().unwrap()).len() < 2 && start.elapsed() < SECS_20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(child.id().expect("a pid") as i32, libc::SIGTERM);
+        }
+        let _ = tokio::time::timeout(SECS_20, child.wait()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let all = lines.lock().unwrap().clone();
+        let shown = all.join("\n");
+        let got = handled(&all);
+        for id in ids {
+            let mine: Vec<&String> = got
+                .iter()
+                .filter(|l| l.contains(&format!("message_id=\"{id}\"")))
+                .collect();
+            assert_eq!(mine.len(), 1, "{log}: one line for {id}:\n{shown}");
+            let line = mine[0];
+            assert!(line.contains(" INFO "), "{log}: {line}");
+            for token in line.split_whitespace() {
+                assert!(
+                    !(token.ends_with('=') || token.ends_with("=\"\"")),
+                    "{log}: an empty field `{token}` in {line}"
+                );
+            }
+            if id.starts_with("ok") {
+                for absent in ["tier=", "reason=", "error="] {
+                    assert!(
+                        !line.contains(absent),
+                        "{log}: {absent} on a success: {line}"
+                    );
+                }
+            } else {
+                assert!(line.contains("error=handler says"), "{log}: {line}");
+            }
+        }
+        let said: Vec<&String> = all
+            .iter()
+            .filter(|l| l.contains(" handler stderr "))
+            .collect();
+        if log == "info" {
+            assert!(said.is_empty(), "handler stderr at info:\n{shown}");
+        } else {
+            // The success's words; a failure's are its error.
+            assert_eq!(said.len(), 1, "{shown}");
+            assert!(
+                said[0].contains(" DEBUG ") && said[0].contains("output=handler says ok-2"),
+                "{}",
+                said[0]
+            );
+        }
+    }
+}

@@ -551,6 +551,9 @@ async fn forced_close(concurrency: &str, slow_secs: u32) {
 /// after. Serial: it stops the broker for everyone.
 #[tokio::test]
 async fn serial_broker_restart_worker_reconnects_and_finishes() {
+    crate::support::allow_disruption(
+        "stops and restarts the broker (rabbitmqctl stop_app, start_app)",
+    );
     let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.2\nlog done\nexit 0");
@@ -617,6 +620,9 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
 /// and handles every message, those published before and after.
 #[tokio::test]
 async fn serial_close_all_connections_worker_reconnects_and_finishes() {
+    crate::support::allow_disruption(
+        "closes every client's connection (rabbitmqctl close_all_connections)",
+    );
     let f = Fixture::new(&[100], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.1\nlog done\nexit 0");

@@ -7,9 +7,196 @@ use std::path::PathBuf;
 /// built from when it was built from a git checkout (see `build.rs`).
 pub const VERSION: &str = env!("DLQCTL_VERSION");
 
+/// The examples each command's `--help` ends with (and its man page shows
+/// under EXAMPLES). Each `dlqctl ...` line is a whole command that parses
+/// (`tests::every_command_has_examples_that_parse`); `#` lines say what
+/// the next one does.
+pub mod examples {
+    /// `dlqctl`.
+    pub const DLQCTL: &str = "\
+Examples:
+  # Declare the example topology, then run a handler program per message
+  dlqctl provision topology/orders.yaml
+  dlqctl work topology/orders.yaml --queue orders -- topology/demo-handler.sh
+
+  # What is in the DLQ, grouped by reason and error
+  dlqctl dlq summary topology/orders.yaml --queue orders
+
+  # A command's manual page
+  dlqctl man dlq replay | man -l -";
+
+    /// `dlqctl validate`.
+    pub const VALIDATE: &str = "\
+Examples:
+  # Every problem of the file, as FILE:LINE:COL: message (exit 2)
+  dlqctl validate topology/orders.yaml";
+
+    /// `dlqctl provision`.
+    pub const PROVISION: &str = "\
+Examples:
+  # What would be declared, without a broker
+  dlqctl provision topology/orders.yaml --dry-run
+
+  # Declare it: each exchange and queue created or unchanged
+  dlqctl provision topology/orders.yaml
+
+  # Compare with the broker, changing nothing (exit 3 on a difference)
+  dlqctl provision topology/orders.yaml --check
+
+  # The same in CI, as GitHub Actions annotations
+  dlqctl provision topology/orders.yaml --check --format github
+
+  # Against the nodes of a cluster
+  dlqctl provision topology/orders.yaml --url amqp://user:pass@rabbit-1,amqp://user:pass@rabbit-2";
+
+    /// `dlqctl work`.
+    pub const WORK: &str = "\
+Examples:
+  # A program per message, four at a time (exit 0 success, 65 permanent)
+  dlqctl work topology/orders.yaml --queue orders --concurrency 4 -- topology/demo-handler.sh
+
+  # POST each message to an HTTP endpoint
+  dlqctl work topology/orders.yaml --queue orders --http http://127.0.0.1:8080/orders
+
+  # One long-running Python process, fed messages as JSON lines
+  dlqctl work topology/orders.yaml --queue orders --jsonl --concurrency 8 -- python3 examples/handlers/handler.py
+
+  # As a service: metrics, /healthz and /readyz, wait up to 5m for the broker
+  dlqctl work topology/orders.yaml --queue orders --metrics-addr 127.0.0.1:9090 --wait-for-broker 5m -- topology/demo-handler.sh";
+
+    /// `dlqctl status`.
+    pub const STATUS: &str = "\
+Examples:
+  # Every queue's depth and consumers
+  dlqctl status topology/orders.yaml
+
+  # Exit 3 when a DLQ holds more than 100 messages (for a cron job)
+  dlqctl status topology/orders.yaml --max-dlq 100
+
+  # As JSON
+  dlqctl status topology/orders.yaml --json";
+
+    /// `dlqctl doctor`.
+    pub const DOCTOR: &str = "\
+Examples:
+  # The checklist for every pipeline
+  dlqctl doctor topology/orders.yaml
+
+  # One pipeline, against the handler timeout its workers use
+  dlqctl doctor topology/orders.yaml --queue orders --handler-timeout 30s
+
+  # Read the timeout from a running worker, and annotate a CI run
+  dlqctl doctor topology/orders.yaml --metrics-url http://127.0.0.1:9090/metrics --format github";
+
+    /// `dlqctl drill`.
+    pub const DRILL: &str = "\
+Examples:
+  # Walk a marked message through every tier to the DLQ (a worker must run)
+  dlqctl drill topology/orders.yaml --queue orders
+
+  # Also see the worker count it, and allow 2 minutes
+  dlqctl drill topology/orders.yaml --queue orders --metrics-url http://127.0.0.1:9090/metrics --timeout 2m";
+
+    /// `dlqctl dlq`.
+    pub const DLQ: &str = "\
+Examples:
+  # Triage: the groups, a few messages, then replay a group with a canary
+  dlqctl dlq summary topology/orders.yaml --queue orders
+  dlqctl dlq peek topology/orders.yaml --queue orders --limit 5
+  dlqctl dlq replay topology/orders.yaml --queue orders --group 3f2a9c01bd --canary 10";
+
+    /// `dlqctl dlq peek`.
+    pub const PEEK: &str = "\
+Examples:
+  # The first 5 messages of the DLQ
+  dlqctl dlq peek topology/orders.yaml --queue orders --limit 5
+
+  # Only those that failed for good in the handler, every field as JSON
+  dlqctl dlq peek topology/orders.yaml --queue orders --filter-reason permanent --json
+
+  # Only those whose last error mentions a timeout
+  dlqctl dlq peek topology/orders.yaml --queue orders --filter-error timeout";
+
+    /// `dlqctl dlq summary`.
+    pub const SUMMARY: &str = "\
+Examples:
+  # The DLQ grouped by reason and error fingerprint, with each group's ID
+  dlqctl dlq summary topology/orders.yaml --queue orders
+
+  # Only what was dead-lettered over a day ago, as JSON
+  dlqctl dlq summary topology/orders.yaml --queue orders --older-than 1d --json";
+
+    /// `dlqctl dlq export`.
+    pub const EXPORT: &str = "\
+Examples:
+  # A copy of the DLQ as JSON Lines; the messages stay
+  dlqctl dlq export topology/orders.yaml --queue orders --output dlq.jsonl
+
+  # Archive what is over a week old: removed once written and fsynced
+  dlqctl dlq export topology/orders.yaml --queue orders --older-than 7d --output archive.jsonl --remove";
+
+    /// `dlqctl dlq replay`.
+    pub const REPLAY: &str = "\
+Examples:
+  # How many would move, moving nothing
+  dlqctl dlq replay topology/orders.yaml --queue orders --dry-run
+
+  # One group: 10 first, stop (exit 3) if over half of them fail again
+  dlqctl dlq replay topology/orders.yaml --queue orders --group 3f2a9c01bd --canary 10 --rate 50
+
+  # The messages of an export file
+  dlqctl dlq replay topology/orders.yaml --queue orders --from-file dlq.jsonl";
+
+    /// `dlqctl dlq redrive`.
+    pub const REDRIVE: &str = "\
+Examples:
+  # One run of the pipeline's redrive policy, now (the file's dead_letter.redrive)
+  dlqctl dlq redrive topology/redrive.yaml --queue payments";
+
+    /// `dlqctl dlq purge`.
+    pub const PURGE: &str = "\
+Examples:
+  # How many would go (exit 2, nothing removed)
+  dlqctl dlq purge topology/orders.yaml --queue orders --older-than 30d
+
+  # Remove them, with no copy (export --remove archives instead)
+  dlqctl dlq purge topology/orders.yaml --queue orders --older-than 30d --yes";
+
+    /// `dlqctl serve`.
+    pub const SERVE: &str = "\
+Examples:
+  # The page on http://127.0.0.1:8088 (loopback: no token needed)
+  dlqctl serve topology/orders.yaml
+
+  # Read-only, with colours for DLQs over 10 and 100 messages
+  dlqctl serve topology/orders.yaml --read-only --warn-dlq 10 --max-dlq 100
+
+  # On every address, behind a token (from DLQCTL_AUTH_TOKEN, not in ps)
+  DLQCTL_AUTH_TOKEN=s3cret dlqctl serve topology/orders.yaml --listen 0.0.0.0:8088";
+
+    /// `dlqctl completions`.
+    pub const COMPLETIONS: &str = "\
+Examples:
+  # Bash, for every user (or source it from ~/.bashrc)
+  dlqctl completions bash > /etc/bash_completion.d/dlqctl
+
+  # Zsh, into a folder of your $fpath
+  dlqctl completions zsh > ~/.zfunc/_dlqctl";
+
+    /// `dlqctl man`.
+    pub const MAN: &str = "\
+Examples:
+  # Read the page of dlqctl, and of one subcommand
+  dlqctl man | man -l -
+  dlqctl man dlq replay | man -l -
+
+  # Install it
+  dlqctl man > /usr/local/share/man/man1/dlqctl.1";
+}
+
 /// Delayed retries and a dead-letter queue for RabbitMQ consumers.
 #[derive(Debug, Parser)]
-#[command(name = "dlqctl", version = VERSION, about, long_about = None)]
+#[command(name = "dlqctl", version = VERSION, about, long_about = None, after_help = examples::DLQCTL)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -56,17 +243,22 @@ impl ProvisionArgs {
     }
 }
 
-/// Broker connection options.
+/// The help heading of the broker connection options, shown apart from a
+/// command's own options.
+pub const CONNECTION: &str = "Connection";
+
+/// Broker connection options, alike for every command that connects
+/// (`work` adds how it fails over: `WorkArgs`).
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
     /// Broker URL (amqp:// or amqps://). Repeat it, or give a
-    /// comma-separated list, for the nodes of a cluster: they are tried in
-    /// order, and the worker moves to the next when its connection is lost.
-    #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true, value_delimiter = ',')]
+    /// comma-separated list, for the nodes of a cluster: the first that
+    /// answers is used.
+    #[arg(long, env = "AMQP_URL", default_value = dlqctl::amqp::connection::DEFAULT_URL, hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub url: Vec<String>,
-    /// A PEM file of CA certificates to trust for amqps:// (and https://
-    /// management URLs), besides the system's: for a private CA.
-    #[arg(long, env = "DLQCTL_TLS_CA", value_name = "FILE")]
+    /// A PEM file of CA certificates to trust for amqps:// (and an https://
+    /// management API), besides the system's: for a private CA.
+    #[arg(long, env = "DLQCTL_TLS_CA", value_name = "FILE", help_heading = CONNECTION)]
     pub tls_ca: Option<PathBuf>,
     /// A PEM client certificate (with --tls-key), for brokers that verify
     /// clients; with `?auth_mechanism=external` in the URL it is the login.
@@ -74,7 +266,8 @@ pub struct Connection {
         long,
         env = "DLQCTL_TLS_CERT",
         value_name = "FILE",
-        requires = "tls_key"
+        requires = "tls_key",
+        help_heading = CONNECTION
     )]
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of --tls-cert (not encrypted).
@@ -82,7 +275,8 @@ pub struct Connection {
         long,
         env = "DLQCTL_TLS_KEY",
         value_name = "FILE",
-        requires = "tls_cert"
+        requires = "tls_cert",
+        help_heading = CONNECTION
     )]
     pub tls_key: Option<PathBuf>,
 }
@@ -91,33 +285,41 @@ pub struct Connection {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check a topology file offline; exit 2 listing every problem.
+    #[command(after_help = examples::VALIDATE)]
     Validate {
         /// The topology file.
         file: PathBuf,
     },
     /// Declare everything a topology file describes (idempotent).
+    #[command(after_help = examples::PROVISION)]
     Provision(ProvisionArgs),
     /// Consume a pipeline's main queue and run a handler per message.
+    #[command(after_help = examples::WORK)]
     Work(Box<WorkArgs>),
     /// Depth and consumers of every queue; exit 3 on a missing object or
     /// a DLQ over --max-dlq.
+    #[command(after_help = examples::STATUS)]
     Status(StatusArgs),
     /// A pass/warn/fail checklist of what the broker will do differently
     /// from the topology (policies, limits, health, permissions); changes
     /// nothing; exit 3 on any fail.
+    #[command(after_help = examples::DOCTOR)]
     Doctor(Box<DoctorArgs>),
     /// A fire drill on a live pipeline: a marked message walks every tier
     /// to the DLQ and is replayed (needs a running `dlqctl work`); exit 3
     /// naming the step that did not hold.
+    #[command(after_help = examples::DRILL)]
     Drill(Box<DrillArgs>),
     /// Operate on a pipeline's dead-letter queue.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = examples::DLQ)]
     Dlq(Box<DlqCommand>),
     /// A web page for DLQ triage: overview, groups, messages, and replay,
     /// export and purge as jobs with live progress.
+    #[command(after_help = examples::SERVE)]
     Serve(Box<ServeArgs>),
     /// Print a shell completion script, e.g.
     /// `dlqctl completions bash > /etc/bash_completion.d/dlqctl`.
+    #[command(after_help = examples::COMPLETIONS)]
     Completions {
         /// The shell.
         #[arg(value_enum)]
@@ -125,6 +327,7 @@ pub enum Command {
     },
     /// Print a man page (roff), e.g. `dlqctl man | man -l -`, or
     /// `dlqctl man dlq replay` for a subcommand's own page.
+    #[command(after_help = examples::MAN)]
     Man {
         /// The subcommand whose page to print (`work`, `dlq replay`, ...);
         /// none for the page of dlqctl itself.
@@ -175,7 +378,7 @@ pub struct ServeArgs {
     pub window: u32,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -185,24 +388,31 @@ pub struct ServeArgs {
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
     /// Show messages from the head of a pipeline's DLQ; changes nothing.
+    #[command(after_help = examples::PEEK)]
     Peek(PeekArgs),
     /// Group a pipeline's DLQ by reason and error fingerprint; changes nothing.
+    #[command(after_help = examples::SUMMARY)]
     Summary(SummaryArgs),
     /// Write a pipeline's DLQ as JSON Lines; with --remove, archive it.
+    #[command(after_help = examples::EXPORT)]
     Export(ExportArgs),
     /// Move a snapshot of a pipeline's DLQ (or an export file) back to its
     /// main queue.
+    #[command(after_help = examples::REPLAY)]
     Replay(ReplayArgs),
     /// Run the pipeline's automatic redrive policy once, now (exit 0: moved
     /// or nothing eligible; 3: the canary failed or the health probe said
     /// unhealthy).
+    #[command(after_help = examples::REDRIVE)]
     Redrive(RedriveArgs),
     /// Remove messages from a pipeline's DLQ, with no copy (needs --yes).
+    #[command(after_help = examples::PURGE)]
     Purge(PurgeArgs),
 }
 
 /// What every DLQ command names: the topology, the pipeline, the broker.
 #[derive(Debug, Args)]
+#[command(mut_arg("tls_ca", |a| a.help(AMQP_ONLY_TLS_CA_HELP)))]
 pub struct DlqTarget {
     /// The topology file.
     pub file: PathBuf,
@@ -222,29 +432,32 @@ pub struct DlqTarget {
     pub connection: Connection,
 }
 
+/// The help heading of the selectors.
+pub const SELECTORS: &str = "Selectors (all given must match)";
+
 /// The selectors, alike for peek, summary, export, replay and purge. All
 /// given must match.
 #[derive(Debug, Args, Default)]
 pub struct Selectors {
     /// Only the messages of this summary group.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", help_heading = SELECTORS)]
     pub group: Option<String>,
     /// Only this message id (repeatable: any of them). An id that is not
     /// UTF-8: `base64:` and the base64 of its bytes.
-    #[arg(long = "message-id", value_name = "ID")]
+    #[arg(long = "message-id", value_name = "ID", help_heading = SELECTORS)]
     pub message_ids: Vec<String>,
     /// Only this reason (permanent, exhausted, too_large, or the broker's
     /// rejected, expired, maxlen, delivery_limit).
-    #[arg(long, value_name = "REASON", value_parser = clap::builder::PossibleValuesParser::new(dlqctl::core::dlq::select::REASONS))]
+    #[arg(long, value_name = "REASON", value_parser = clap::builder::PossibleValuesParser::new(dlqctl::core::dlq::select::REASONS), help_heading = SELECTORS)]
     pub filter_reason: Option<String>,
     /// Only messages whose header K is V (repeatable: all of them).
-    #[arg(long, value_name = "K=V", value_parser = dlqctl::core::dlq::select::parse_header_filter)]
+    #[arg(long, value_name = "K=V", value_parser = dlqctl::core::dlq::select::parse_header_filter, help_heading = SELECTORS)]
     pub filter_header: Vec<(String, String)>,
     /// Only messages whose last error contains TEXT.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", help_heading = SELECTORS)]
     pub filter_error: Option<String>,
     /// Only messages dead-lettered longer ago than D (e.g. 7d, 12h).
-    #[arg(long, value_name = "D", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
+    #[arg(long, value_name = "D", value_parser = dlqctl::core::values::duration::parse_cli_duration, help_heading = SELECTORS)]
     pub older_than: Option<std::time::Duration>,
 }
 
@@ -396,7 +609,7 @@ pub struct StatusArgs {
     pub max_dlq: Option<u64>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -432,7 +645,7 @@ pub struct DoctorArgs {
     /// Management API for policies, statistics and permissions [default:
     /// the AMQP host, port 15672]. Repeatable, one per --url, in the same
     /// order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -458,7 +671,7 @@ pub struct DrillArgs {
     pub format: OutputFormat,
     /// Management API, to name the step that broke [default: the AMQP
     /// host, port 15672].
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -485,7 +698,7 @@ pub struct ProvisionArgs {
     pub json: bool,
     /// Management API for checking bindings [default: the AMQP host, port
     /// 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',')]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     /// Declarations in flight at once, each on its own channel.
     #[arg(long, default_value_t = dlqctl::ops::provision::DEFAULT_PARALLELISM as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -494,8 +707,19 @@ pub struct ProvisionArgs {
     pub connection: Connection,
 }
 
+/// How `work` uses several `--url`s.
+const WORK_URL_HELP: &str = "Broker URL (amqp:// or amqps://). Repeat it, or give a \
+comma-separated list, for the nodes of a cluster: they are tried in order, and the worker \
+moves to the next when its connection is lost.";
+
+/// `--tls-ca` of the commands that speak AMQP only (no management API).
+const AMQP_ONLY_TLS_CA_HELP: &str =
+    "A PEM file of CA certificates to trust for amqps://, besides the system's: for a private CA.";
+
 /// `dlqctl work`.
 #[derive(Debug, Args)]
+#[command(mut_arg("url", |a| a.help(WORK_URL_HELP)))]
+#[command(mut_arg("tls_ca", |a| a.help(AMQP_ONLY_TLS_CA_HELP)))]
 pub struct WorkArgs {
     /// The topology file.
     pub file: PathBuf,
@@ -585,6 +809,178 @@ fn canary_wait(s: &str) -> Result<std::time::Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+
+    /// The words of a shell command line, as the shell splits them (plain
+    /// words, '...' and "..."), up to the first `|`, `>` or `&&`; leading
+    /// `NAME=value` assignments are left out.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word: Option<String> = None;
+        let mut quote: Option<char> = None;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    word.get_or_insert_with(String::new);
+                }
+                (None, c) if c.is_whitespace() => words.extend(word.take()),
+                (None, c) => word.get_or_insert_with(String::new).push(c),
+            }
+        }
+        assert!(quote.is_none(), "unbalanced quote in {line:?}");
+        words.extend(word);
+        let end = (words.iter())
+            .position(|w| ["|", ">", "&&"].contains(&w.as_str()))
+            .unwrap_or(words.len());
+        words.truncate(end);
+        let start = (words.iter())
+            .position(|w| !w.contains('=') || w.starts_with('-'))
+            .unwrap_or(words.len());
+        words.drain(..start);
+        words
+    }
+
+    /// Every command of the tree, by its path (`["dlq", "replay"]`), the
+    /// root's path empty; clap's own `help` left out.
+    fn all_commands(
+        cmd: &clap::Command,
+        path: Vec<String>,
+        out: &mut Vec<(Vec<String>, clap::Command)>,
+    ) {
+        out.push((path.clone(), cmd.clone()));
+        for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            all_commands(sub, p, out);
+        }
+    }
+
+    /// The subcommand path `m` parsed to.
+    fn parsed_path(mut m: &clap::ArgMatches) -> Vec<String> {
+        let mut path = Vec::new();
+        while let Some((name, sub)) = m.subcommand() {
+            path.push(name.to_string());
+            m = sub;
+        }
+        path
+    }
+
+    /// Every command, nested ones included, ends its help with examples,
+    /// and every example is a command line that parses, as that command:
+    /// an option renamed or a value no longer accepted fails here.
+    #[test]
+    fn every_command_has_examples_that_parse() {
+        let mut root = Cli::command();
+        root.build();
+        let mut commands = Vec::new();
+        all_commands(&root, Vec::new(), &mut commands);
+        assert!(commands.len() >= 17, "{} commands", commands.len());
+        let mut problems = Vec::new();
+        for (path, cmd) in &commands {
+            let shown = format!("dlqctl {}", path.join(" "));
+            let help = cmd
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let Some(body) = help.strip_prefix("Examples:\n") else {
+                problems.push(format!(
+                    "`{shown}` has no examples (after_help starting \"Examples:\")"
+                ));
+                continue;
+            };
+            let lines: Vec<&str> = body
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let commands_shown: Vec<&&str> = lines.iter().filter(|l| !l.starts_with('#')).collect();
+            if commands_shown.is_empty() {
+                problems.push(format!("`{shown}`: no example command"));
+            }
+            for (i, line) in lines.iter().enumerate() {
+                if line.starts_with('#') {
+                    if lines.get(i + 1).is_none_or(|next| next.starts_with('#')) {
+                        problems.push(format!(
+                            "`{shown}`: the comment {line:?} is followed by no command"
+                        ));
+                    }
+                    continue;
+                }
+                let argv = shell_words(line);
+                if argv.first().map(String::as_str) != Some("dlqctl") {
+                    problems.push(format!("`{shown}`: {line:?} does not run dlqctl"));
+                    continue;
+                }
+                match root.clone().try_get_matches_from(&argv) {
+                    Err(e) => problems.push(format!("`{shown}`: {line:?} does not parse: {e}")),
+                    Ok(m) => {
+                        let got = parsed_path(&m);
+                        if !got.starts_with(path) {
+                            problems.push(format!(
+                                "`{shown}`: {line:?} runs `dlqctl {}`, another command",
+                                got.join(" ")
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn shell_words_split_as_the_shell_does() {
+        assert_eq!(
+            shell_words("A=1 dlqctl x 'a b' \"c\" '' | man -l -"),
+            ["dlqctl", "x", "a b", "c", ""]
+        );
+        assert_eq!(shell_words("dlqctl man > page.1"), ["dlqctl", "man"]);
+    }
+
+    /// The connection options are described once, under their own
+    /// heading, and only `work` speaks of moving to the next node.
+    #[test]
+    fn the_connection_options_have_their_heading_and_their_wording() {
+        let mut root = Cli::command();
+        root.build();
+        let mut commands = Vec::new();
+        all_commands(&root, Vec::new(), &mut commands);
+        let mut connecting = 0;
+        for (path, cmd) in &commands {
+            let Some(url) = cmd.get_arguments().find(|a| a.get_id() == "url") else {
+                continue;
+            };
+            connecting += 1;
+            for a in cmd.get_arguments().filter(|a| {
+                ["url", "tls_ca", "tls_cert", "tls_key", "management_url"]
+                    .contains(&a.get_id().as_str())
+            }) {
+                assert_eq!(
+                    a.get_help_heading(),
+                    Some(CONNECTION),
+                    "{path:?} {}",
+                    a.get_id()
+                );
+            }
+            let help = url.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert_eq!(
+                help.contains("the worker moves to the next"),
+                path == &["work"],
+                "{path:?}: {help}"
+            );
+            let ca = (cmd.get_arguments())
+                .find(|a| a.get_id() == "tls_ca")
+                .and_then(|a| a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let has_api = cmd.get_arguments().any(|a| a.get_id() == "management_url");
+            assert_eq!(ca.contains("management"), has_api, "{path:?}: {ca}");
+        }
+        assert_eq!(connecting, 12, "commands with --url");
+    }
 
     fn format_of(args: &[&str]) -> Result<OutputFormat, String> {
         let argv = ["dlqctl", "provision", "t.yaml"].iter().chain(args);

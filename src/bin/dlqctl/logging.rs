@@ -63,7 +63,12 @@ pub fn init(format: cli::LogFormat, quiet_lapin_io: bool) {
     } else {
         "info,lapin=warn,lapin::channel=off,rustls_platform_verifier=off"
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // An empty RUST_LOG is taken as unset (it would log nothing at all).
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use super::config::{STDERR_LINES_PER_SECOND, STDERR_LINE_BYTES};
 use super::limits::{Limiter, RecentIds};
@@ -185,7 +185,9 @@ impl Answers<'_> {
 }
 
 /// Logs the process's stderr line by line, bounded in length and rate, and
-/// keeps its tail for the error text of a crash.
+/// keeps its tail for the error text of a crash. The lines are logged at
+/// `debug`, the handler's own words beside the worker's one line per
+/// message.
 pub(super) async fn log_stderr(
     mut stderr: pipe::Receiver,
     index: usize,
@@ -205,12 +207,19 @@ pub(super) async fn log_stderr(
         )
     };
     let log = |line: Line, limiter: &mut Limiter| {
+        // Not logged at this level: nothing to cut, count or report.
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
         if limiter.allow(Instant::now(), report) {
             let mut text = String::from_utf8_lossy(&line.bytes).into_owned();
             if line.dropped > 0 {
                 text.push_str(&format!("… ({} more bytes)", line.dropped));
             }
-            info!(process = index, pid, line = %text, "handler stderr");
+            // The handler's own words, at debug: the worker's log has one
+            // line per message at info (a crash's stderr tail is its
+            // messages' error text).
+            debug!(process = index, pid, line = %text, "handler stderr");
         }
     };
     loop {

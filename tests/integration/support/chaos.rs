@@ -221,8 +221,11 @@ pub async fn close_connection(mgmt: &Mgmt, api_name: &str) {
 
 // ---------------------------------------------------------------- rabbitmqctl
 
-/// Runs `rabbitmqctl ARGS`; panics (with its output) unless it succeeds.
+/// Runs `rabbitmqctl ARGS` on the broker under test (only where
+/// [`crate::support::allow_disruption`] allows it); panics (with its
+/// output) unless it succeeds.
 pub async fn rabbitmqctl(args: &[&str]) {
+    crate::support::allow_disruption(&format!("runs `rabbitmqctl {}`", args.join(" ")));
     let out = tokio::time::timeout(
         Duration::from_secs(60),
         tokio::process::Command::new("rabbitmqctl")

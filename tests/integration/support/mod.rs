@@ -93,6 +93,39 @@ pub const START_HINT: &str = "start a local RabbitMQ with `rabbitmq-server -deta
 (management plugin: `rabbitmq-plugins enable rabbitmq_management`), \
 or point AMQP_URL / DLQCTL_MANAGEMENT_URL at one";
 
+/// Fails the test unless `DLQCTL_TEST_DISRUPTIVE=1` allows it to disrupt
+/// the broker (`what`: what it does, "restarts the broker"). Every test
+/// that restarts or reconfigures the broker, closes other clients'
+/// connections or changes its users calls it first; such tests are named
+/// `serial_` and the default nextest profile leaves them out. They never
+/// skip: selected without the variable (by `-E`, another profile, or
+/// `cargo test`), they fail saying why, before touching the broker.
+pub fn allow_disruption(what: &str) {
+    const VAR: &str = "DLQCTL_TEST_DISRUPTIVE";
+    let value = std::env::var(VAR).unwrap_or_default();
+    let broker = reqwest::Url::parse(&amqp_url())
+        .map(|u| {
+            format!(
+                "{}:{}",
+                u.host_str().unwrap_or(""),
+                u.port().unwrap_or(5672)
+            )
+        })
+        .unwrap_or_else(|_| "AMQP_URL".into());
+    assert!(
+        value == "1",
+        "this test {what}, which is not for a broker others use (this one is at {broker}), so \
+         it runs only with {VAR}=1 ({}). Set it only for a broker of your own, with the `ci` \
+         nextest profile, which runs these tests one at a time: `{VAR}=1 cargo nextest run \
+         --profile ci` (docs/development.md, \"Tests that disrupt the broker\")",
+        if value.is_empty() {
+            format!("{VAR} is unset")
+        } else {
+            format!("{VAR} is {value:?}")
+        },
+    );
+}
+
 /// A name prefix no other test uses: `it-<8 hex>`.
 pub fn unique_prefix() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();

@@ -62,7 +62,7 @@ fn print_report<T: serde::Serialize>(
     text: impl FnOnce(&T) -> String,
 ) -> Result<()> {
     if json {
-        output::stdout_line(&serde_json::to_string_pretty(report).unwrap_or_default())?;
+        output::stdout_line(&output::json::document(report))?;
     } else {
         output::stdout(&text(report))?;
     }
@@ -320,8 +320,7 @@ pub async fn export(a: &ExportArgs) -> Result<Outcome> {
     o.close().await;
     let r = result?;
     if a.json {
-        // Pretty, as every other command's --json.
-        let text = serde_json::to_string_pretty(&r).unwrap_or_default();
+        let text = output::json::document(&r);
         if a.output.is_some() {
             output::stdout_line(&text)?;
         } else {

@@ -42,8 +42,84 @@ pub fn man(path: &[String]) -> Result<Outcome> {
             .bin_name(name.replace('-', " "))
             .version(VERSION);
     }
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd).render(&mut page)?;
-    output::stdout_bytes(&page)?;
+    output::stdout_bytes(&render(cmd)?)?;
     Ok(Outcome::Success)
+}
+
+/// The page of `cmd`, as clap_mangen renders it, except that the examples
+/// its `--help` ends with come as an EXAMPLES section, line by line
+/// (clap_mangen would fill them into one paragraph under EXTRA).
+fn render(cmd: clap::Command) -> std::io::Result<Vec<u8>> {
+    let examples = cmd.get_after_help().map(|h| h.to_string());
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut page)?;
+    }
+    if cmd.get_subcommands().any(|c| !c.is_hide_set()) {
+        man.render_subcommands_section(&mut page)?;
+    }
+    if let Some(text) = examples {
+        page.extend_from_slice(examples_section(&text).as_bytes());
+    }
+    man.render_version_section(&mut page)?;
+    Ok(page)
+}
+
+/// An EXAMPLES section in roff: each `# comment` as a paragraph, each
+/// command line after it as it is, not filled (`.nf`), in bold.
+fn examples_section(text: &str) -> String {
+    const END: &str = ".fi\n.RE\n";
+    let body = text.strip_prefix("Examples:").unwrap_or(text);
+    let mut out = String::from(".SH EXAMPLES\n");
+    let mut in_commands = false;
+    for line in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(comment) = line.strip_prefix('#') {
+            if std::mem::take(&mut in_commands) {
+                out += END;
+            }
+            out += &format!(".PP\n{}\n", roff_text(comment.trim()));
+        } else {
+            if !std::mem::replace(&mut in_commands, true) {
+                out += ".RS 4\n.nf\n";
+            }
+            out += &format!("\\fB{}\\fR\n", roff_text(line));
+        }
+    }
+    if in_commands {
+        out += END;
+    }
+    out
+}
+
+/// `text` safe as a roff text line: backslashes and hyphens escaped, and
+/// a leading `.` or `'` (a request) neutralised.
+fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn examples_become_a_section_of_comments_and_unfilled_commands() {
+        let roff = examples_section(
+            "Examples:\n  # Count them\n  dlqctl a --x 1\n  dlqctl b\n\n  # Then \\ this\n  .dlqctl c",
+        );
+        assert_eq!(
+            roff,
+            ".SH EXAMPLES\n.PP\nCount them\n.RS 4\n.nf\n\\fBdlqctl a \\-\\-x 1\\fR\n\\fBdlqctl b\\fR\n\
+             .fi\n.RE\n.PP\nThen \\e this\n.RS 4\n.nf\n\\fB\\&.dlqctl c\\fR\n.fi\n.RE\n"
+        );
+    }
 }

@@ -55,12 +55,11 @@ pub fn doctor_json(checks: &[Check]) -> String {
         .iter()
         .map(|(l, n)| (l.as_str().to_string(), serde_json::json!(n)))
         .collect();
-    serde_json::to_string_pretty(&serde_json::json!({
+    super::json::document(&serde_json::json!({
         "result": worst(checks).as_str(),
         "counts": counts,
         "checks": checks,
     }))
-    .unwrap_or_default()
 }
 
 /// The title of a doctor annotation.

@@ -47,7 +47,7 @@ pub fn drill_text(r: &DrillReport) -> String {
 
 /// The report as JSON.
 pub fn drill_json(r: &DrillReport) -> String {
-    serde_json::to_string_pretty(r).unwrap_or_default()
+    super::json::document(r)
 }
 
 /// The failed step as an `::error` on the pipeline's line, then the text.

@@ -4,16 +4,28 @@ use dlqctl::core::topology::plan::Plan;
 use dlqctl::ops::provision::Report;
 use dlqctl::ops::status::{OverThreshold, StatusReport};
 
-/// The plan as JSON.
-pub fn plan_json(plan: &Plan) -> String {
-    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+/// Every JSON document a command prints (`--json`, `--format json`):
+/// pretty-printed with two-space indents, the same for every command, so
+/// that people read it and `jq` takes it alike. (What is JSON Lines, as an
+/// export's messages and `--log-format json` records, is one line each.)
+pub fn document<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| {
+        serde_json::json!({ "error": format!("cannot write the report as JSON: {e}") }).to_string()
+    })
 }
 
-/// A provision or check report as JSON.
+/// The plan as JSON.
+pub fn plan_json(plan: &Plan) -> String {
+    document(plan)
+}
+
+/// A provision or check report as JSON. `objects_as_wanted`: the
+/// exchanges, queues and bindings that are as the topology wants them
+/// (after a provision: declared or found so; for a check: found so).
 pub fn report_json(report: &Report, status: &str, provision: bool) -> String {
     let mut v = serde_json::json!({
         "status": status,
-        "ok": report.ok,
+        "objects_as_wanted": report.ok,
         "elapsed_ms": report.elapsed.as_millis() as u64,
         "findings": report.findings,
     });
@@ -23,7 +35,7 @@ pub fn report_json(report: &Report, status: &str, provision: bool) -> String {
         v["unchanged"] = serde_json::json!(report.unchanged);
         v["bindings_declared"] = serde_json::json!(report.bindings);
     }
-    serde_json::to_string_pretty(&v).unwrap_or_default()
+    document(&v)
 }
 
 /// `status --json`: the report, what is missing, what is over the
@@ -55,7 +67,7 @@ pub fn status_json(
         "management_unavailable": report.management_unavailable,
         "policy_overrides": report.policy_overrides,
     });
-    serde_json::to_string_pretty(&v).unwrap_or_default()
+    document(&v)
 }
 
 /// The error that ended a command, under `--log-format json`: one record

@@ -71,9 +71,45 @@ pub fn plan_text(plan: &Plan) -> String {
     out
 }
 
-/// Findings as text lines.
+/// Findings as text lines. Objects left unverified for one cause (a
+/// management API that does not answer leaves every binding, the
+/// policies and the stale objects unverified) share one line naming it,
+/// then a line each, at the place of the first of them.
 pub fn findings_text(findings: &[Finding]) -> String {
-    findings.iter().map(|f| format!("  {f}\n")).collect()
+    let cause = |f: &Finding| match f {
+        Finding::Unverified { reason, .. } => Some(unverified_cause(reason).to_string()),
+        _ => None,
+    };
+    let shared = |c: &str| {
+        findings
+            .iter()
+            .filter(|f| cause(f).as_deref() == Some(c))
+            .count()
+            > 1
+    };
+    let mut said = std::collections::HashSet::new();
+    let mut out = String::new();
+    for f in findings {
+        match (f, cause(f)) {
+            (Finding::Unverified { object, name, .. }, Some(c)) if shared(&c) => {
+                if said.insert(c.clone()) {
+                    out += &format!("  {c}; so these could not be verified:\n");
+                }
+                out += &format!("    unverified {} {name}\n", object.as_str());
+            }
+            _ => out += &format!("  {f}\n"),
+        }
+    }
+    out
+}
+
+/// What left an object unverified, without the note on why AMQP alone
+/// cannot tell (a last ` (...)`): `management API URL: error sending request`.
+fn unverified_cause(reason: &str) -> &str {
+    match reason.rsplit_once(" (") {
+        Some((cause, note)) if note.ends_with(')') && !cause.is_empty() => cause,
+        _ => reason,
+    }
 }
 
 /// The hint printed after drift.
@@ -571,4 +607,57 @@ pub fn purge_text(r: &PurgeReport) -> String {
         out += "stopped by a signal; the rest is still in the DLQ\n";
     }
     out
+}
+
+#[cfg(test)]
+mod findings_tests {
+    use super::*;
+    use dlqctl::core::check::finding::ObjectKind;
+
+    fn unverified(object: ObjectKind, name: &str, reason: &str) -> Finding {
+        Finding::Unverified {
+            object,
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_management_api_that_does_not_answer_is_named_once() {
+        let down = "management API http://h:1/api/overview: error sending request";
+        let findings = vec![
+            Finding::Missing {
+                object: ObjectKind::Queue,
+                name: "q".into(),
+            },
+            unverified(
+                ObjectKind::Binding,
+                "a -> b [k]",
+                &format!("{down} (AMQP cannot check a binding)"),
+            ),
+            unverified(
+                ObjectKind::Binding,
+                "a -> c [k]",
+                &format!("{down} (AMQP cannot check a binding)"),
+            ),
+            unverified(
+                ObjectKind::Queue,
+                "(policies of the 2 queues)",
+                &format!("{down} (AMQP cannot see policies)"),
+            ),
+            unverified(
+                ObjectKind::Binding,
+                "x -> y []",
+                "the API answered 500 (for this binding)",
+            ),
+        ];
+        assert_eq!(
+            findings_text(&findings),
+            format!(
+                "  missing queue q\n  {down}; so these could not be verified:\n    unverified binding a -> b [k]\n    \
+                 unverified binding a -> c [k]\n    unverified queue (policies of the 2 queues)\n  \
+                 unverified binding x -> y []: the API answered 500 (for this binding)\n"
+            )
+        );
+    }
 }
