@@ -2,6 +2,7 @@
 //! with what the headers say, and leaves every message in place, in order;
 //! a second reader of the same DLQ is told it is busy.
 
+use crate::support::dlq::dlq;
 use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe};
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::options::QueueDeclareOptions;
@@ -10,13 +11,7 @@ use serde_json::Value;
 use std::path::Path;
 
 async fn peek(file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg("peek")
-        .arg(file)
-        .args(["--queue", queue])
-        .args(extra)
-        .run()
-        .await
+    dlq("peek", file, queue, extra).await
 }
 
 /// Another DLQ command's lock on `dlq`, as it declares it.

@@ -326,10 +326,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
         &f.pipe.name,
         &["--metrics-addr", "127.0.0.1:0", "--", "/bin/true"],
     );
-    let served = w
-        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
-        .await;
-    let addr = served[0]["addr"].as_str().unwrap().to_string();
+    let addr = w.metrics_addr().await;
     wait_run(&mut w, "nothing_eligible", Duration::from_secs(20)).await;
     let text = reqwest::get(format!("http://{addr}/metrics"))
         .await

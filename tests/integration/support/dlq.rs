@@ -10,10 +10,7 @@ use std::path::Path;
 
 /// Runs `dlqctl dlq VERB FILE --queue QUEUE EXTRA...`.
 pub async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg(verb)
-        .arg(file)
-        .args(["--queue", queue])
+    Dlqctl::on_queue(&["dlq", verb], file, queue)
         .args(extra)
         .run()
         .await
