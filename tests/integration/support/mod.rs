@@ -763,24 +763,23 @@ impl Run {
     /// streams.
     #[track_caller]
     pub fn assert_stdout_has(&self, parts: &[&str]) -> &Self {
-        for part in parts {
-            assert!(
-                self.stdout.contains(part),
-                "no {part:?} on stdout:\n{}",
-                self.output()
-            );
-        }
-        self
+        self.assert_has("stdout", &self.stdout, parts)
     }
 
-    /// Panics unless stderr contains every one of `parts`, showing it.
+    /// Panics unless stderr contains every one of `parts`, showing both
+    /// streams.
     #[track_caller]
     pub fn assert_stderr_has(&self, parts: &[&str]) -> &Self {
+        self.assert_has("stderr", &self.stderr, parts)
+    }
+
+    #[track_caller]
+    fn assert_has(&self, stream: &str, text: &str, parts: &[&str]) -> &Self {
         for part in parts {
             assert!(
-                self.stderr.contains(part),
-                "no {part:?} on stderr:\n{}",
-                self.stderr
+                text.contains(part),
+                "no {part:?} on {stream}:\n{}",
+                self.output()
             );
         }
         self
