@@ -2,7 +2,7 @@
 //! with what the headers say, and leaves every message in place, in order;
 //! a second reader of the same DLQ is told it is busy.
 
-use crate::support::dlq::dlq;
+use crate::support::dlq::{dlq, provisioned};
 use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe};
 use crate::support::{Broker, Cleanup, Run, Scratch};
 use lapin::options::QueueDeclareOptions;
@@ -65,11 +65,7 @@ async fn fill(b: &Broker, pipe: &Pipe, n: usize) {
 /// the broker, the names' guard, the scratch directory, the pipeline and
 /// its topology file.
 async fn filled(n: usize) -> (Broker, Cleanup, Scratch, Pipe, PathBuf) {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, c, dir, pipe, file) = provisioned(3).await;
     fill(&b, &pipe, n).await;
     (b, c, dir, pipe, file)
 }
