@@ -195,6 +195,15 @@ start_node() {
   say "up: $(ctl -q eval 'rabbit_misc:version().' 2>/dev/null | tr -d '"')"
 }
 
+# Stops the node (and epmd) when the root was built, and unmounts /proc.
+stop_node() {
+  if [ -f "$DIR/.built" ]; then
+    ctl -q stop >/dev/null 2>&1 || true
+    in_root epmd -kill >/dev/null 2>&1 || true
+  fi
+  unmount_proc
+}
+
 case ${1:-} in
   start)
     lock
@@ -213,11 +222,7 @@ case ${1:-} in
     ;;
   stop)
     lock
-    if [ -f "$DIR/.built" ]; then
-      ctl -q stop >/dev/null 2>&1 || true
-      in_root epmd -kill >/dev/null 2>&1 || true
-    fi
-    unmount_proc
+    stop_node
     ;;
   ctl)
     shift
@@ -225,11 +230,7 @@ case ${1:-} in
     ;;
   destroy)
     lock
-    if [ -f "$DIR/.built" ]; then
-      ctl -q stop >/dev/null 2>&1 || true
-      in_root epmd -kill >/dev/null 2>&1 || true
-    fi
-    unmount_proc
+    stop_node
     rm -rf "$DIR"
     ;;
   *)

@@ -21,6 +21,12 @@ fn assert_usage(out: &Output, wanted: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Writes a topology of one pipeline, `name`, into `dir`; returns its path.
+fn one_pipeline(dir: &Scratch, name: &str) -> String {
+    let text = format!("version: 1\npipelines:\n  - name: {name}\n");
+    dir.write("t.yaml", &text).display().to_string()
+}
+
 #[test]
 fn unreadable_topology_files_are_bad_input_with_a_position() {
     let dir = Scratch::new();
@@ -63,12 +69,11 @@ fn an_endless_or_huge_file_is_cut_at_16_mib() {
 #[test]
 fn a_zero_handler_timeout_is_refused() {
     let dir = Scratch::new();
-    let file = dir.write("t.yaml", "version: 1\npipelines:\n  - name: zt\n");
-    let f = file.to_str().unwrap();
+    let f = one_pipeline(&dir, "zt");
     for zero in ["0ms", "0s"] {
         let out = dlqctl(&[
             "work",
-            f,
+            &f,
             "--queue",
             "zt",
             "--handler-timeout",
@@ -83,14 +88,13 @@ fn a_zero_handler_timeout_is_refused() {
 #[test]
 fn a_rate_or_canary_wait_that_would_hold_the_dlq_for_days_is_refused() {
     let dir = Scratch::new();
-    let file = dir.write("t.yaml", "version: 1\npipelines:\n  - name: rt\n");
-    let f = file.to_str().unwrap();
+    let f = one_pipeline(&dir, "rt");
     for (flags, wanted) in [
         (vec!["--rate", "1e-7"], "from 0.01"),
         (vec!["--rate", "0.009"], "from 0.01"),
         (vec!["--canary", "1", "--canary-wait", "25h"], "at most 24h"),
     ] {
-        let mut args = vec!["dlq", "replay", f, "--queue", "rt"];
+        let mut args = vec!["dlq", "replay", &f, "--queue", "rt"];
         args.extend(flags);
         assert_usage(&dlqctl(&args), wanted);
     }

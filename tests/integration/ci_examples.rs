@@ -15,6 +15,18 @@ fn position(commands: &[&str], parts: &[&str], absent: &[&str]) -> Option<usize>
         .position(|c| parts.iter().all(|p| c.contains(p)) && !absent.iter().any(|a| c.contains(a)))
 }
 
+/// Asserts that `commands` validate, then provision without `--check`,
+/// then run `dlqctl provision --check --format FORMAT`, in that order.
+#[track_caller]
+fn assert_validate_provision_check(commands: &[&str], format: &str) {
+    let validate = position(commands, &["dlqctl validate"], &[]).expect("validate");
+    let provision = position(commands, &["dlqctl provision"], &["--check"]).expect("provision");
+    let check = ["dlqctl provision", "--check", &format!("--format {format}")];
+    let checked = position(commands, &check, &[])
+        .unwrap_or_else(|| panic!("provision --check --format {format}"));
+    assert!(validate < provision && provision < checked, "{commands:?}");
+}
+
 /// The topology the example names exists in this repository.
 fn assert_topology_exists(v: &Value) {
     let topology = v["TOPOLOGY"].as_str().expect("TOPOLOGY is set");
@@ -64,15 +76,7 @@ fn github_actions_example_checks_pull_requests_and_provisions_main() {
     assert_eq!(service["image"], "rabbitmq:4.0-management");
     let steps = runs(check);
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let validate = position(&steps, &["dlqctl validate"], &[]).expect("validate");
-    let provision = position(&steps, &["dlqctl provision"], &["--check"]).expect("provision");
-    let checked = position(
-        &steps,
-        &["dlqctl provision", "--check", "--format github"],
-        &[],
-    )
-    .expect("provision --check --format github");
-    assert!(validate < provision && provision < checked, "{steps:?}");
+    assert_validate_provision_check(&steps, "github");
 
     // On push: provision, no check.
     let deploy = jobs
@@ -121,15 +125,7 @@ fn gitlab_ci_example_checks_merge_requests_and_provisions_the_default_branch() {
     let image = service["name"].as_str().or(service.as_str());
     assert_eq!(image, Some("rabbitmq:4.0-management"), "{service}");
     let script = strings(&check["script"]);
-    let validate = position(&script, &["dlqctl validate"], &[]).expect("validate");
-    let provision = position(&script, &["dlqctl provision"], &["--check"]).expect("provision");
-    let checked = position(
-        &script,
-        &["dlqctl provision", "--check", "--format text"],
-        &[],
-    )
-    .expect("provision --check --format text");
-    assert!(validate < provision && provision < checked, "{script:?}");
+    assert_validate_provision_check(&script, "text");
 
     let deploy = jobs
         .iter()

@@ -55,14 +55,19 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     let page = Command::new(bin).arg("man").output().expect("dlqctl man");
     assert!(page.status.success(), "dlqctl man failed");
     std::fs::write(man.join("dlqctl.1"), &page.stdout).expect("the man page");
-    let copy = scratch.path().join("dlqctl-work@.service");
-    std::fs::write(&copy, unit.replace("/usr/local/bin/dlqctl", bin)).expect("the unit copy");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&copy)
-        .env("MANPATH", scratch.path().join("man"))
-        .output()
-        .expect("systemd-analyze verify");
+    // `systemd-analyze verify` of `text` as unit `name`, with the man page.
+    let verify = |name: &str, text: &str| {
+        let copy = scratch.path().join(name);
+        std::fs::write(&copy, text).expect("a copy of the unit");
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&copy)
+            .env("MANPATH", scratch.path().join("man"))
+            .output()
+            .expect("systemd-analyze verify")
+    };
+    let unit = unit.replace("/usr/local/bin/dlqctl", bin);
+    let out = verify("dlqctl-work@.service", &unit);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -75,19 +80,8 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     );
 
     // The check has teeth: a misspelt key is reported.
-    let bad = scratch.path().join("bad@.service");
-    std::fs::write(
-        &bad,
-        unit.replace("/usr/local/bin/dlqctl", bin)
-            .replace("ProtectSystem=strict", "ProtectSystem=strictest"),
-    )
-    .expect("a bad copy");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&bad)
-        .env("MANPATH", scratch.path().join("man"))
-        .output()
-        .expect("systemd-analyze verify");
+    let bad = unit.replace("ProtectSystem=strict", "ProtectSystem=strictest");
+    let out = verify("bad@.service", &bad);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("strictest"),
         "a bad value went unnoticed"

@@ -2,21 +2,16 @@
 //! with what the headers say, and leaves every message in place, in order;
 //! a second reader of the same DLQ is told it is busy.
 
+use crate::support::dlq::{dlq, provisioned};
 use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe};
-use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
+use crate::support::{Broker, Cleanup, Run, Scratch};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 async fn peek(file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg("peek")
-        .arg(file)
-        .args(["--queue", queue])
-        .args(extra)
-        .run()
-        .await
+    dlq("peek", file, queue, extra).await
 }
 
 /// Another DLQ command's lock on `dlq`, as it declares it.
@@ -66,14 +61,18 @@ async fn fill(b: &Broker, pipe: &Pipe, n: usize) {
     }
 }
 
+/// A provisioned pipeline whose DLQ holds `n` messages from [`fill`]:
+/// the broker, the names' guard, the scratch directory, the pipeline and
+/// its topology file.
+async fn filled(n: usize) -> (Broker, Cleanup, Scratch, Pipe, PathBuf) {
+    let (b, c, dir, pipe, file) = provisioned(3).await;
+    fill(&b, &pipe, n).await;
+    (b, c, dir, pipe, file)
+}
+
 #[tokio::test]
 async fn peek_shows_the_head_and_leaves_every_message_in_order() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    fill(&b, &pipe, 5).await;
+    let (b, _c, _dir, pipe, file) = filled(5).await;
 
     let run = peek(&file, &pipe.name, &["--limit", "3", "--json"]).await;
     run.assert_code(0);
@@ -91,22 +90,11 @@ async fn peek_shows_the_head_and_leaves_every_message_in_order() {
     }
 
     let run = peek(&file, &pipe.name, &[]).await;
-    run.assert_code(0);
-    assert!(
-        run.stdout.contains("5 message(s) shown (5 read of 5 ready"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("id=m-4 reason=exhausted attempts=4"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("body (6 bytes): body 4"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(0).assert_stdout_has(&[
+        "5 message(s) shown (5 read of 5 ready",
+        "id=m-4 reason=exhausted attempts=4",
+        "body (6 bytes): body 4",
+    ]);
 
     // Everything is still there, in the order it was published.
     b.wait_for_count(&pipe.dlq(), 5, std::time::Duration::from_secs(10))
@@ -124,12 +112,7 @@ async fn peek_shows_the_head_and_leaves_every_message_in_order() {
 
 #[tokio::test]
 async fn a_second_reader_of_the_dlq_is_told_it_is_busy() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    fill(&b, &pipe, 1).await;
+    let (b, _c, _dir, pipe, file) = filled(1).await;
     // Another command's lock: the exclusive queue it declares.
     let lock = hold_lock(&b, &pipe.dlq()).await;
     let run = peek(&file, &pipe.name, &[]).await;
@@ -138,12 +121,8 @@ async fn a_second_reader_of_the_dlq_is_told_it_is_busy() {
     // The holder ends (its connection's exclusive queue goes with it).
     lock.release().await;
     let run = peek(&file, &pipe.name, &[]).await;
-    run.assert_code(0);
-    assert!(
-        run.stdout.contains("1 message(s) shown (1 read of 1 ready"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(0)
+        .assert_stdout_has(&["1 message(s) shown (1 read of 1 ready"]);
 }
 
 #[tokio::test]
@@ -161,12 +140,7 @@ async fn peek_of_an_unknown_pipeline_is_bad_usage() {
 /// and "order 1 not found" together), and changes nothing.
 #[tokio::test]
 async fn summary_groups_by_fingerprint_and_leaves_the_dlq_as_it_was() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
-    fill(&b, &pipe, 4).await;
+    let (b, _c, _dir, pipe, file) = filled(4).await;
     let odd = table(&[
         ("dlqctl-reason", s("permanent")),
         ("dlqctl-last-error", s("cannot parse 'x'")),
@@ -180,12 +154,7 @@ async fn summary_groups_by_fingerprint_and_leaves_the_dlq_as_it_was() {
     )
     .await;
 
-    let run = Dlqctl::new("dlq")
-        .arg("summary")
-        .arg(&file)
-        .args(["--queue", pipe.name.as_str(), "--json"])
-        .run()
-        .await;
+    let run = dlq("summary", &file, &pipe.name, &["--json"]).await;
     run.assert_code(0);
     let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
     assert_eq!(doc["read"], 5, "{doc:#}");

@@ -2,10 +2,10 @@
 //! and import, the snapshot, selectors, rate, canary, rotation past the
 //! window, SIGKILL, and no duplicates left on quorum DLQs.
 
-use crate::support::dlq::{dead, dead_many, dlq, ids, publish_many, Fixture};
+use crate::support::dlq::{dead, dead_many, dlq, ids, provisioned, publish_many, Fixture};
 use crate::support::script::Script;
 use crate::support::worker::{drain, i, publish, s, table, with_id, Pipe, WorkerProc};
-use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
+use crate::support::{Broker, Cleanup, Dlqctl, Run};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
@@ -43,11 +43,7 @@ fn header<'a>(d: &'a lapin::message::Delivery, k: &str) -> Option<&'a AMQPValue>
 /// documented replay changes.
 #[tokio::test]
 async fn export_then_replay_from_file_round_trips_byte_for_byte() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, c, dir, pipe, file) = provisioned(3).await;
 
     let raw =
         |bytes: &[u8]| ShortString::from(dlqctl::core::values::shortstr::from_raw_bytes(bytes));
@@ -178,11 +174,7 @@ async fn export_then_replay_from_file_round_trips_byte_for_byte() {
 /// device or no `--output` is refused with exit 2 before anything is read.
 #[tokio::test]
 async fn export_remove_archives_to_a_regular_file_only() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, _c, dir, pipe, file) = provisioned(3).await;
     let msgs = (0..50)
         .map(|k| {
             (
@@ -248,11 +240,7 @@ async fn export_remove_archives_to_a_regular_file_only() {
 /// history kept.
 #[tokio::test]
 async fn replay_moves_exactly_the_snapshot_while_a_worker_fails_them_back() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 1);
-    let file = pipe.provision(&dir).await;
+    let (b, _c, dir, pipe, file) = provisioned(1).await;
     let msgs = (0..20)
         .map(|k| {
             (
@@ -294,11 +282,7 @@ async fn replay_moves_exactly_the_snapshot_while_a_worker_fails_them_back() {
 /// and DLQs); what is not selected stays, in order.
 #[tokio::test]
 async fn selectors_limit_dry_run_and_to() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, c, _dir, pipe, file) = provisioned(3).await;
     let spec = [
         ("a0", "exhausted", "order 1 not found", "acme"),
         ("a1", "exhausted", "order 2 not found", "acme"),
@@ -453,11 +437,7 @@ async fn rate_paces_the_replay() {
 /// one that does not lets the rest go.
 #[tokio::test]
 async fn canary_stops_a_replay_that_fails_again_and_passes_one_that_works() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 1);
-    let file = pipe.provision(&dir).await;
+    let (b, _c, dir, pipe, file) = provisioned(1).await;
     let msgs = (0..6)
         .map(|k| {
             (
@@ -652,11 +632,7 @@ async fn purge_needs_yes_and_keeps_what_is_not_selected() {
 /// duplicate, whole or filtered.
 #[tokio::test]
 async fn no_duplicates_are_left_behind_on_a_quorum_dlq() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, c, dir, pipe, file) = provisioned(3).await;
     let n = 3000;
     let msgs = |n: usize| {
         (0..n)
@@ -712,11 +688,7 @@ async fn no_duplicates_are_left_behind_on_a_quorum_dlq() {
 /// `--wait` waits for the holder of the lock instead of exiting 1.
 #[tokio::test]
 async fn wait_waits_for_the_lock() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let pipe = Pipe::new(&c, &[60_000], 3);
-    let file = pipe.provision(&dir).await;
+    let (b, _c, _dir, pipe, file) = provisioned(3).await;
     publish(
         &b,
         "",

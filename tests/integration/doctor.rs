@@ -219,10 +219,7 @@ async fn doctor_reads_the_handler_timeout_from_a_workers_metrics() {
         &script,
         &["--metrics-addr", "127.0.0.1:0", "--handler-timeout", "45m"],
     );
-    let ev = w
-        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
-        .await;
-    let addr = ev[0]["addr"].as_str().unwrap_or_default().to_string();
+    let addr = w.metrics_addr().await;
     w.wait_consuming().await;
     let url = format!("http://{addr}/metrics");
 
@@ -357,9 +354,7 @@ async fn drill_messages_never_reach_the_handler_and_walk_every_tier_fast() {
 // ---------------------------------------------------------------- dlqctl drill
 
 async fn drill(file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("drill")
-        .arg(file)
-        .args(["--queue", queue])
+    Dlqctl::on_queue(&["drill"], file, queue)
         .args(extra)
         .run()
         .await
@@ -369,21 +364,10 @@ async fn drill(file: &Path, queue: &str, extra: &[&str]) -> Run {
 /// a worker whose handler records every call, serving metrics.
 async fn drilled() -> (PipeFixture, std::path::PathBuf, Script, WorkerProc, String) {
     let f = PipeFixture::new(&[10_000, 60_000], 3, |p| p.dlq_ttl = Some("14d")).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(
-        &file,
-        &f.pipe.name,
-        &script,
-        &["--metrics-addr", "127.0.0.1:0"],
-    );
-    let ev = w
-        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
+    let (file, script, mut w) = f
+        .start_worker("exit 0", &["--metrics-addr", "127.0.0.1:0"])
         .await;
-    let url = format!(
-        "http://{}/metrics",
-        ev[0]["addr"].as_str().unwrap_or_default()
-    );
+    let url = format!("http://{}/metrics", w.metrics_addr().await);
     w.wait_consuming().await;
     (f, file, script, w, url)
 }
@@ -444,15 +428,9 @@ async fn drill_fails_at_the_consumer_step_without_a_worker() {
     let f = PipeFixture::new(&[10_000, 60_000], 3, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let run = drill(&file, &f.pipe.name, &[]).await;
-    run.assert_code(3);
-    assert!(
-        run.stdout.contains("fail at step `consumer`")
-            && run
-                .stdout
-                .contains(&format!("no worker consumes {}", f.pipe.name)),
-        "{}",
-        run.output()
-    );
+    let no_worker = format!("no worker consumes {}", f.pipe.name);
+    run.assert_code(3)
+        .assert_stdout_has(&["fail at step `consumer`", &no_worker]);
     // Nothing was published.
     assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
     let run = drill(
@@ -477,17 +455,9 @@ async fn drill_fails_at_the_dlq_step_when_the_dlx_has_no_binding() {
     .await
     .expect("unbind");
     let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
-    run.assert_code(3);
-    assert!(
-        run.stdout.contains("fail at step `dlq`")
-            && run.stdout.contains(&format!(
-                "{} has no binding to {}",
-                f.pipe.dlx(),
-                f.pipe.dlq()
-            )),
-        "{}",
-        run.output()
-    );
+    let unbound = format!("{} has no binding to {}", f.pipe.dlx(), f.pipe.dlq());
+    run.assert_code(3)
+        .assert_stdout_has(&["fail at step `dlq`", &unbound]);
     assert_eq!(script.calls().len(), 0);
 
     // Doctor names the missing binding. (The worker's copy, returned as
@@ -535,13 +505,9 @@ async fn drill_fails_at_the_tier_whose_dead_letter_route_is_broken() {
     .await
     .expect("bind the tier");
     let run = drill(&file, &f.pipe.name, &["--timeout", "5s"]).await;
-    run.assert_code(3);
-    assert!(
-        run.stdout.contains("fail at step `tier 10s`")
-            && run.stdout.contains(&format!("{tier} does not route back")),
-        "{}",
-        run.output()
-    );
+    let no_route = format!("{tier} does not route back");
+    run.assert_code(3)
+        .assert_stdout_has(&["fail at step `tier 10s`", &no_route]);
     assert_eq!(script.calls().len(), 0);
     w.stop().await;
 }

@@ -92,6 +92,36 @@ fn ordinary(queue: &str, range: std::ops::Range<usize>) -> Vec<Value> {
         .collect()
 }
 
+/// Publishes `first`, ordinary 0 to 4, `second`, ordinary 5 to 9 with
+/// pika, and waits until `queue` holds the 12.
+async fn publish_among_ordinary(broker: &Broker, queue: &str, first: Value, second: Value) {
+    let mut messages = vec![first];
+    messages.extend(ordinary(queue, 0..5));
+    messages.push(second);
+    messages.extend(ordinary(queue, 5..10));
+    pika(&["publish"], &Value::Array(messages).to_string()).await;
+    broker
+        .wait_for_count(queue, 12, Duration::from_secs(10))
+        .await;
+}
+
+/// Starts a worker running `script` on `queue` and waits up to 20 s for
+/// `n` decisions; asserts that it never lost its connection and took
+/// under 20 s. Returns the worker and the decisions.
+async fn decide(file: &Path, queue: &str, script: &Script, n: usize) -> (WorkerProc, Vec<Value>) {
+    let started = Instant::now();
+    let mut worker = WorkerProc::with_script(file, queue, script, &[]);
+    let decisions = worker.wait_decisions(n, Duration::from_secs(20)).await;
+    let took = started.elapsed();
+    assert!(
+        worker.events("connection lost; reconnecting").is_empty(),
+        "the connection dropped:\n{}",
+        worker.output()
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    (worker, decisions)
+}
+
 const POISON_ID: &[u8] = b"\xff\xfe-bad";
 const POISON_KEY: &[u8] = b"\xff\xfekey";
 const POISON_ROUTING_KEY: &[u8] = b"rk.\xff";
@@ -133,42 +163,28 @@ exit 0"#,
         "content_type": b(b"text/\xe9"),
         "delivery_mode": 2,
     });
-    let mut messages = vec![json!({
+    let first = json!({
         "exchange": shop, "routing_key": b(POISON_ROUTING_KEY),
         "body": "poison 1", "properties": poison_props,
-    })];
-    messages.extend(ordinary(&pipe.name, 0..5));
-    messages.push(json!({
+    });
+    let second = json!({
         "routing_key": pipe.name, "body": "poison 2",
         "properties": {
             "message_id": "bad-key",
             "delivery_mode": 2,
             "headers": [[b(POISON_KEY), "v"], ["plain", "p"]],
         },
-    }));
-    messages.extend(ordinary(&pipe.name, 5..10));
-    pika(&["publish"], &Value::Array(messages).to_string()).await;
-    broker
-        .wait_for_count(&pipe.name, 12, Duration::from_secs(10))
-        .await;
+    });
+    publish_among_ordinary(&broker, &pipe.name, first, second).await;
 
-    let started = Instant::now();
-    let mut worker = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
     // 10 acks, and for each poison message a retry and a dead-letter.
-    let decisions = worker.wait_decisions(14, Duration::from_secs(20)).await;
-    let took = started.elapsed();
+    let (mut worker, decisions) = decide(&file, &pipe.name, &script, 14).await;
     let count = |what: &str| decisions.iter().filter(|d| d["decision"] == what).count();
     assert_eq!(
         (count("ack"), count("retry"), count("dead_letter")),
         (10, 2, 2),
         "{decisions:#?}"
     );
-    assert!(
-        worker.events("connection lost; reconnecting").is_empty(),
-        "the connection dropped:\n{}",
-        worker.output()
-    );
-    assert!(took < Duration::from_secs(20), "took {took:?}");
 
     // The handler saw the documented forms, and the second run of poison 1
     // (from its retry copy) the same bytes as the first.
@@ -296,32 +312,24 @@ exit 0"#,
     let edge = budget - copy_size(0);
     assert_eq!(copy_size(edge), budget);
 
-    let mut messages = vec![json!({
+    let first = json!({
         "routing_key": pipe.name, "body": "big",
         "properties": {
             "delivery_mode": 2,
             "headers": [["big", {"repeat": "b", "n": BIG}]],
         },
-    })];
-    messages.extend(ordinary(&pipe.name, 0..5));
-    messages.push(json!({
+    });
+    let second = json!({
         "routing_key": pipe.name, "body": "edge",
         "properties": {
             "delivery_mode": 2,
             "headers": [["edge", {"repeat": "e", "n": edge}]],
         },
-    }));
-    messages.extend(ordinary(&pipe.name, 5..10));
-    pika(&["publish"], &Value::Array(messages).to_string()).await;
-    broker
-        .wait_for_count(&pipe.name, 12, Duration::from_secs(10))
-        .await;
+    });
+    publish_among_ordinary(&broker, &pipe.name, first, second).await;
 
-    let started = Instant::now();
-    let mut worker = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
     // 10 acks; big: dead-lettered too_large; edge: a retry, then exhausted.
-    let decisions = worker.wait_decisions(13, Duration::from_secs(20)).await;
-    let took = started.elapsed();
+    let (mut worker, decisions) = decide(&file, &pipe.name, &script, 13).await;
     let of = |what: &str, reason: &str| {
         decisions
             .iter()
@@ -338,12 +346,6 @@ exit 0"#,
         (10, 1, 1, 1),
         "{decisions:#?}"
     );
-    assert!(
-        worker.events("connection lost; reconnecting").is_empty(),
-        "the connection dropped:\n{}",
-        worker.output()
-    );
-    assert!(took < Duration::from_secs(20), "took {took:?}");
     let out = worker.output();
     assert!(
         out.contains("the retry copy does not fit frame_max"),
@@ -355,10 +357,12 @@ exit 0"#,
     // whole.
     let dlq = drain(&broker, &pipe.dlq()).await;
     assert_eq!(dlq.len(), 2);
-    let big = dlq
-        .iter()
-        .find(|d| d.data == b"big")
-        .expect("big in the DLQ");
+    let copy_of = |body: &str| {
+        dlq.iter()
+            .find(|d| d.data == body.as_bytes())
+            .unwrap_or_else(|| panic!("{body} is not in the DLQ"))
+    };
+    let big = copy_of("big");
     assert_eq!(header_str(big, "dlqctl-reason"), "too_large");
     assert_eq!(header_str(big, "big").len(), BIG);
     // dlqctl's own headers made room, history first, as the log says; the
@@ -369,10 +373,7 @@ exit 0"#,
         out.contains("the DLQ copy was trimmed to fit frame_max: dlqctl-errors removed, dlqctl-last-error removed"),
         "no words about the trim:\n{out}"
     );
-    let edge_copy = dlq
-        .iter()
-        .find(|d| d.data == b"edge")
-        .expect("edge in the DLQ");
+    let edge_copy = copy_of("edge");
     assert_eq!(header_str(edge_copy, "dlqctl-reason"), "exhausted");
     assert_eq!(header_str(edge_copy, "edge").len(), edge);
     assert_eq!(header_int(edge_copy, "dlqctl-attempt"), 2);

@@ -6,7 +6,7 @@ use dlqctl::core::topology::{parse_topology, plan, ArgValue, Arguments, Plan};
 use lapin::options::{BasicGetOptions, BasicNackOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::{json, Map, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Two pipelines under prefix `p`: a quorum one with a topic exchange, a
@@ -77,6 +77,37 @@ async fn provision(file: &Path, extra: &[&str]) -> Run {
     Dlqctl::new("provision").arg(file).args(extra).run().await
 }
 
+/// Removes the binding `order.created` from the orders exchange to the
+/// orders queue.
+async fn unbind_order_created(ch: &lapin::Channel, c: &Cleanup) {
+    let (queue, exchange) = (c.name("orders"), c.name("orders-in"));
+    ch.queue_unbind(
+        queue.as_str().into(),
+        exchange.as_str().into(),
+        "order.created".into(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
+/// A test's broker connection, its names, and the scratch directory with
+/// the [`topology`] of those names in `t.yaml`, not provisioned.
+async fn written() -> (Broker, Cleanup, Scratch, PathBuf) {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&c.prefix));
+    (b, c, dir, file)
+}
+
+/// As [`written`], provisioned (`dlqctl provision` exits 0).
+async fn provisioned() -> (Broker, Cleanup, Scratch, PathBuf) {
+    let (b, c, dir, file) = written().await;
+    provision(&file, &[]).await.assert_code(0);
+    (b, c, dir, file)
+}
+
 /// Every queue's and exchange's description and every planned binding's
 /// list, for comparing before and after.
 async fn snapshot(b: &Broker, plan: &Plan) -> Vec<Value> {
@@ -106,10 +137,7 @@ async fn snapshot(b: &Broker, plan: &Plan) -> Vec<Value> {
 
 #[tokio::test]
 async fn provision_creates_every_object_with_the_planned_arguments() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, _c, _dir, file) = written().await;
     let plan = plan_of(&file);
     assert_eq!(
         (plan.exchanges.len(), plan.queues.len(), plan.bindings.len()),
@@ -135,11 +163,9 @@ async fn provision_creates_every_object_with_the_planned_arguments() {
     }
 
     for q in &plan.queues {
-        let info = b
-            .mgmt
-            .queue(&q.name)
-            .await
-            .unwrap_or_else(|| panic!("queue {} was not created", q.name));
+        let Some(info) = b.mgmt.queue(&q.name).await else {
+            panic!("queue {} was not created", q.name);
+        };
         // Exact equality: same keys, and integers stay numbers, strings stay
         // strings, booleans stay booleans.
         assert_eq!(
@@ -168,11 +194,9 @@ async fn provision_creates_every_object_with_the_planned_arguments() {
     assert!(types.iter().any(|t| t == "quorum") && types.iter().any(|t| t == "classic"));
 
     for e in &plan.exchanges {
-        let x = b
-            .mgmt
-            .exchange(&e.name)
-            .await
-            .unwrap_or_else(|| panic!("exchange {} was not created", e.name));
+        let Some(x) = b.mgmt.exchange(&e.name).await else {
+            panic!("exchange {} was not created", e.name);
+        };
         assert_eq!(x["type"], json!(e.kind.as_str()), "type of {}", e.name);
         assert_eq!(x["durable"], json!(true), "{}", e.name);
         assert_eq!(x["auto_delete"], json!(false), "{}", e.name);
@@ -208,10 +232,7 @@ async fn provision_creates_every_object_with_the_planned_arguments() {
 
 #[tokio::test]
 async fn a_second_provision_changes_nothing_and_keeps_messages() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, c, _dir, file) = written().await;
     let plan = plan_of(&file);
     provision(&file, &[]).await.assert_code(0);
 
@@ -259,19 +280,11 @@ async fn a_second_provision_changes_nothing_and_keeps_messages() {
 
 #[tokio::test]
 async fn check_passes_on_a_provisioned_topology_and_names_a_changed_ttl() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (b, c, dir, file) = provisioned().await;
 
     let run = provision(&file, &["--check"]).await;
-    run.assert_code(0);
-    assert!(
-        run.stdout.contains("matches the topology"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(0)
+        .assert_stdout_has(&["matches the topology"]);
 
     // The file now wants a 2h DLQ retention; the broker has 1h.
     let file = dir.write("t.yaml", &topology_with_dlq_ttl(&c.prefix, "2h"));
@@ -296,10 +309,7 @@ async fn check_passes_on_a_provisioned_topology_and_names_a_changed_ttl() {
 
 #[tokio::test]
 async fn check_on_a_missing_topology_lists_everything_and_creates_nothing() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, _c, _dir, file) = written().await;
     let plan = plan_of(&file);
 
     let run = provision(&file, &["--check"]).await;
@@ -337,10 +347,7 @@ async fn check_on_a_missing_topology_lists_everything_and_creates_nothing() {
 
 #[tokio::test]
 async fn provision_reports_every_drifted_argument_and_keeps_the_messages() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, c, _dir, file) = written().await;
     let main = c.name("orders");
 
     // The main queue as someone else declared it: another delivery limit
@@ -421,10 +428,7 @@ async fn provision_reports_every_drifted_argument_and_keeps_the_messages() {
 
 #[tokio::test]
 async fn an_exchange_of_another_type_is_reported() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, c, _dir, file) = written().await;
     let ex = c.name("orders-in");
     let ch = b.channel().await;
     ch.exchange_declare(
@@ -452,22 +456,13 @@ async fn an_exchange_of_another_type_is_reported() {
 
 #[tokio::test]
 async fn check_with_refused_management_credentials_says_so_and_does_not_claim_a_match() {
-    let _b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (_b, _c, _dir, file) = provisioned().await;
     let mut url = reqwest::Url::parse(&management_url()).unwrap();
     url.set_username("guest").unwrap();
     url.set_password(Some("not-the-password")).unwrap();
     let run = provision(&file, &["--check", "--management-url", url.as_str()]).await;
-    run.assert_code(0);
-    assert!(run.stdout.contains("401"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("refused user `guest`"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(0)
+        .assert_stdout_has(&["401", "refused user `guest`"]);
     assert!(!run.stdout.contains("does not answer"), "{}", run.stdout);
     assert!(
         !run.stdout.contains("matches the topology"),
@@ -488,10 +483,7 @@ async fn check_with_refused_management_credentials_says_so_and_does_not_claim_a_
 
 #[tokio::test]
 async fn check_without_the_management_api_leaves_bindings_unverified() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
+    let (b, c, _dir, file) = written().await;
     let plan = plan_of(&file);
     provision(&file, &[]).await.assert_code(0);
     let no_api = ["--check", "--management-url", "http://127.0.0.1:1"];
@@ -516,14 +508,7 @@ async fn check_without_the_management_api_leaves_bindings_unverified() {
 
     // Remove one binding: the management API sees it, AMQP alone cannot.
     let ch = b.channel().await;
-    ch.queue_unbind(
-        c.name("orders").as_str().into(),
-        c.name("orders-in").as_str().into(),
-        "order.created".into(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    unbind_order_created(&ch, &c).await;
     let missing = format!(
         "missing binding {} -> {} [order.created]",
         c.name("orders-in"),
@@ -539,11 +524,7 @@ async fn check_without_the_management_api_leaves_bindings_unverified() {
 
 #[tokio::test]
 async fn a_rejected_message_ends_in_the_dlq() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (b, c, _dir, _file) = provisioned().await;
     let (main, dlq) = (c.name("orders"), c.name("orders-failed"));
 
     b.publish(&c.name("orders-in"), "order.paid", b"poison")
@@ -591,11 +572,7 @@ fn first_death(d: &lapin::message::Delivery) -> (String, String) {
 
 #[tokio::test]
 async fn a_retry_comes_back_to_the_main_queue_and_nowhere_else() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (b, c, _dir, _file) = provisioned().await;
     let (main, tier) = (c.name("orders"), c.name("orders.retry.200ms"));
 
     // Another consumer of the producers' exchange: it must not see retries.
@@ -767,11 +744,10 @@ fn error_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_refused_port_fails_fast_with_one_clear_line_and_no_password() {
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&unique_prefix()));
-    let run = provision(&file, &["--url", "amqp://guest:secretpw@127.0.0.1:1/%2f"]).await;
+/// Asserts that `run` exited 1 within 15 s with exactly one error line,
+/// nothing on stdout and `password` nowhere; returns the error line.
+#[track_caller]
+fn the_one_error<'a>(run: &'a Run, password: &str) -> &'a str {
     run.assert_code(1);
     assert!(
         run.elapsed < Duration::from_secs(15),
@@ -780,15 +756,20 @@ async fn a_refused_port_fails_fast_with_one_clear_line_and_no_password() {
     );
     let errors = error_lines(&run.stderr);
     assert_eq!(errors.len(), 1, "{}", run.stderr);
-    assert!(errors[0].contains("127.0.0.1:1"), "{}", errors[0]);
-    assert!(errors[0].contains("refused"), "{}", errors[0]);
-    assert!(
-        run.stderr.contains("rabbitmq-server -detached"),
-        "{}",
-        run.stderr
-    );
-    assert!(!run.output().contains("secretpw"), "{}", run.output());
+    assert!(!run.output().contains(password), "{}", run.output());
     assert!(run.stdout.is_empty(), "{}", run.stdout);
+    errors[0]
+}
+
+#[tokio::test]
+async fn a_refused_port_fails_fast_with_one_clear_line_and_no_password() {
+    let dir = Scratch::new();
+    let file = dir.write("t.yaml", &topology(&unique_prefix()));
+    let run = provision(&file, &["--url", "amqp://guest:secretpw@127.0.0.1:1/%2f"]).await;
+    let error = the_one_error(&run, "secretpw");
+    assert!(error.contains("127.0.0.1:1"), "{error}");
+    assert!(error.contains("refused"), "{error}");
+    run.assert_stderr_has(&["rabbitmq-server -detached"]);
 }
 
 #[tokio::test]
@@ -805,17 +786,8 @@ async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
         "%2f"
     );
     let run = provision(&file, &["--url", &bad]).await;
-    run.assert_code(1);
-    assert!(
-        run.elapsed < Duration::from_secs(15),
-        "took {:?}",
-        run.elapsed
-    );
-    let errors = error_lines(&run.stderr);
-    assert_eq!(errors.len(), 1, "{}", run.stderr);
-    assert!(errors[0].contains("refused the login"), "{}", errors[0]);
-    assert!(!run.output().contains("wrongpw123"), "{}", run.output());
-    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let error = the_one_error(&run, "wrongpw123");
+    assert!(error.contains("refused the login"), "{error}");
 }
 
 /// A tier removed from the file and a producer binding dropped from it
@@ -823,11 +795,7 @@ async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
 /// not in the topology and exits 3, and touches nothing.
 #[tokio::test]
 async fn check_lists_objects_the_file_no_longer_describes() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (b, c, dir, _file) = provisioned().await;
 
     let smaller = topology(&c.prefix)
         .replace("delays: [200ms, 1s]", "delays: [200ms]")
@@ -909,14 +877,7 @@ async fn check_format_github_annotates_each_finding_on_its_pipeline_line() {
     )
     .await
     .unwrap();
-    ch.queue_unbind(
-        c.name("orders").as_str().into(),
-        c.name("orders-in").as_str().into(),
-        "order.created".into(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    unbind_order_created(&ch, &c).await;
 
     let run = provision(&file, &["--check", "--format", "github"]).await;
     run.assert_code(3);
@@ -1040,19 +1001,9 @@ fn json_findings(run: &Run) -> Vec<Value> {
 /// exits 3. A key the queue's own lower argument beats is information.
 #[tokio::test]
 async fn check_names_an_operator_policy_and_each_key_it_overrides() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
-    let op = PolicyGuard::set(
-        &c,
-        Kind::Operator,
-        "cap",
-        "",
-        json!({"message-ttl": 1000, "max-length": 5}),
-    )
-    .await;
+    let (b, c, _dir, file) = provisioned().await;
+    let cap = json!({"message-ttl": 1000, "max-length": 5});
+    let op = PolicyGuard::set(&c, Kind::Operator, "cap", "", cap).await;
     op.wait_applied(&b, &planned_queues(&file)).await;
 
     let run = provision(&file, &["--check"]).await;
@@ -1124,11 +1075,7 @@ async fn check_names_an_operator_policy_and_each_key_it_overrides() {
 /// the argument (or the default) stands: information.
 #[tokio::test]
 async fn check_fails_on_a_drop_head_overflow_policy() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
+    let (b, c, _dir, file) = provisioned().await;
     let p = PolicyGuard::set(&c, Kind::Policy, "dh", "", json!({"overflow": "drop-head"})).await;
     p.wait_applied(&b, &planned_queues(&file)).await;
 
@@ -1159,19 +1106,9 @@ async fn check_fails_on_a_drop_head_overflow_policy() {
 /// queue.)
 #[tokio::test]
 async fn check_lists_a_leader_locator_policy_as_information_and_exits_0() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
-    let p = PolicyGuard::set(
-        &c,
-        Kind::Policy,
-        "ll",
-        "",
-        json!({"queue-leader-locator": "balanced"}),
-    )
-    .await;
+    let (b, c, _dir, file) = provisioned().await;
+    let locator = json!({"queue-leader-locator": "balanced"});
+    let p = PolicyGuard::set(&c, Kind::Policy, "ll", "", locator).await;
     let quorum = planned_quorum_queues(&file);
     p.wait_applied(&b, &quorum).await;
     // The queues the broker applies it to: the quorum ones on 3.10, every
@@ -1187,12 +1124,8 @@ async fn check_lists_a_leader_locator_policy_as_information_and_exits_0() {
     assert!(quorum.iter().all(|q| applied.contains(q)), "{applied:?}");
 
     let run = provision(&file, &["--check"]).await;
-    run.assert_code(0);
-    assert!(
-        run.stdout.contains("matches the topology"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(0)
+        .assert_stdout_has(&["matches the topology"]);
     for q in &applied {
         let line = format!(
             "info: queue {q}: policy `{}` sets queue-leader-locator = \"balanced\" (changes nothing the topology relies on)",
@@ -1227,19 +1160,9 @@ async fn check_lists_a_leader_locator_policy_as_information_and_exits_0() {
 /// its oldest messages into the DLQ as `maxlen` dead letters.
 #[tokio::test]
 async fn check_fails_on_a_max_length_policy_on_main_queues() {
-    let b = Broker::connect().await;
-    let c = Cleanup::new();
-    let dir = Scratch::new();
-    let file = dir.write("t.yaml", &topology(&c.prefix));
-    provision(&file, &[]).await.assert_code(0);
-    let p = PolicyGuard::set(
-        &c,
-        Kind::Policy,
-        "ml",
-        "(orders|mail)$",
-        json!({"max-length": 100}),
-    )
-    .await;
+    let (b, c, _dir, file) = provisioned().await;
+    let max_length = json!({"max-length": 100});
+    let p = PolicyGuard::set(&c, Kind::Policy, "ml", "(orders|mail)$", max_length).await;
     p.wait_applied(&b, &[c.name("orders"), c.name("mail")])
         .await;
 

@@ -5,14 +5,14 @@
 //! so only the tests about the canary wait that long.
 
 use crate::support::dependency::Dependency;
-use crate::support::dlq::{dead, publish_many};
+use crate::support::dlq::{dead, dlq, publish_many};
 use crate::support::worker::{drain, header_int, i, publish, with_id, PipeFixture, WorkerProc};
-use crate::support::{Dlqctl, Run};
+use crate::support::Run;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The canary's wait for the pipelines here (one 100 ms tier, two
@@ -21,12 +21,40 @@ const CANARY_WAIT: Duration = Duration::from_millis(30_100);
 
 /// `dlqctl dlq redrive FILE --queue QUEUE --json`.
 async fn redrive_now(file: &Path, queue: &str) -> Run {
-    Dlqctl::new("dlq")
-        .arg("redrive")
-        .arg(file)
-        .args(["--queue", queue, "--json"])
-        .run()
-        .await
+    dlq("redrive", file, queue, &["--json"]).await
+}
+
+/// A provisioned pipeline (one 100 ms tier, two attempts) with the
+/// redrive policy `policy` (YAML flow text), whose DLQ holds `msgs`;
+/// returns it and its topology file.
+async fn redriving(policy: &str, msgs: Vec<(Vec<u8>, BasicProperties)>) -> (PipeFixture, PathBuf) {
+    let f = PipeFixture::new(&[100], 2, |p| p.redrive = Some(policy.into())).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    publish_many(&f.broker, &f.pipe.dlq(), msgs).await;
+    (f, file)
+}
+
+/// A dependency that answers 200, and a pipeline whose policy redrives
+/// at `rate` with no canary, its DLQ holding `n` exhausted messages
+/// `PREFIX-k`.
+async fn redriving_at(rate: &str, prefix: &str, n: usize) -> (Dependency, PipeFixture, PathBuf) {
+    let dep = Dependency::start(true).await;
+    let policy = format!("{{min_age: 1s, every: 1s, canary: 0, rate: {rate}}}");
+    let (f, file) = redriving(&policy, exhausted(prefix, n)).await;
+    (dep, f, file)
+}
+
+/// Waits up to 10 s until `f`'s DLQ holds `n` messages.
+async fn wait_dlq(f: &PipeFixture, n: u32) {
+    let deadline = Duration::from_secs(10);
+    f.broker.wait_for_count(&f.pipe.dlq(), n, deadline).await;
+}
+
+/// Waits up to 10 s each until `f`'s DLQ, then its main queue, are empty.
+async fn wait_drained(f: &PipeFixture) {
+    wait_dlq(f, 0).await;
+    let deadline = Duration::from_secs(10);
+    f.broker.wait_for_count(&f.pipe.name, 0, deadline).await;
 }
 
 fn json(run: &Run) -> Value {
@@ -92,11 +120,7 @@ fn exhausted(prefix: &str, n: usize) -> Vec<(Vec<u8>, BasicProperties)> {
 #[tokio::test]
 async fn after_an_outage_the_exhausted_messages_go_back_by_themselves() {
     let dep = Dependency::start(false).await;
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 5s, every: 1s, canary: 5, rate: 100/s}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
+    let (f, file) = redriving("{min_age: 5s, every: 1s, canary: 5, rate: 100/s}", vec![]).await;
     let mut w = WorkerProc::spawn(
         &file,
         &f.pipe.name,
@@ -116,12 +140,7 @@ async fn after_an_outage_the_exhausted_messages_go_back_by_themselves() {
     let within = Duration::from_secs(5 + 1) + CANARY_WAIT + Duration::from_secs(10);
     dep.wait_successes(50, within, || w.output()).await;
     let took = back.elapsed();
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 0, Duration::from_secs(10))
-        .await;
-    f.broker
-        .wait_for_count(&f.pipe.name, 0, Duration::from_secs(10))
-        .await;
+    wait_drained(&f).await;
     w.stop().await;
     let handled = dep.successes();
     assert_eq!(
@@ -157,12 +176,11 @@ async fn after_an_outage_the_exhausted_messages_go_back_by_themselves() {
 #[tokio::test]
 async fn while_the_dependency_stays_down_only_the_canary_moves_and_the_wait_doubles() {
     let dep = Dependency::start(false).await;
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 3, rate: 100/s}".into())
-    })
+    let (f, file) = redriving(
+        "{min_age: 1s, every: 1s, canary: 3, rate: 100/s}",
+        exhausted("down", 20),
+    )
     .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("down", 20)).await;
     let mut w = WorkerProc::spawn(
         &file,
         &f.pipe.name,
@@ -180,9 +198,7 @@ async fn while_the_dependency_stays_down_only_the_canary_moves_and_the_wait_doub
     assert_eq!(run["next_wait_ms"], 2000, "{run}");
     // Only the canaries reached the dependency (twice each: their two
     // attempts), and all 20 are in the DLQ again.
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 20, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 20).await;
     w.stop().await;
     let failed = dep.failures();
     assert_eq!(failed.len(), 3, "{failed:?}");
@@ -200,14 +216,9 @@ async fn while_the_dependency_stays_down_only_the_canary_moves_and_the_wait_doub
 /// `dlq redrive` exits 0 when it moved something.
 #[tokio::test]
 async fn permanent_messages_move_only_when_the_policy_lists_them() {
-    let mut f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, canary: 0}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
     let mut msgs = exhausted("e", 2);
     msgs.extend((0..3).map(|k| dead_redriven(&format!("p-{k}"), "permanent", None)));
-    publish_many(&f.broker, &f.pipe.dlq(), msgs).await;
+    let (mut f, file) = redriving("{min_age: 1s, canary: 0}", msgs).await;
 
     let run = redrive_now(&file, &f.pipe.name).await;
     run.assert_code(0);
@@ -219,9 +230,7 @@ async fn permanent_messages_move_only_when_the_policy_lists_them() {
     for d in &back {
         assert_eq!(header_int(d, "dlqctl-redriven"), 1);
     }
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 3, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 3).await;
 
     // Listed: they move too.
     f.pipe.redrive = Some("{min_age: 1s, canary: 0, reasons: [exhausted, permanent]}".into());
@@ -243,22 +252,14 @@ async fn permanent_messages_move_only_when_the_policy_lists_them() {
 /// waiting for a person, by `dlq redrive` and by the worker's gauge.
 #[tokio::test]
 async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0, max_redrives: 2}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(
-        &f.broker,
-        &f.pipe.dlq(),
-        vec![
-            dead_redriven("a-0", "exhausted", Some(2)),
-            dead_redriven("a-1", "exhausted", Some(5)),
-            dead_redriven("b-0", "exhausted", Some(1)),
-            dead_redriven("c-0", "exhausted", None),
-        ],
-    )
-    .await;
+    let msgs = vec![
+        dead_redriven("a-0", "exhausted", Some(2)),
+        dead_redriven("a-1", "exhausted", Some(5)),
+        dead_redriven("b-0", "exhausted", Some(1)),
+        dead_redriven("c-0", "exhausted", None),
+    ];
+    let policy = "{min_age: 1s, every: 1s, canary: 0, max_redrives: 2}";
+    let (f, file) = redriving(policy, msgs).await;
     let run = redrive_now(&file, &f.pipe.name).await;
     run.assert_code(0);
     let r = json(&run);
@@ -283,12 +284,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
     let r = json(&run);
     assert_eq!(r["result"], "nothing_eligible", "{r}");
     assert_eq!(r["waiting_for_person"], 2, "{r}");
-    let summary = Dlqctl::new("dlq")
-        .arg("summary")
-        .arg(&file)
-        .args(["--queue", &f.pipe.name, "--json"])
-        .run()
-        .await;
+    let summary = dlq("summary", &file, &f.pipe.name, &["--json"]).await;
     summary.assert_code(0);
     assert_eq!(
         json(&summary)["waiting_for_person"],
@@ -296,9 +292,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
         "{}",
         summary.output()
     );
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 2, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 2).await;
 
     // The web page shows the policy and the count; its API has the count.
     let page = crate::support::serve::Served::start(&file, &[] as &[&str]).await;
@@ -326,10 +320,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
         &f.pipe.name,
         &["--metrics-addr", "127.0.0.1:0", "--", "/bin/true"],
     );
-    let served = w
-        .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
-        .await;
-    let addr = served[0]["addr"].as_str().unwrap().to_string();
+    let addr = w.metrics_addr().await;
     wait_run(&mut w, "nothing_eligible", Duration::from_secs(20)).await;
     let text = reqwest::get(format!("http://{addr}/metrics"))
         .await
@@ -346,9 +337,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
     ] {
         assert!(text.contains(&want), "{want} in:\n{text}");
     }
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 2, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 2).await;
 }
 
 /// `dlq redrive` exits 3 when its canary comes back. While it waits for
@@ -357,12 +346,7 @@ async fn past_max_redrives_a_message_stays_and_waits_for_a_person() {
 #[tokio::test]
 async fn dlq_redrive_exits_3_when_the_canary_fails_and_a_second_run_meanwhile_is_busy() {
     let dep = Dependency::start(false).await;
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, canary: 2}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("c", 6)).await;
+    let (f, file) = redriving("{min_age: 1s, canary: 2}", exhausted("c", 6)).await;
     let mut w = WorkerProc::spawn(
         &file,
         &f.pipe.name,
@@ -384,12 +368,7 @@ async fn dlq_redrive_exits_3_when_the_canary_fails_and_a_second_run_meanwhile_is
     // The DLQ's own lock is held only while a pass reads: a peek waits at
     // most for the end of the canaries' pass, not for the canary's wait.
     let asked = Instant::now();
-    let peek = Dlqctl::new("dlq")
-        .arg("peek")
-        .arg(&file)
-        .args(["--queue", &f.pipe.name, "--json", "--wait"])
-        .run()
-        .await;
+    let peek = dlq("peek", &file, &f.pipe.name, &["--json", "--wait"]).await;
     peek.assert_code(0);
     assert!(
         asked.elapsed() < Duration::from_secs(15) && !first.is_finished(),
@@ -404,9 +383,7 @@ async fn dlq_redrive_exits_3_when_the_canary_fails_and_a_second_run_meanwhile_is
     assert_eq!(r["canary"]["came_back"], 2, "{r}");
     assert_eq!(r["canary"]["passed"], false, "{r}");
     w.stop().await;
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 6, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 6).await;
     assert_eq!(dep.failures().len(), 2, "only the canaries were tried");
 }
 
@@ -414,13 +391,7 @@ async fn dlq_redrive_exits_3_when_the_canary_fails_and_a_second_run_meanwhile_is
 /// runs do not overlap, and every message is handled once.
 #[tokio::test]
 async fn two_workers_never_redrive_at_the_same_time() {
-    let dep = Dependency::start(true).await;
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0, rate: 10/s}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("two", 40)).await;
+    let (dep, f, file) = redriving_at("10/s", "two", 40).await;
     let args = ["--http", &dep.hook(), "--concurrency", "4"];
     // A busy turn is logged at debug only.
     let env = [("RUST_LOG", "info,dlqctl::worker::redrive=debug")];
@@ -430,9 +401,7 @@ async fn two_workers_never_redrive_at_the_same_time() {
         format!("{}\n{}", a.output(), b.output())
     })
     .await;
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 0, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 0).await;
     // Another look each, so a run cut by the stop is not mistaken.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     a.stop().await;
@@ -494,13 +463,7 @@ async fn two_workers_never_redrive_at_the_same_time() {
 /// this rate) can be handled twice.
 #[tokio::test]
 async fn a_kill_9_mid_redrive_loses_nothing() {
-    let dep = Dependency::start(true).await;
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0, rate: 20/s}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("k", 200)).await;
+    let (dep, f, file) = redriving_at("20/s", "k", 200).await;
     let args = ["--http", &dep.hook(), "--concurrency", "4"];
     let mut a = WorkerProc::spawn(&file, &f.pipe.name, &args);
     dep.wait_successes(40, Duration::from_secs(30), || a.output())
@@ -512,12 +475,7 @@ async fn a_kill_9_mid_redrive_loses_nothing() {
     let mut b = WorkerProc::spawn(&file, &f.pipe.name, &args);
     dep.wait_successes(200, Duration::from_secs(40), || b.output())
         .await;
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 0, Duration::from_secs(10))
-        .await;
-    f.broker
-        .wait_for_count(&f.pipe.name, 0, Duration::from_secs(10))
-        .await;
+    wait_drained(&f).await;
     b.stop().await;
     let handled = dep.successes();
     assert_eq!(handled.len(), 200, "nothing lost");
@@ -534,14 +492,11 @@ async fn a_kill_9_mid_redrive_loses_nothing() {
 async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
     let dep = Dependency::start(false).await;
     let health = dep.health();
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some(format!(
-            "{{min_age: 1s, every: 1s, canary: 0, health: {{http: '{health}'}}}}"
-        ))
-    })
+    let (f, file) = redriving(
+        &format!("{{min_age: 1s, every: 1s, canary: 0, health: {{http: '{health}'}}}}"),
+        exhausted("h", 10),
+    )
     .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("h", 10)).await;
     let run = redrive_now(&file, &f.pipe.name).await;
     run.assert_code(3);
     let r = json(&run);
@@ -561,9 +516,7 @@ async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
     dep.set_up(true);
     dep.wait_successes(10, Duration::from_secs(20), || w.output())
         .await;
-    f.broker
-        .wait_for_count(&f.pipe.dlq(), 0, Duration::from_secs(10))
-        .await;
+    wait_dlq(&f, 0).await;
     let moved = wait_run(&mut w, "moved", Duration::from_secs(10)).await;
     w.stop().await;
     assert!(dep.successes().values().all(|n| *n == 1));
@@ -573,12 +526,7 @@ async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
 /// `work --no-redrive` leaves the DLQ alone, policy or not.
 #[tokio::test]
 async fn no_redrive_turns_it_off_for_that_worker() {
-    let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
-    })
-    .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    publish_many(&f.broker, &f.pipe.dlq(), exhausted("off", 3)).await;
+    let (f, file) = redriving("{min_age: 1s, every: 1s, canary: 0}", exhausted("off", 3)).await;
     let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--no-redrive", "--", "/bin/true"]);
     w.wait_consuming().await;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -59,6 +59,24 @@ fn topology(dir: &Scratch) -> (std::path::PathBuf, String) {
     (file, p)
 }
 
+/// The arguments of `dlqctl work FILE --queue QUEUE --url URL
+/// --wait-for-broker 0s -- true`: it gives up at once instead of waiting
+/// for the broker.
+fn work_at_once<'a>(file: &'a str, queue: &'a str, url: &'a str) -> Vec<&'a str> {
+    vec![
+        "work",
+        file,
+        "--queue",
+        queue,
+        "--url",
+        url,
+        "--wait-for-broker",
+        "0s",
+        "--",
+        "true",
+    ]
+}
+
 #[test]
 fn passwords_with_url_delimiters_never_appear_in_errors() {
     let dir = Scratch::new();
@@ -81,22 +99,8 @@ fn passwords_with_url_delimiters_never_appear_in_errors() {
         );
         assert_hidden(pw, "provision with AMQP_URL", &text);
 
-        let (code, text) = run(
-            &[
-                "work",
-                file,
-                "--queue",
-                &format!("{p}orders"),
-                "--url",
-                &url,
-                // Give up at once instead of waiting for the broker.
-                "--wait-for-broker",
-                "0s",
-                "--",
-                "true",
-            ],
-            &[],
-        );
+        let queue = format!("{p}orders");
+        let (code, text) = run(&work_at_once(file, &queue, &url), &[]);
         assert!(
             matches!(code, Some(1 | 2)),
             "work {pw:?}: exit {code:?}\n{text}"
@@ -196,18 +200,7 @@ fn credentials_never_reach_a_trace_log() {
         for format in ["text", "json"] {
             for args in [
                 vec!["status", file, "--url", &url, "--management-url", &mgmt],
-                vec![
-                    "work",
-                    file,
-                    "--queue",
-                    &queue,
-                    "--url",
-                    &url,
-                    "--wait-for-broker",
-                    "0s",
-                    "--",
-                    "true",
-                ],
+                work_at_once(file, &queue, &url),
             ] {
                 let mut all = args.clone();
                 all.extend(["--log-format", format]);

@@ -5,6 +5,7 @@
 use crate::support::dlq::{dead, dead_many, Fixture};
 use crate::support::serve::Served;
 use crate::support::Dlqctl;
+use lapin::BasicProperties;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -32,6 +33,19 @@ fn two_groups(n: usize, m: usize) -> Vec<(Vec<u8>, lapin::BasicProperties)> {
 }
 
 /// The summary group of `reason`, from the API.
+/// A DLQ holding `msgs` (three attempts), the web page on it, and the id
+/// of its `reason` group.
+async fn served_group(
+    msgs: Vec<(Vec<u8>, BasicProperties)>,
+    reason: &str,
+) -> (Fixture, Served, String) {
+    let f = Fixture::new(3, |_| {}, msgs).await;
+    let s = Served::start(&f.file, &[] as &[&str]).await;
+    let g = group_of(&s, &f.pipe.name, reason).await;
+    let gid = g["id"].as_str().expect("a group id").to_string();
+    (f, s, gid)
+}
+
 async fn group_of(s: &Served, pipeline: &str, reason: &str) -> Value {
     let summary = s
         .get(&format!("/api/pipelines/{pipeline}/summary"))
@@ -184,14 +198,12 @@ async fn summary_and_messages_are_what_the_dlq_commands_report_and_leave_the_dlq
 
 #[tokio::test]
 async fn replaying_a_group_from_the_api_moves_that_group_only_and_reports_like_the_cli() {
-    let f = Fixture::new(3, |_| {}, two_groups(12, 4)).await;
-    let s = Served::start(&f.file, &[] as &[&str]).await;
-    let g = group_of(&s, &f.pipe.name, "exhausted").await;
+    let (f, s, gid) = served_group(two_groups(12, 4), "exhausted").await;
     let id = s
         .start_job(
             &f.pipe.name,
             "replay",
-            json!({ "group": g["id"], "rate": 1000 }),
+            json!({ "group": gid, "rate": 1000 }),
         )
         .await;
     let j = s.wait_job(id, JOB_DEADLINE).await;
@@ -220,17 +232,9 @@ async fn replaying_a_group_from_the_api_moves_that_group_only_and_reports_like_t
 
 #[tokio::test]
 async fn an_export_job_offers_the_cli_export_format_for_download_and_keeps_the_dlq() {
-    let f = Fixture::new(3, |_| {}, two_groups(5, 2)).await;
-    let s = Served::start(&f.file, &[] as &[&str]).await;
-    let g = group_of(&s, &f.pipe.name, "permanent").await;
+    let (f, s, gid) = served_group(two_groups(5, 2), "permanent").await;
     let done = s
-        .post_form(
-            &format!("/pipelines/{}/actions", f.pipe.name),
-            &[
-                ("action", "export-group"),
-                ("group", g["id"].as_str().unwrap()),
-            ],
-        )
+        .post_action(&f.pipe.name, &[("action", "export-group"), ("group", &gid)])
         .await
         .expect(303);
     let location = done.headers["location"].to_str().unwrap().to_string();
@@ -264,10 +268,7 @@ async fn an_export_job_offers_the_cli_export_format_for_download_and_keeps_the_d
 
 #[tokio::test]
 async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
-    let f = Fixture::new(3, |_| {}, two_groups(4, 3)).await;
-    let s = Served::start(&f.file, &[] as &[&str]).await;
-    let g = group_of(&s, &f.pipe.name, "exhausted").await;
-    let gid = g["id"].as_str().unwrap();
+    let (f, s, gid) = served_group(two_groups(4, 3), "exhausted").await;
     let path = format!("/pipelines/{}/actions", f.pipe.name);
     for wrong in ["", "3", "5", "four"] {
         let a = s
@@ -275,7 +276,7 @@ async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
                 &path,
                 &[
                     ("action", "purge-group"),
-                    ("group", gid),
+                    ("group", &gid),
                     ("expected", "4"),
                     ("confirm", wrong),
                 ],
@@ -314,7 +315,7 @@ async fn a_purge_needs_the_typed_count_and_removes_at_most_that_many() {
             &path,
             &[
                 ("action", "purge-group"),
-                ("group", gid),
+                ("group", &gid),
                 ("expected", "3"),
                 ("confirm", "3"),
             ],
@@ -428,8 +429,7 @@ async fn headers_and_bodies_holding_script_render_as_text() {
         .get(&format!("/pipelines/{}/message?id=x-1", f.pipe.name))
         .await
         .expect(200);
-    assert!(!page.text.contains("<script>document"), "{}", page.text);
-    assert!(!page.text.contains("<img"), "{}", page.text);
+    page.assert_lacks(&["<script>document", "<img"]);
     assert!(
         page.text.contains("&lt;script&gt;document.title"),
         "{}",
@@ -503,8 +503,7 @@ async fn read_only_hides_and_refuses_every_action() {
         .get(&format!("/pipelines/{}/groups/{gid}", f.pipe.name))
         .await
         .expect(200);
-    assert!(!page.text.contains("<form"), "{}", page.text);
-    assert!(!page.text.contains("Replay"), "{}", page.text);
+    page.assert_lacks(&["<form", "Replay"]);
     let page = s
         .get(&format!("/pipelines/{}/message?id=t-0", f.pipe.name))
         .await
@@ -520,12 +519,9 @@ async fn read_only_hides_and_refuses_every_action() {
             .expect(403);
         assert!(a.text.contains("read-only"), "{}", a.text);
     }
-    s.post_form(
-        &format!("/pipelines/{}/actions", f.pipe.name),
-        &[("action", "replay-group"), ("group", gid)],
-    )
-    .await
-    .expect(403);
+    s.post_action(&f.pipe.name, &[("action", "replay-group"), ("group", gid)])
+        .await
+        .expect(403);
     assert_eq!(f.b.message_count(&f.pipe.dlq()).await, Some(3));
 }
 
@@ -639,19 +635,13 @@ async fn listening_beyond_loopback_needs_a_token_and_bad_flags_exit_2() {
 async fn a_job_started_the_moment_a_page_read_ends_sees_every_message_it_gave_back() {
     // The group page's read stops after a page, giving back all it was
     // sent; a replay posted right after must still take the whole group.
-    let f = Fixture::new(3, |_| {}, two_groups(6000, 500)).await;
-    let s = Served::start(&f.file, &[] as &[&str]).await;
-    let g = group_of(&s, &f.pipe.name, "exhausted").await;
-    let gid = g["id"].as_str().unwrap();
+    let (f, s, gid) = served_group(two_groups(6000, 500), "exhausted").await;
     for round in 0..2 {
         s.get(&format!("/pipelines/{}/groups/{gid}", f.pipe.name))
             .await
             .expect(200);
         let a = s
-            .post_form(
-                &format!("/pipelines/{}/actions", f.pipe.name),
-                &[("action", "export-group"), ("group", gid)],
-            )
+            .post_action(&f.pipe.name, &[("action", "export-group"), ("group", &gid)])
             .await
             .expect(303);
         let id = a.job_id();

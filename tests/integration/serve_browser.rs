@@ -104,6 +104,15 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no {css} within 20 s: {e}"))
     }
 
+    /// Clicks the element `css` names, once it is there.
+    async fn click(&self, css: &str) {
+        self.wait_css(css)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
     async fn text(&self, css: &str) -> String {
         self.wait_css(css)
             .await
@@ -221,11 +230,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     b.screenshot("overview").await;
 
     // A DLQ's groups.
-    b.wait_css(&format!("{row} td a"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    b.click(&format!("{row} td a")).await;
     b.wait_css("table.groups").await;
     assert_eq!(b.text("[data-test=snapshot]").await, "41");
     // The times the messages carry, relative, the header's text on hover.
@@ -251,11 +256,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
         .as_str()
         .unwrap()
         .to_string();
-    b.wait_css(&format!("tr[data-group=\"{exhausted}\"] a"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    b.click(&format!("tr[data-group=\"{exhausted}\"] a")).await;
     b.wait_css("[data-test=group-count]").await;
     assert_eq!(b.text("[data-test=group-count]").await, "40");
     let rows = b
@@ -267,11 +268,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
     b.screenshot("group").await;
 
     // A message and its history.
-    b.wait_css("tr[data-test=message] td.mono a")
-        .await
-        .click()
-        .await
-        .unwrap();
+    b.click("tr[data-test=message] td.mono a").await;
     let history = b.text("ol[data-test=timeline]").await;
     assert!(history.contains("Attempt 3"), "{history}");
     assert!(history.contains("timeout after 5000 ms"), "{history}");
@@ -309,11 +306,7 @@ async fn triage_in_a_browser_overview_group_message_replay_and_a_script_shown_as
         .send_keys("20")
         .await
         .unwrap();
-    b.wait_css("button[data-test=replay-group]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    b.click("button[data-test=replay-group]").await;
     b.wait_css("[data-job-id]").await;
     let mut seen: Vec<u64> = Vec::new();
     let start = Instant::now();

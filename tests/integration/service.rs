@@ -38,18 +38,6 @@ async fn get(url: &str) -> (u16, String) {
     (status, r.text().await.unwrap_or_default())
 }
 
-/// The address the worker's metrics server logged.
-async fn metrics_addr(w: &mut WorkerProc) -> SocketAddr {
-    let ev = w
-        .wait_event("serving metrics on /metrics", 1, SECS_20)
-        .await;
-    ev[0]["addr"]
-        .as_str()
-        .unwrap_or_default()
-        .parse()
-        .expect("an address")
-}
-
 /// A worker started before its broker is up: `/healthz` answers at once,
 /// `/readyz` is 503 and `dlqctl_consuming` 0 while it waits; once the
 /// broker appears it consumes (200, gauge 1) and handles a message; when
@@ -74,7 +62,7 @@ async fn work_waits_for_a_late_broker_and_answers_healthz_and_readyz() {
             "60s",
         ],
     );
-    let addr = metrics_addr(&mut w).await;
+    let addr = w.metrics_addr().await;
     w.wait_event(
         "broker not reachable yet; retrying (--wait-for-broker)",
         1,
@@ -267,15 +255,10 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
         p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
     })
     .await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(
-        &file,
-        &f.pipe.name,
-        &script,
-        &["--metrics-addr", "127.0.0.1:0"],
-    );
-    let addr = metrics_addr(&mut w).await;
+    let (_, _, mut w) = f
+        .start_worker("exit 0", &["--metrics-addr", "127.0.0.1:0"])
+        .await;
+    let addr = w.metrics_addr().await;
     w.wait_consuming().await;
     w.wait_event("redrive run", 1, Duration::from_secs(30))
         .await;

@@ -3,9 +3,8 @@
 //! character of a message id, reason, source queue or error as a visible
 //! escape.
 
-use crate::support::dlq::{dead, Fixture};
+use crate::support::dlq::{dead, dlq, Fixture};
 use crate::support::worker::{s, table};
-use crate::support::Dlqctl;
 use lapin::types::AMQPValue;
 
 /// ESC sequences that retitle and clear a terminal, BEL, a newline that
@@ -48,19 +47,11 @@ fn assert_inert(what: &str, text: &str, lines: usize) {
 #[tokio::test]
 async fn peek_and_summary_escape_control_characters_of_a_message() {
     let f = Fixture::new(3, |_| {}, vec![hostile_message()]).await;
-    let file = f.file.display().to_string();
-    let run = Dlqctl::new("dlq")
-        .args(["peek", &file, "--queue", &f.pipe.name])
-        .run()
-        .await;
-    run.assert_code(0);
-    // The headline, two lines of facts, the last error, one attempt, the body.
-    assert_inert("peek", &run.stdout, 6);
-    let run = Dlqctl::new("dlq")
-        .args(["summary", &file, "--queue", &f.pipe.name])
-        .run()
-        .await;
-    run.assert_code(0);
-    // The headline and one group of two lines.
-    assert_inert("summary", &run.stdout, 3);
+    // peek: the headline, two lines of facts, the last error, one attempt,
+    // the body; summary: the headline and one group of two lines.
+    for (verb, lines) in [("peek", 6), ("summary", 3)] {
+        let run = dlq(verb, &f.file, &f.pipe.name, &[]).await;
+        run.assert_code(0);
+        assert_inert(verb, &run.stdout, lines);
+    }
 }

@@ -40,6 +40,37 @@ fn field<'a>(ev: &'a Value, key: &str) -> &'a str {
     ev[key].as_str().unwrap_or_default()
 }
 
+/// A pipeline (tiers 100 ms and 200 ms, three attempts) whose producers
+/// publish to its topic exchange `PREFIX-in`, bound with `order.*`; not
+/// provisioned yet. Returns the exchange's name too.
+async fn fed_by_an_exchange() -> (Fixture, String) {
+    let mut f = Fixture::new(&[100, 200], 3, |_| {}).await;
+    let exchange = f.cleanup.name("in");
+    f.pipe.exchange = Some((exchange.clone(), "topic", vec!["order.*".into()]));
+    (f, exchange)
+}
+
+/// Two `expired` entries of `f`'s tiers (200 ms, then 100 ms), count 1
+/// each: two retries made.
+fn expired_once_in_each_tier(f: &Fixture) -> AMQPValue {
+    x_death(vec![
+        death(&f.pipe.retry_queue(200), "expired", 1),
+        death(&f.pipe.retry_queue(100), "expired", 1),
+    ])
+}
+
+/// A worker (one 100 ms tier, two attempts) whose handler takes a second,
+/// then touches `done.N`, running for message `id`.
+async fn one_second_in_flight(id: &str) -> (Fixture, Script, WorkerProc) {
+    let f = Fixture::new(&[100], 2, |_| {}).await;
+    let (_, script, w) = f
+        .consuming_worker(r#"sleep 1; touch "$d/done.$n"; exit 0"#, &[])
+        .await;
+    publish(&f.broker, "", &f.pipe.name, b"x", with_id(id)).await;
+    script.wait_calls(1, SECS_20).await;
+    (f, script, w)
+}
+
 /// The DLQ's single message, after waiting for it.
 async fn the_dlq_message(f: &Fixture) -> lapin::message::Delivery {
     f.broker.wait_for_count(&f.pipe.dlq(), 1, SECS_20).await;
@@ -88,15 +119,13 @@ fn error_history(d: &lapin::message::Delivery) -> Vec<(i64, String)> {
 #[tokio::test]
 async fn transient_twice_then_success_waits_each_tier_and_acks() {
     let f = Fixture::new(&[200, 300], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"if [ "$DLQCTL_ATTEMPT" -lt 3 ]; then echo "upstream timeout $DLQCTL_ATTEMPT" >&2; exit 75; fi
+    let (_, script, mut w) = f
+        .consuming_worker(
+            r#"if [ "$DLQCTL_ATTEMPT" -lt 3 ]; then echo "upstream timeout $DLQCTL_ATTEMPT" >&2; exit 75; fi
 exit 0"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+            &[],
+        )
+        .await;
     publish(&f.broker, "", &f.pipe.name, b"hello", with_id("m-1")).await;
 
     let d = w.wait_decisions(3, SECS_20).await;
@@ -144,18 +173,13 @@ exit 0"#,
 /// failure, the count, the source queue and the original routing.
 #[tokio::test]
 async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history() {
-    let f = Fixture::new(&[100, 200], 3, |_| {}).await;
-    let mut pipe = f.pipe.clone();
-    let exchange = f.cleanup.name("in");
-    pipe.exchange = Some((exchange.clone(), "topic", vec!["order.*".into()]));
-    let file = pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"echo "payment service unavailable (attempt $DLQCTL_ATTEMPT)" >&2; exit 75"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (f, exchange) = fed_by_an_exchange().await;
+    let (_, script, mut w) = f
+        .consuming_worker(
+            r#"echo "payment service unavailable (attempt $DLQCTL_ATTEMPT)" >&2; exit 75"#,
+            &[],
+        )
+        .await;
     let before = crate::support::worker::now_rfc3339();
     publish(&f.broker, &exchange, "order.created", b"{}", with_id("m-2")).await;
 
@@ -179,7 +203,7 @@ async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history()
         "payment service unavailable (attempt 3)"
     );
     assert_eq!(header_int(&dlq, "dlqctl-attempt"), 3);
-    assert_eq!(header_str(&dlq, "dlqctl-source-queue"), pipe.name);
+    assert_eq!(header_str(&dlq, "dlqctl-source-queue"), f.pipe.name);
     assert_eq!(header_str(&dlq, "dlqctl-original-exchange"), exchange);
     assert_eq!(
         header_str(&dlq, "dlqctl-original-routing-key"),
@@ -210,14 +234,9 @@ async fn always_transient_is_dead_lettered_after_max_attempts_with_its_history()
 #[tokio::test]
 async fn permanent_failure_is_dead_lettered_after_one_run() {
     let f = Fixture::new(&[100], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"echo "cannot parse order: missing id" >&2; exit 65"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f
+        .consuming_worker(r#"echo "cannot parse order: missing id" >&2; exit 65"#, &[])
+        .await;
     publish(&f.broker, "", &f.pipe.name, b"bad", with_id("m-3")).await;
 
     let dlq = the_dlq_message(&f).await;
@@ -251,10 +270,7 @@ async fn permanent_failure_is_dead_lettered_after_one_run() {
 #[tokio::test]
 async fn success_is_acked_once() {
     let f = Fixture::new(&[100], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f.consuming_worker("exit 0", &[]).await;
     publish(&f.broker, "", &f.pipe.name, b"fine", with_id("m-4")).await;
 
     let d = w.wait_decisions(1, SECS_20).await;
@@ -274,14 +290,8 @@ async fn success_is_acked_once() {
 /// also when the message comes back through the default exchange.
 #[tokio::test]
 async fn body_properties_and_headers_survive_into_the_dlq() {
-    let f = Fixture::new(&[100, 200], 3, |_| {}).await;
-    let mut pipe = f.pipe.clone();
-    let exchange = f.cleanup.name("in");
-    pipe.exchange = Some((exchange.clone(), "topic", vec!["order.*".into()]));
-    let file = pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", r#"echo "down" >&2; exit 75"#);
-    let mut w = WorkerProc::with_script(&file, &pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (f, exchange) = fed_by_an_exchange().await;
+    let (_, script, mut w) = f.consuming_worker(r#"echo "down" >&2; exit 75"#, &[]).await;
 
     let body: &[u8] = b"\x00\xff\xfe binary \x80\xc3\x28 end\n";
     let headers = table(&[
@@ -310,7 +320,7 @@ async fn body_properties_and_headers_survive_into_the_dlq() {
         assert_eq!(c.exchange, exchange, "call {}: {c:?}", n + 1);
         assert_eq!(c.routing_key, "order.created", "call {}: {c:?}", n + 1);
         assert_eq!(c.message_id, "m-5");
-        assert_eq!(c.queue, pipe.name);
+        assert_eq!(c.queue, f.pipe.name);
         assert_eq!(script.body(n + 1), body, "body of call {}", n + 1);
         let h = script.headers(n + 1);
         assert_eq!(h["tenant"], "acme", "{h}");
@@ -320,7 +330,7 @@ async fn body_properties_and_headers_survive_into_the_dlq() {
     // The retries came back from a tier queue, whose dead-letter exchange
     // is the default one.
     let h3 = script.headers(3);
-    assert_eq!(h3["x-death"][0]["queue"], pipe.retry_queue(200), "{h3}");
+    assert_eq!(h3["x-death"][0]["queue"], f.pipe.retry_queue(200), "{h3}");
     assert_eq!(h3["x-death"][0]["reason"], "expired", "{h3}");
     assert_eq!(h3["dlqctl-original-exchange"], exchange.as_str());
 
@@ -353,10 +363,9 @@ async fn body_properties_and_headers_survive_into_the_dlq() {
 #[tokio::test]
 async fn attempt_header_alone_counts_runs_already_made() {
     let f = Fixture::new(&[100, 200], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", r#"echo "still down" >&2; exit 75"#);
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f
+        .consuming_worker(r#"echo "still down" >&2; exit 75"#, &[])
+        .await;
     let props = with_id("m-6a").with_headers(table(&[("dlqctl-attempt", i(3))]));
     publish(&f.broker, "", &f.pipe.name, b"x", props).await;
 
@@ -377,18 +386,10 @@ async fn attempt_header_alone_counts_runs_already_made() {
 #[tokio::test]
 async fn x_death_alone_counts_the_sum_over_the_pipelines_tiers() {
     let f = Fixture::new(&[100, 200], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"echo "down $DLQCTL_ATTEMPT" >&2; exit 75"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
-    let deaths = x_death(vec![
-        death(&f.pipe.retry_queue(200), "expired", 1),
-        death(&f.pipe.retry_queue(100), "expired", 1),
-    ]);
+    let (_, script, mut w) = f
+        .consuming_worker(r#"echo "down $DLQCTL_ATTEMPT" >&2; exit 75"#, &[])
+        .await;
+    let deaths = expired_once_in_each_tier(&f);
     let props = with_id("m-6b").with_headers(table(&[("x-death", deaths)]));
     publish(&f.broker, "", &f.pipe.name, b"x", props).await;
 
@@ -414,10 +415,7 @@ async fn x_death_alone_counts_the_sum_over_the_pipelines_tiers() {
 #[tokio::test]
 async fn x_death_of_other_queues_or_rejections_is_not_counted() {
     let f = Fixture::new(&[100, 200], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f.consuming_worker("exit 0", &[]).await;
     let deaths = x_death(vec![
         death(
             &format!("{}-other.retry.100ms", f.cleanup.prefix),
@@ -443,14 +441,8 @@ async fn x_death_of_other_queues_or_rejections_is_not_counted() {
 #[tokio::test]
 async fn attempt_is_one_more_than_the_larger_of_header_and_x_death() {
     let f = Fixture::new(&[100, 200], 4, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
-    let deaths = x_death(vec![
-        death(&f.pipe.retry_queue(200), "expired", 1),
-        death(&f.pipe.retry_queue(100), "expired", 1),
-    ]);
+    let (_, script, mut w) = f.consuming_worker("exit 0", &[]).await;
+    let deaths = expired_once_in_each_tier(&f);
     let props = with_id("m-6d").with_headers(table(&[
         ("x-death", deaths),
         ("dlqctl-attempt", AMQPValue::LongInt(1)),
@@ -469,10 +461,7 @@ async fn attempt_is_one_more_than_the_larger_of_header_and_x_death() {
 #[tokio::test]
 async fn jittered_retries_are_accepted_and_wait_within_the_band() {
     let f = Fixture::new(&[400], 3, |p| p.jitter = 0.5).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", r#"echo "busy" >&2; exit 75"#);
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f.consuming_worker(r#"echo "busy" >&2; exit 75"#, &[]).await;
     publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-j")).await;
     the_dlq_message(&f).await;
     w.stop().await;
@@ -495,17 +484,15 @@ async fn jittered_retries_are_accepted_and_wait_within_the_band() {
 #[tokio::test]
 async fn refused_retry_copy_holds_the_message_until_the_exchange_is_back() {
     let f = Fixture::new(&[300], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"if grep -q first "$body_file" && [ "$DLQCTL_ATTEMPT" -eq 1 ]; then echo "flaky" >&2; exit 75; fi
-exit 0"#,
-    );
     // Two handler slots: only the refusal gate, not the concurrency limit,
     // can hold the second message back.
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
-    w.wait_consuming().await;
+    let (file, script, mut w) = f
+        .consuming_worker(
+            r#"if grep -q first "$body_file" && [ "$DLQCTL_ATTEMPT" -eq 1 ]; then echo "flaky" >&2; exit 75; fi
+exit 0"#,
+            &["--concurrency", "2"],
+        )
+        .await;
     f.broker
         .mgmt
         .request(
@@ -652,17 +639,8 @@ async fn missing_handler_program_exits_2() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     for program in ["/nonexistent/dlqctl-handler", "dlqctl-no-such-handler-xyz"] {
-        let run = Dlqctl::new("work")
-            .arg(&file)
-            .args(["--queue", &f.pipe.name, "--", program])
-            .run()
-            .await;
-        run.assert_code(2);
-        assert!(
-            run.stderr.contains(program) && run.stderr.contains("handler"),
-            "{}",
-            run.stderr
-        );
+        let run = work(&file, &f.pipe.name, &["--", program]).await;
+        run.assert_code(2).assert_stderr_has(&[program, "handler"]);
         assert!(run.elapsed < Duration::from_secs(10));
     }
 }
@@ -672,16 +650,10 @@ async fn missing_handler_program_exits_2() {
 #[tokio::test]
 async fn hung_handler_times_out_is_retried_and_leaves_no_process() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
     let secs = (1000 + (uuid::Uuid::new_v4().as_u128() % 8000)).to_string();
-    let script = Script::new(&f.scratch, "h", &format!("sleep {secs}\nexit 0"));
-    let mut w = WorkerProc::with_script(
-        &file,
-        &f.pipe.name,
-        &script,
-        &["--handler-timeout", "300ms"],
-    );
-    w.wait_consuming().await;
+    let behaviour = format!("sleep {secs}\nexit 0");
+    let timeout = ["--handler-timeout", "300ms"];
+    let (_, script, mut w) = f.consuming_worker(&behaviour, &timeout).await;
     publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-9b")).await;
 
     let dlq = the_dlq_message(&f).await;
@@ -706,17 +678,15 @@ async fn hung_handler_times_out_is_retried_and_leaves_no_process() {
 #[tokio::test]
 async fn chatty_handler_stderr_is_bounded() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"echo "HEAD-MARKER" >&2
+    let (_, _, mut w) = f
+        .consuming_worker(
+            r#"echo "HEAD-MARKER" >&2
 head -c 5000000 /dev/zero | tr '\0' x >&2
 echo " TAIL-MARKER" >&2
 exit 65"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+            &[],
+        )
+        .await;
     let hwm_before = w.memory_kb("VmHWM");
     publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-9c")).await;
     let dlq = the_dlq_message(&f).await;
@@ -886,17 +856,9 @@ async fn http_retry_after_picks_the_tier_then_success_acks() {
 async fn unknown_queue_exits_2_naming_the_pipelines() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
     let file = f.pipe.write(&f.scratch);
-    let run = Dlqctl::new("work")
-        .arg(&file)
-        .args(["--queue", "no-such-pipeline", "--", "/bin/true"])
-        .run()
-        .await;
-    run.assert_code(2);
-    assert!(
-        run.stderr.contains("no-such-pipeline") && run.stderr.contains(&f.pipe.name),
-        "{}",
-        run.stderr
-    );
+    let run = work(&file, "no-such-pipeline", &["--", "/bin/true"]).await;
+    run.assert_code(2)
+        .assert_stderr_has(&["no-such-pipeline", &f.pipe.name]);
 }
 
 /// A topology that is not (fully) provisioned: exit 1 naming each missing
@@ -915,19 +877,11 @@ async fn unprovisioned_topology_exits_1_naming_the_missing_objects() {
             .await
             .expect("delete");
     }
-    let run = Dlqctl::new("work")
-        .arg(&file)
-        .args(["--queue", &f.pipe.name, "--", "/bin/true"])
-        .run()
-        .await;
+    let run = work(&file, &f.pipe.name, &["--", "/bin/true"]).await;
     run.assert_code(1);
     let missing_q = format!("queue {}", f.pipe.retry_queue(200));
     let missing_x = format!("exchange {}", f.pipe.dlx());
-    assert!(
-        run.stderr.contains(&missing_q) && run.stderr.contains(&missing_x),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_has(&[&missing_q, &missing_x]);
     for present in [
         format!("queue {},", f.pipe.name),
         format!("queue {}", f.pipe.retry_queue(100)),
@@ -942,13 +896,7 @@ async fn unprovisioned_topology_exits_1_naming_the_missing_objects() {
 /// SIGTERM while a handler runs: the worker waits for it, acks, exits 0.
 #[tokio::test]
 async fn sigterm_waits_for_the_handler_in_flight() {
-    let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", r#"sleep 1; touch "$d/done.$n"; exit 0"#);
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
-    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-10c")).await;
-    script.wait_calls(1, SECS_20).await;
+    let (f, script, mut w) = one_second_in_flight("m-10c").await;
     let sent = Instant::now();
     w.sigterm();
     let code = w.wait_exit(Duration::from_secs(15)).await;
@@ -975,24 +923,14 @@ async fn sigterm_waits_for_the_handler_in_flight() {
 async fn nack_dead_lettering_is_refused_on_classic_pipelines() {
     let f = Fixture::new(&[100], 2, |p| p.queue_type = "classic").await;
     let file = f.pipe.write(&f.scratch);
-    let run = Dlqctl::new("work")
-        .arg(&file)
-        .args([
-            "--queue",
-            &f.pipe.name,
-            "--dead-letter",
-            "nack",
-            "--",
-            "/bin/true",
-        ])
-        .run()
-        .await;
-    run.assert_code(2);
-    assert!(
-        run.stderr.contains("at-most-once") && run.stderr.contains(&f.pipe.name),
-        "{}",
-        run.stderr
-    );
+    let run = work(
+        &file,
+        &f.pipe.name,
+        &["--dead-letter", "nack", "--", "/bin/true"],
+    )
+    .await;
+    run.assert_code(2)
+        .assert_stderr_has(&["at-most-once", &f.pipe.name]);
 }
 
 /// A main queue that exists with other arguments than the file's (here:
@@ -1007,20 +945,10 @@ async fn a_main_queue_that_differs_from_the_file_is_refused_at_start() {
     let mut quorum = f.pipe.clone();
     quorum.queue_type = "quorum";
     let file = f.scratch.write("quorum.yaml", &quorum.yaml());
-    let run = Dlqctl::new("work")
-        .arg(&file)
-        .args(["--queue", &f.pipe.name, "--", "/bin/true"])
-        .run()
-        .await;
-    run.assert_code(1);
-    assert!(
-        run.stderr.contains("differs from the topology file")
-            && run
-                .stderr
-                .contains(&format!("queue {}: x-queue-type differs", f.pipe.name)),
-        "{}",
-        run.stderr
-    );
+    let run = work(&file, &f.pipe.name, &["--", "/bin/true"]).await;
+    let differs = format!("queue {}: x-queue-type differs", f.pipe.name);
+    run.assert_code(1)
+        .assert_stderr_has(&["differs from the topology file", &differs]);
     assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(1));
     drop(f.cleanup);
 }
@@ -1041,22 +969,7 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     let file = f.pipe.provision(&f.scratch).await;
     let script = Script::new(&f.scratch, "h", r#"echo "still down" >&2; exit 75"#);
     let tier = f.pipe.retry_queue(300);
-    f.broker
-        .mgmt
-        .request(
-            reqwest::Method::DELETE,
-            &[
-                "bindings",
-                "/",
-                "e",
-                &f.pipe.retry_exchange(),
-                "q",
-                &tier,
-                "300ms",
-            ],
-        )
-        .await
-        .expect("unbind the 300 ms tier");
+    f.unbind_tier(&tier, "300ms").await;
     assert!(f
         .broker
         .mgmt
@@ -1127,22 +1040,7 @@ async fn returned_copies_among_many_in_flight_lose_no_message() {
     for _ in 0..8 {
         provision_file(&file).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        f.broker
-            .mgmt
-            .request(
-                reqwest::Method::DELETE,
-                &[
-                    "bindings",
-                    "/",
-                    "e",
-                    &f.pipe.retry_exchange(),
-                    "q",
-                    &tier,
-                    "300ms",
-                ],
-            )
-            .await
-            .expect("unbind the 300 ms tier");
+        f.unbind_tier(&tier, "300ms").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     provision_file(&file).await;
@@ -1196,16 +1094,7 @@ async fn default_prefetch_follows_the_concurrency() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
     let file = f.pipe.provision(&f.scratch).await;
     let script = Script::new(&f.scratch, "h", "sleep 23\nexit 0");
-    for n in 0..10 {
-        publish(
-            &f.broker,
-            "",
-            &f.pipe.name,
-            b"x",
-            with_id(&format!("m-{n}")),
-        )
-        .await;
-    }
+    f.publish_numbered("m-", 10).await;
     let mut w = WorkerProc::with_script(
         &file,
         &f.pipe.name,
@@ -1229,13 +1118,7 @@ async fn default_prefetch_follows_the_concurrency() {
 /// worker exits 0 and says why.
 #[tokio::test]
 async fn sighup_is_a_graceful_stop_like_sigterm() {
-    let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", r#"sleep 1; touch "$d/done.$n"; exit 0"#);
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
-    publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-hup")).await;
-    script.wait_calls(1, SECS_20).await;
+    let (f, script, mut w) = one_second_in_flight("m-hup").await;
     w.signal(libc::SIGHUP);
     let code = w.wait_exit(Duration::from_secs(15)).await;
     assert_eq!(code, Some(0), "{}", w.output());
@@ -1257,18 +1140,10 @@ async fn sighup_is_a_graceful_stop_like_sigterm() {
 #[tokio::test]
 async fn metrics_on_port_0_logs_and_serves_the_bound_port() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(
-        &file,
-        &f.pipe.name,
-        &script,
-        &["--metrics-addr", "127.0.0.1:0"],
-    );
-    let ev = w
-        .wait_event("serving metrics on /metrics", 1, SECS_20)
+    let (_, _, mut w) = f
+        .start_worker("exit 0", &["--metrics-addr", "127.0.0.1:0"])
         .await;
-    let addr: std::net::SocketAddr = field(&ev[0], "addr").parse().expect("an address");
+    let addr = w.metrics_addr().await;
     assert_ne!(addr.port(), 0, "{}", w.output());
     w.wait_consuming().await;
     publish(&f.broker, "", &f.pipe.name, b"x", with_id("m-metrics")).await;
@@ -1342,14 +1217,12 @@ async fn a_failing_log_sink_neither_panics_nor_deafens_the_worker() {
 #[tokio::test]
 async fn headers_too_large_for_the_environment_reach_the_handler_in_a_file() {
     let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(
-        &f.scratch,
-        "h",
-        r#"cp "$DLQCTL_HEADERS_FILE" "$d/hf.$n"; printf '%s' "$DLQCTL_HEADERS_FILE" > "$d/hfpath.$n"; exit 0"#,
-    );
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f
+        .consuming_worker(
+            r#"cp "$DLQCTL_HEADERS_FILE" "$d/hf.$n"; printf '%s' "$DLQCTL_HEADERS_FILE" > "$d/hfpath.$n"; exit 0"#,
+            &[],
+        )
+        .await;
     let big = lapin::types::ByteArray::from(vec![200u8; 40_000]);
     let props =
         with_id("m-big-headers").with_headers(table(&[("blob", AMQPValue::ByteArray(big))]));
@@ -1377,22 +1250,10 @@ async fn headers_too_large_for_the_environment_reach_the_handler_in_a_file() {
 #[tokio::test]
 async fn a_handler_program_gone_mid_run_pauses_and_never_dead_letters() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "exit 0");
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f.consuming_worker("exit 0", &[]).await;
     let text = std::fs::read(&script.path).unwrap();
     std::fs::remove_file(&script.path).unwrap();
-    for n in 0..3 {
-        publish(
-            &f.broker,
-            "",
-            &f.pipe.name,
-            b"x",
-            with_id(&format!("gone-{n}")),
-        )
-        .await;
-    }
+    f.publish_numbered("gone-", 3).await;
     w.wait_event(
         "cannot start the handler: holding its message (no attempt counted) and trying again with backoff; consumption pauses until it starts",
         1,
@@ -1417,10 +1278,9 @@ async fn a_handler_program_gone_mid_run_pauses_and_never_dead_letters() {
 #[tokio::test]
 async fn a_running_handler_dies_with_a_killed_dlqctl() {
     let f = Fixture::new(&[100], 2, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = Script::new(&f.scratch, "h", "echo $$ > \"$d/pid\"; exec sleep 100");
-    let mut w = WorkerProc::with_script(&file, &f.pipe.name, &script, &[]);
-    w.wait_consuming().await;
+    let (_, script, mut w) = f
+        .consuming_worker("echo $$ > \"$d/pid\"; exec sleep 100", &[])
+        .await;
     publish(&f.broker, "", &f.pipe.name, b"x", with_id("slow")).await;
     script.wait_calls(1, SECS_20).await;
     let pid_file = script.dir.join("pid");

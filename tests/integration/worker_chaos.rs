@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 type Fixture = PipeFixture;
 
+/// What the worker logs when it loses its connection.
+const LOST: &str = "connection lost; reconnecting";
+
 fn sink() -> Arc<Mutex<Vec<String>>> {
     Arc::new(Mutex::new(Vec::new()))
 }
@@ -354,20 +357,9 @@ exit 0"#,
 /// all four, exits 0, and requeues nothing.
 #[tokio::test]
 async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 1\nlog done\nexit 0");
-    let lines = sink();
-    let mut w = Proc::spawn(
-        &file,
-        &f.pipe.name,
-        &["--concurrency", "4"],
-        &script.path,
-        lines.clone(),
-    );
+    let (rig, mut w) = ChaosPipe::start(&sleeper("1"), &["--concurrency", "4"]).await;
     let four = ids("t", 4);
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &four).await;
-    script.wait_for("start", 4, Duration::from_secs(20)).await;
+    rig.publish_and_wait(&four, ("start", 4)).await;
     let sent = Instant::now();
     let code = w.stop(Duration::from_secs(15)).await;
     assert_eq!(code, Some(0), "{}", w.output());
@@ -375,8 +367,9 @@ async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
         sent.elapsed() >= Duration::from_millis(400),
         "exited before the handlers could finish"
     );
-    assert_eq!(script.named("done").len(), 4, "a handler was cut short");
-    let mut acked: Vec<String> = decisions(&lines)
+    assert_eq!(rig.script.named("done").len(), 4, "a handler was cut short");
+    let mut acked: Vec<String> = rig
+        .decisions()
         .into_iter()
         .filter(|(_, _, d)| d == "ack")
         .map(|(id, _, _)| id)
@@ -384,8 +377,8 @@ async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
     acked.sort();
     assert_eq!(acked, four, "{}", w.output());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
-    assert_eq!(script.named("start").len(), 4, "a message ran twice");
+    assert_eq!(rig.f.broker.message_count(&rig.f.pipe.name).await, Some(0));
+    assert_eq!(rig.script.named("start").len(), 4, "a message ran twice");
 }
 
 /// 3b. SIGTERM with `--grace 200ms` while a handler sleeps 5 s: exit 0
@@ -393,26 +386,9 @@ async fn sigterm_finishes_four_handlers_in_flight_and_exits_0() {
 /// child killed.
 #[tokio::test]
 async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    // A sleep nobody else runs, to find it among the processes.
-    let secs = format!("5.{:04}", uuid::Uuid::new_v4().as_u128() % 10_000);
-    let script = ChaosScript::new(
-        &f.scratch,
-        "h",
-        &format!("log start\nsleep {secs}\nlog done\nexit 0"),
-    );
-    let lines = sink();
-    let mut w = Proc::spawn(
-        &file,
-        &f.pipe.name,
-        &["--grace", "200ms"],
-        &script.path,
-        lines.clone(),
-    );
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
-    let started = script.wait_for("start", 1, Duration::from_secs(20)).await;
-    let handler_pid = started[0].pid;
+    let (rig, secs) = ChaosPipe::sleeping(5).await;
+    let mut w = rig.spawn(&["--grace", "200ms"]);
+    let handler_pid = rig.start_slow().await;
     assert!(
         wait_until(Duration::from_secs(5), || !processes_with_cmdline(&[
             "sleep", &secs
@@ -426,19 +402,7 @@ async fn sigterm_after_grace_returns_the_message_and_kills_the_handler() {
     let took = sent.elapsed();
     assert_eq!(code, Some(0), "{}", w.output());
     assert!(took < Duration::from_secs(3), "took {took:?} to stop");
-    f.broker
-        .wait_for_count(&f.pipe.name, 1, Duration::from_secs(5))
-        .await;
-    assert!(decisions(&lines).is_empty(), "{}", w.output());
-    assert!(script.named("done").is_empty(), "the handler finished");
-    assert!(
-        wait_until(Duration::from_secs(2), || !alive(handler_pid)
-            && processes_with_cmdline(&["sleep", &secs]).is_empty())
-        .await,
-        "left behind: handler {handler_pid} alive {}, sleep {:?}",
-        alive(handler_pid),
-        processes_with_cmdline(&["sleep", &secs])
-    );
+    rig.assert_cut_short(&w, handler_pid, &secs).await;
 }
 
 /// 4. An operator closes the worker's connection (management API): the
@@ -459,21 +423,10 @@ async fn forced_connection_close_while_the_only_handler_runs_reconnects_at_once(
 }
 
 async fn forced_close(concurrency: &str, slow_secs: u32) {
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = ChaosScript::new(
-        &f.scratch,
-        "h",
-        &format!("log start\ncase \"$id\" in slow*) sleep {slow_secs} ;; esac\nlog done\nexit 0"),
-    );
-    let lines = sink();
-    let mut w = Proc::spawn(
-        &file,
-        &f.pipe.name,
-        &["--concurrency", concurrency],
-        &script.path,
-        lines.clone(),
-    );
+    let body =
+        format!("log start\ncase \"$id\" in slow*) sleep {slow_secs} ;; esac\nlog done\nexit 0");
+    let (rig, mut w) = ChaosPipe::start(&body, &["--concurrency", concurrency]).await;
+    let (f, script) = (&rig.f, &rig.script);
     let conn_name = format!("dlqctl work {}", f.pipe.name);
     let mut names = Vec::new();
     for _ in 0..150 {
@@ -484,33 +437,18 @@ async fn forced_close(concurrency: &str, slow_secs: u32) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(names.len(), 1, "connections named {conn_name:?}: {names:?}");
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
-    script.wait_for("start", 1, Duration::from_secs(20)).await;
+    rig.start_slow().await;
 
     let closed = Instant::now();
     close_connection(&f.broker.mgmt, &names[0]).await;
     let after = ids("after", 3);
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &after).await;
-    assert!(
-        wait_until(Duration::from_secs(2), || !events(
-            &lines,
-            "connection lost; reconnecting"
-        )
-        .is_empty())
-        .await,
-        "the loss was not logged within 2 s:\n{}",
-        w.output()
-    );
-    assert!(
-        wait_until(Duration::from_secs(2), || events(&lines, "consuming").len()
-            >= 2)
-        .await,
-        "no reconnection within 2 s:\n{}",
-        w.output()
-    );
+    rig.publish(&f.broker, &after).await;
+    rig.assert_logged(&w, LOST, 1, Duration::from_secs(2)).await;
+    rig.assert_logged(&w, "consuming", 2, Duration::from_secs(2))
+        .await;
     let reconnected = closed.elapsed();
     let acked = |id: &str| {
-        decisions(&lines)
+        rig.decisions()
             .iter()
             .any(|(i, _, d)| i == id && d == "ack")
     };
@@ -522,27 +460,16 @@ async fn forced_close(concurrency: &str, slow_secs: u32) {
         script.events(),
         w.output()
     );
-    let slow_runs = script
-        .named("start")
-        .iter()
-        .filter(|e| e.id == "slow")
-        .count();
+    let runs_of_slow = |what: &str| script.named(what).iter().filter(|e| e.id == "slow").count();
     assert_eq!(
-        slow_runs, 2,
+        runs_of_slow("start"),
+        2,
         "the message in flight was not redelivered once"
     );
     // The run of the lost session was stopped (its result could be neither
     // acked nor published): the redelivered run is the one that finished.
-    let slow_done = script
-        .named("done")
-        .iter()
-        .filter(|e| e.id == "slow")
-        .count();
-    assert_eq!(slow_done, 1, "{:#?}", script.events());
-    assert_eq!(w.stop(Duration::from_secs(15)).await, Some(0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ready_total(&f.broker, &f.main_and_retry_queues()).await, 0);
-    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    assert_eq!(runs_of_slow("done"), 1, "{:#?}", script.events());
+    rig.stop_and_assert_empty(&mut w, &f.broker).await;
     eprintln!("forced close (concurrency {concurrency}): consuming again after {reconnected:?}");
 }
 
@@ -554,61 +481,30 @@ async fn serial_broker_restart_worker_reconnects_and_finishes() {
     crate::support::allow_disruption(
         "stops and restarts the broker (rabbitmqctl stop_app, start_app)",
     );
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.2\nlog done\nexit 0");
-    let lines = sink();
-    let mut w = Proc::spawn(&file, &f.pipe.name, &[], &script.path, lines.clone());
+    let (rig, mut w) = ChaosPipe::start(&sleeper("0.2"), &[]).await;
     let before = ids("before", 10);
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
-    script.wait_for("done", 2, Duration::from_secs(20)).await;
+    rig.publish_and_wait(&before, ("done", 2)).await;
 
     let running = BrokerRunning;
     let stopped = Instant::now();
     rabbitmqctl(&["stop_app"]).await;
-    assert!(
-        wait_until(Duration::from_secs(10), || !events(
-            &lines,
-            "connection lost; reconnecting"
-        )
-        .is_empty())
-        .await,
-        "the worker did not notice the broker going away:\n{}",
-        w.output()
-    );
+    rig.assert_logged(&w, LOST, 1, Duration::from_secs(10))
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     rabbitmqctl(&["start_app"]).await;
     wait_broker_up(Duration::from_secs(60)).await;
     drop(running);
     let up = Instant::now();
     let broker = Broker::connect().await;
-    assert!(
-        wait_until(Duration::from_secs(30), || events(&lines, "consuming")
-            .len()
-            >= 2)
-        .await,
-        "no reconnection within 30 s of start_app:\n{}",
-        w.output()
-    );
+    rig.assert_logged(&w, "consuming", 2, Duration::from_secs(30))
+        .await;
     let (reconnected, since_up) = (stopped.elapsed(), up.elapsed());
     let after = ids("after", 10);
-    crate::support::chaos::publish_ids(&broker, "", &f.pipe.name, &after).await;
-    let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
-    assert!(
-        wait_until(Duration::from_secs(30), || before
-            .iter()
-            .chain(&after)
-            .all(|id| done().contains(id)))
-        .await,
-        "not every message handled: {:#?}\n{}",
-        script.events(),
-        w.output()
-    );
-    assert_eq!(w.stop(Duration::from_secs(15)).await, Some(0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
-    assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
-    let retries = events(&lines, "cannot resume; retrying with backoff").len();
+    rig.publish(&broker, &after).await;
+    let all: Vec<&String> = before.iter().chain(&after).collect();
+    rig.assert_all_done(&w, &all, Duration::from_secs(30)).await;
+    rig.stop_and_assert_empty(&mut w, &broker).await;
+    let retries = events(&rig.lines, "cannot resume; retrying with backoff").len();
     eprintln!(
         "broker restart: consuming again {reconnected:?} after stop_app, {since_up:?} after \
          the broker was back; {retries} distinct failure(s) logged while reconnecting"
@@ -623,59 +519,22 @@ async fn serial_close_all_connections_worker_reconnects_and_finishes() {
     crate::support::allow_disruption(
         "closes every client's connection (rabbitmqctl close_all_connections)",
     );
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let script = ChaosScript::new(&f.scratch, "h", "log start\nsleep 0.1\nlog done\nexit 0");
-    let lines = sink();
-    let mut w = Proc::spawn(
-        &file,
-        &f.pipe.name,
-        &["--concurrency", "2"],
-        &script.path,
-        lines.clone(),
-    );
+    let (rig, mut w) = ChaosPipe::start(&sleeper("0.1"), &["--concurrency", "2"]).await;
     let before = ids("before", 20);
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &before).await;
-    script.wait_for("done", 2, Duration::from_secs(20)).await;
+    rig.publish_and_wait(&before, ("done", 2)).await;
 
     rabbitmqctl(&["close_all_connections", "dlqctl chaos test"]).await;
-    assert!(
-        wait_until(Duration::from_secs(10), || !events(
-            &lines,
-            "connection lost; reconnecting"
-        )
-        .is_empty())
-        .await,
-        "the worker did not notice its connection closing:\n{}",
-        w.output()
-    );
-    assert!(
-        wait_until(Duration::from_secs(15), || events(&lines, "consuming")
-            .len()
-            >= 2)
-        .await,
-        "no reconnection within 15 s:\n{}",
-        w.output()
-    );
+    rig.assert_logged(&w, LOST, 1, Duration::from_secs(10))
+        .await;
+    rig.assert_logged(&w, "consuming", 2, Duration::from_secs(15))
+        .await;
     // The test's own connection was closed too.
     let broker = Broker::connect().await;
     let after = ids("after", 10);
-    crate::support::chaos::publish_ids(&broker, "", &f.pipe.name, &after).await;
-    let done = || -> HashSet<String> { script.named("done").into_iter().map(|e| e.id).collect() };
-    assert!(
-        wait_until(Duration::from_secs(30), || before
-            .iter()
-            .chain(&after)
-            .all(|id| done().contains(id)))
-        .await,
-        "not every message handled: {:#?}\n{}",
-        script.events(),
-        w.output()
-    );
-    assert_eq!(w.stop(Duration::from_secs(15)).await, Some(0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ready_total(&broker, &f.main_and_retry_queues()).await, 0);
-    assert_eq!(broker.message_count(&f.pipe.dlq()).await, Some(0));
+    rig.publish(&broker, &after).await;
+    let all: Vec<&String> = before.iter().chain(&after).collect();
+    rig.assert_all_done(&w, &all, Duration::from_secs(30)).await;
+    rig.stop_and_assert_empty(&mut w, &broker).await;
 }
 
 /// A second SIGTERM (or SIGINT) during the grace period ends it at once:
@@ -683,25 +542,9 @@ async fn serial_close_all_connections_worker_reconnects_and_finishes() {
 /// grace runs out, without waiting for the rest of a long `--grace`.
 #[tokio::test]
 async fn a_second_sigterm_ends_the_grace_period_at_once() {
-    let f = Fixture::new(&[100], 3, |_| {}).await;
-    let file = f.pipe.provision(&f.scratch).await;
-    let secs = format!("30.{:04}", uuid::Uuid::new_v4().as_u128() % 10_000);
-    let script = ChaosScript::new(
-        &f.scratch,
-        "h",
-        &format!("log start\nsleep {secs}\nlog done\nexit 0"),
-    );
-    let lines = sink();
-    let mut w = Proc::spawn(
-        &file,
-        &f.pipe.name,
-        &["--grace", "60s"],
-        &script.path,
-        lines.clone(),
-    );
-    crate::support::chaos::publish_ids(&f.broker, "", &f.pipe.name, &["slow".to_string()]).await;
-    let started = script.wait_for("start", 1, Duration::from_secs(20)).await;
-    let handler_pid = started[0].pid;
+    let (rig, secs) = ChaosPipe::sleeping(30).await;
+    let mut w = rig.spawn(&["--grace", "60s"]);
+    let handler_pid = rig.start_slow().await;
     w.signal(libc::SIGTERM);
     // The first signal waits for the handler (60 s of grace)...
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -721,16 +564,5 @@ async fn a_second_sigterm_ends_the_grace_period_at_once() {
     assert_eq!(status.code(), Some(0), "{}", w.output());
     assert!(took < Duration::from_secs(5), "took {took:?} to stop");
     assert!(w.output().contains("SIGTERM again"), "{}", w.output());
-    f.broker
-        .wait_for_count(&f.pipe.name, 1, Duration::from_secs(5))
-        .await;
-    assert!(decisions(&lines).is_empty(), "{}", w.output());
-    assert!(script.named("done").is_empty(), "the handler finished");
-    assert!(
-        wait_until(Duration::from_secs(2), || !alive(handler_pid)
-            && processes_with_cmdline(&["sleep", &secs]).is_empty())
-        .await,
-        "left behind: handler {handler_pid} alive {}",
-        alive(handler_pid),
-    );
+    rig.assert_cut_short(&w, handler_pid, &secs).await;
 }

@@ -1,14 +1,17 @@
 //! Fixtures for the worker robustness tests, beyond `support` and
 //! `support::worker`: a worker process that can be SIGKILLed and restarted,
-//! whether a process is alive, bulk publishing, the worker's connection in
-//! the management API, and `rabbitmqctl` with a guard that always leaves
-//! the broker running.
+//! a provisioned pipeline with its handler script and the output of every
+//! worker started on it, whether a process is alive, bulk publishing, the
+//! worker's connection in the management API, and `rabbitmqctl` with a
+//! guard that always leaves the broker running.
 
+use crate::support::script::{ChaosScript, Event};
+use crate::support::worker::{processes_with_cmdline, PipeFixture};
 use crate::support::{block_on_own_thread, collect_output_into, events, Broker, Dlqctl, Mgmt};
 use lapin::BasicProperties;
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -133,6 +136,161 @@ pub async fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> b
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+// ---------------------------------------------------------------- a pipeline and its handler
+
+/// A chaos test's pipeline: provisioned, a [`ChaosScript`] handler `h`,
+/// and one sink for the output of every worker started on it with
+/// [`ChaosPipe::spawn`] (so the decisions of killed workers are kept).
+pub struct ChaosPipe {
+    /// The broker connection, the pipeline, its scratch files and cleanup.
+    pub f: PipeFixture,
+    /// The provisioned topology file.
+    pub file: PathBuf,
+    /// The handler.
+    pub script: ChaosScript,
+    /// The output lines of every worker started so far.
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl ChaosPipe {
+    /// One 100 ms tier, 3 attempts; the handler runs `body`.
+    pub async fn new(body: &str) -> ChaosPipe {
+        ChaosPipe::with(PipeFixture::new(&[100], 3, |_| {}).await, body).await
+    }
+
+    /// As [`ChaosPipe::new`], and starts a first worker with `args`.
+    pub async fn start(body: &str, args: &[&str]) -> (ChaosPipe, Proc) {
+        let rig = ChaosPipe::new(body).await;
+        let w = rig.spawn(args);
+        (rig, w)
+    }
+
+    /// `f`'s pipeline, provisioned; the handler runs `body`.
+    pub async fn with(f: PipeFixture, body: &str) -> ChaosPipe {
+        let file = f.pipe.provision(&f.scratch).await;
+        let script = ChaosScript::new(&f.scratch, "h", body);
+        ChaosPipe {
+            f,
+            file,
+            script,
+            lines: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// As [`ChaosPipe::new`], with a handler that logs `start`, sleeps
+    /// `secs`.NNNN seconds and logs `done`. NNNN is random: a `sleep` that
+    /// nobody else runs, to find it among the processes. Returns the
+    /// pipeline and the sleep's argument.
+    pub async fn sleeping(secs: u32) -> (ChaosPipe, String) {
+        let sleep = format!("{secs}.{:04}", uuid::Uuid::new_v4().as_u128() % 10_000);
+        (ChaosPipe::new(&sleeper(&sleep)).await, sleep)
+    }
+
+    /// Starts `dlqctl work` on the main queue with `args`, its output going
+    /// to the shared sink.
+    pub fn spawn(&self, args: &[&str]) -> Proc {
+        let (file, queue) = (&self.file, &self.f.pipe.name);
+        Proc::spawn(file, queue, args, &self.script.path, self.lines.clone())
+    }
+
+    /// Publishes one message per id to the main queue through `broker`
+    /// (the fixture's, or a new connection after the broker closed it).
+    pub async fn publish(&self, broker: &Broker, ids: &[String]) {
+        publish_ids(broker, "", &self.f.pipe.name, ids).await;
+    }
+
+    /// Publishes `ids` (as [`ChaosPipe::publish`], through the fixture's
+    /// broker), then waits up to 20 s for `n` handler events `what`.
+    pub async fn publish_and_wait(&self, ids: &[String], (what, n): (&str, usize)) -> Vec<Event> {
+        self.publish(&self.f.broker, ids).await;
+        let deadline = Duration::from_secs(20);
+        self.script.wait_for(what, n, deadline).await
+    }
+
+    /// Publishes the message `slow` and waits until its handler starts;
+    /// returns the handler's pid.
+    pub async fn start_slow(&self) -> i32 {
+        let started = self
+            .publish_and_wait(&["slow".to_string()], ("start", 1))
+            .await;
+        started[0].pid
+    }
+
+    /// The `message handled` events of every worker so far.
+    pub fn decisions(&self) -> Vec<(String, String, String)> {
+        decisions(&self.lines)
+    }
+
+    /// Asserts that `n` log lines `message` are there within `deadline`;
+    /// else panics with `w`'s output.
+    pub async fn assert_logged(&self, w: &Proc, message: &str, n: usize, deadline: Duration) {
+        assert!(
+            wait_until(deadline, || events(&self.lines, message).len() >= n).await,
+            "wanted {n} × {message:?} within {deadline:?}:\n{}",
+            w.output()
+        );
+    }
+
+    /// Asserts that the handler logged `done` for every one of `ids`
+    /// within `deadline`.
+    pub async fn assert_all_done(&self, w: &Proc, ids: &[&String], deadline: Duration) {
+        let done = || -> HashSet<String> {
+            self.script
+                .named("done")
+                .into_iter()
+                .map(|e| e.id)
+                .collect()
+        };
+        assert!(
+            wait_until(deadline, || ids.iter().all(|id| done().contains(*id))).await,
+            "not every message handled: {:#?}\n{}",
+            self.script.events(),
+            w.output()
+        );
+    }
+
+    /// After a stop that cut the handler (pid `handler`, sleeping `sleep`
+    /// seconds) short: its message is back in the main queue, no decision
+    /// was made, the handler never finished, and neither it nor its
+    /// `sleep` is left running.
+    pub async fn assert_cut_short(&self, w: &Proc, handler: i32, sleep: &str) {
+        self.f
+            .broker
+            .wait_for_count(&self.f.pipe.name, 1, Duration::from_secs(5))
+            .await;
+        assert!(self.decisions().is_empty(), "{}", w.output());
+        assert!(self.script.named("done").is_empty(), "the handler finished");
+        let sleeping = || processes_with_cmdline(&["sleep", sleep]);
+        assert!(
+            wait_until(Duration::from_secs(2), || !alive(handler)
+                && sleeping().is_empty())
+            .await,
+            "left behind: handler {handler} alive {}, sleep {:?}",
+            alive(handler),
+            sleeping()
+        );
+    }
+
+    /// Stops `w` (SIGTERM, exit 0 within 15 s), then, once an unacked
+    /// message would be ready again, asserts through `broker` that the
+    /// main and retry queues and the DLQ are empty.
+    pub async fn stop_and_assert_empty(&self, w: &mut Proc, broker: &Broker) {
+        assert_eq!(w.stop(Duration::from_secs(15)).await, Some(0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            ready_total(broker, &self.f.main_and_retry_queues()).await,
+            0
+        );
+        assert_eq!(broker.message_count(&self.f.pipe.dlq()).await, Some(0));
+    }
+}
+
+/// A handler body that logs `start`, sleeps `secs` seconds, logs `done`
+/// and succeeds.
+pub fn sleeper(secs: &str) -> String {
+    format!("log start\nsleep {secs}\nlog done\nexit 0")
 }
 
 // ---------------------------------------------------------------- processes

@@ -102,21 +102,22 @@ impl Dependency {
 
     /// Message ids answered 200, with how often.
     pub fn successes(&self) -> BTreeMap<String, u32> {
-        let seen = self.seen.lock().unwrap();
-        seen.calls
-            .iter()
-            .filter(|(_, (ok, _))| *ok > 0)
-            .map(|(id, (ok, _))| (id.clone(), *ok))
-            .collect()
+        self.answered(|(ok, _)| ok)
     }
 
     /// Message ids answered 503, with how often.
     pub fn failures(&self) -> BTreeMap<String, u32> {
+        self.answered(|(_, down)| down)
+    }
+
+    /// Message ids with how often `count` (of a call's counts) says they
+    /// were answered, those answered at least once.
+    fn answered(&self, count: impl Fn((u32, u32)) -> u32) -> BTreeMap<String, u32> {
         let seen = self.seen.lock().unwrap();
         seen.calls
             .iter()
-            .filter(|(_, (_, down))| *down > 0)
-            .map(|(id, (_, down))| (id.clone(), *down))
+            .map(|(id, counts)| (id.clone(), count(*counts)))
+            .filter(|(_, n)| *n > 0)
             .collect()
     }
 

@@ -6,14 +6,11 @@ use crate::support::worker::{i, s, table, with_id, Pipe};
 use crate::support::{Broker, Cleanup, Dlqctl, Run, Scratch};
 use lapin::types::{AMQPValue, FieldArray};
 use lapin::BasicProperties;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Runs `dlqctl dlq VERB FILE --queue QUEUE EXTRA...`.
 pub async fn dlq(verb: &str, file: &Path, queue: &str, extra: &[&str]) -> Run {
-    Dlqctl::new("dlq")
-        .arg(verb)
-        .arg(file)
-        .args(["--queue", queue])
+    Dlqctl::on_queue(&["dlq", verb], file, queue)
         .args(extra)
         .run()
         .await
@@ -55,6 +52,18 @@ pub fn dead(id: &str, reason: &str, error: &str, tenant: &str) -> BasicPropertie
 /// for them all ([`Broker::publish_all`]).
 pub async fn publish_many(b: &Broker, queue: &str, msgs: Vec<(Vec<u8>, BasicProperties)>) {
     b.publish_all("", queue, msgs).await;
+}
+
+/// A provisioned pipeline (one 60 s tier, `max_attempts` attempts): the
+/// broker, the guard of its names, the scratch directory, the pipeline and
+/// its topology file.
+pub async fn provisioned(max_attempts: u32) -> (Broker, Cleanup, Scratch, Pipe, PathBuf) {
+    let b = Broker::connect().await;
+    let c = Cleanup::new();
+    let dir = Scratch::new();
+    let pipe = Pipe::new(&c, &[60_000], max_attempts);
+    let file = pipe.provision(&dir).await;
+    (b, c, dir, pipe, file)
 }
 
 /// A provisioned pipeline whose DLQ holds the given messages.

@@ -791,6 +791,32 @@ impl Run {
     pub fn output(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
+
+    /// Panics unless stdout contains every one of `parts`, showing both
+    /// streams.
+    #[track_caller]
+    pub fn assert_stdout_has(&self, parts: &[&str]) -> &Self {
+        self.assert_has("stdout", &self.stdout, parts)
+    }
+
+    /// Panics unless stderr contains every one of `parts`, showing both
+    /// streams.
+    #[track_caller]
+    pub fn assert_stderr_has(&self, parts: &[&str]) -> &Self {
+        self.assert_has("stderr", &self.stderr, parts)
+    }
+
+    #[track_caller]
+    fn assert_has(&self, stream: &str, text: &str, parts: &[&str]) -> &Self {
+        for part in parts {
+            assert!(
+                text.contains(part),
+                "no {part:?} on {stream}:\n{}",
+                self.output()
+            );
+        }
+        self
+    }
 }
 
 /// One run of the built `dlqctl`, described step by step and then run or
@@ -826,6 +852,15 @@ impl Dlqctl {
     /// `dlqctl --log-format json COMMAND`: the log lines are JSON.
     pub fn json_log(command: &str) -> Dlqctl {
         Dlqctl::new("--log-format").args(["json", command])
+    }
+
+    /// `dlqctl COMMAND... FILE --queue QUEUE`: a command on one pipeline
+    /// of a topology file (`&["work"]`, `&["dlq", "peek"]`, ...).
+    pub fn on_queue(command: &[&str], file: &Path, queue: &str) -> Dlqctl {
+        Dlqctl::new(command[0])
+            .args(&command[1..])
+            .arg(file)
+            .args(["--queue", queue])
     }
 
     /// One more argument.

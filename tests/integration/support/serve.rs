@@ -47,6 +47,15 @@ impl Answer {
         assert_eq!(self.status.as_u16(), want, "{}", self.text);
         self
     }
+
+    /// Panics when the body contains any of `parts`, showing it.
+    #[track_caller]
+    pub fn assert_lacks(&self, parts: &[&str]) -> &Self {
+        for part in parts {
+            assert!(!self.text.contains(part), "{part:?} in:\n{}", self.text);
+        }
+        self
+    }
 }
 
 impl Served {
@@ -163,6 +172,12 @@ impl Served {
                 .body(body)
         })
         .await
+    }
+
+    /// Posts the form `fields` to the actions of `pipeline`.
+    pub async fn post_action(&self, pipeline: &str, fields: &[(&str, &str)]) -> Answer {
+        self.post_form(&format!("/pipelines/{pipeline}/actions"), fields)
+            .await
     }
 
     /// Starts a job through the API (`POST /api/pipelines/PIPELINE/VERB`

@@ -184,6 +184,63 @@ impl PipeFixture {
         q.extend(self.pipe.retry_queues());
         q
     }
+
+    /// Provisions the pipeline, writes a handler [`Script`] `h` running
+    /// `behaviour`, and starts `dlqctl work` on the main queue with it and
+    /// `extra` options. Returns the topology file, the script and the
+    /// worker, which may not consume yet.
+    pub async fn start_worker(
+        &self,
+        behaviour: &str,
+        extra: &[&str],
+    ) -> (PathBuf, Script, WorkerProc) {
+        let file = self.pipe.provision(&self.scratch).await;
+        let script = Script::new(&self.scratch, "h", behaviour);
+        let w = WorkerProc::with_script(&file, &self.pipe.name, &script, extra);
+        (file, script, w)
+    }
+
+    /// Publishes `n` messages `x` with ids `PREFIX0`, `PREFIX1`... to the
+    /// main queue, one after the other.
+    pub async fn publish_numbered(&self, prefix: &str, n: usize) {
+        for k in 0..n {
+            let id = with_id(&format!("{prefix}{k}"));
+            publish(&self.broker, "", &self.pipe.name, b"x", id).await;
+        }
+    }
+
+    /// Deletes the binding of tier queue `tier` (its name, with routing key
+    /// `key`) to the retry exchange, so that copies for that tier are
+    /// returned as unroutable.
+    pub async fn unbind_tier(&self, tier: &str, key: &str) {
+        let exchange = self.pipe.retry_exchange();
+        let binding = ["bindings", "/", "e", &exchange, "q", tier, key];
+        self.broker
+            .mgmt
+            .request(reqwest::Method::DELETE, &binding)
+            .await
+            .unwrap_or_else(|e| panic!("unbind {tier}: {e}"));
+    }
+
+    /// As [`PipeFixture::start_worker`], once the worker consumes.
+    pub async fn consuming_worker(
+        &self,
+        behaviour: &str,
+        extra: &[&str],
+    ) -> (PathBuf, Script, WorkerProc) {
+        let (file, script, mut w) = self.start_worker(behaviour, extra).await;
+        w.wait_consuming().await;
+        (file, script, w)
+    }
+}
+
+/// `dlqctl work FILE --queue QUEUE ARGS...` (`ARGS` include `-- HANDLER`),
+/// run to its end.
+pub async fn work(file: &Path, queue: &str, args: &[&str]) -> Run {
+    Dlqctl::on_queue(&["work"], file, queue)
+        .args(args)
+        .run()
+        .await
 }
 
 // ---------------------------------------------------------------- the worker process
@@ -250,6 +307,19 @@ impl WorkerProc {
     /// reason, error).
     pub fn decisions(&self) -> Vec<Value> {
         self.events("message handled")
+    }
+
+    /// The address it serves `/metrics` on (`--metrics-addr`), from its
+    /// log line; waits up to 20 s for it.
+    pub async fn metrics_addr(&mut self) -> std::net::SocketAddr {
+        let ev = self
+            .wait_event("serving metrics on /metrics", 1, Duration::from_secs(20))
+            .await;
+        ev[0]["addr"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()
+            .expect("an address")
     }
 
     /// Waits until the worker logs `consuming`.
