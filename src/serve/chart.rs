@@ -29,6 +29,16 @@ pub struct Area {
 }
 
 impl Area {
+    /// The plot at (`left`, `top`), `width` × `height`.
+    pub const fn new(left: f64, top: f64, width: f64, height: f64) -> Area {
+        Area {
+            left,
+            top,
+            width,
+            height,
+        }
+    }
+
     /// The plot's bottom edge: the scale's 0.
     pub fn bottom(&self) -> f64 {
         self.top + self.height
@@ -50,6 +60,11 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
+    /// Warning over `warn`, alert over `max`.
+    pub const fn new(warn: Option<u64>, max: Option<u64>) -> Thresholds {
+        Thresholds { warn, max }
+    }
+
     /// The health a DLQ depth alone gives: strictly over each threshold,
     /// as the badge counts ([`crate::serve::history::level`]).
     pub fn level(&self, depth: f64) -> Health {
@@ -317,16 +332,13 @@ mod tests {
 
     const MIN: u64 = 60_000;
     /// A 600 × 40 plot at (0, 0).
-    const BOX: Area = Area {
-        left: 0.0,
-        top: 0.0,
-        width: 600.0,
-        height: 40.0,
-    };
-    const NONE: Thresholds = Thresholds {
-        warn: None,
-        max: None,
-    };
+    const BOX: Area = Area::new(0.0, 0.0, 600.0, 40.0);
+    const NONE: Thresholds = Thresholds::new(None, None);
+
+    /// The chart of `points` read at `MIN`, in `BOX`.
+    fn drawn(points: &[(u64, Option<u64>)], th: Thresholds) -> Chart {
+        chart(&history(points), MIN, th, BOX)
+    }
 
     fn history(points: &[(u64, Option<u64>)]) -> Vec<Sample> {
         let mut h = History::default();
@@ -389,12 +401,10 @@ mod tests {
     fn a_small_dlq_is_not_drawn_at_the_top_of_a_bare_box() {
         // 2 messages under a warning at 10: the scale says 2, the line is
         // healthy, and the warning rule is above the scale.
-        let s = history(&[(0, Some(1)), (MIN, Some(2))]);
-        let th = Thresholds {
-            warn: Some(10),
-            max: Some(100),
-        };
-        let c = chart(&s, MIN, th, BOX);
+        let c = drawn(
+            &[(0, Some(1)), (MIN, Some(2))],
+            Thresholds::new(Some(10), Some(100)),
+        );
         assert_eq!(c.top, 2);
         assert_eq!(c.scale[1].label, "2");
         assert_eq!(colours(&c), [Health::Healthy]);
@@ -403,10 +413,7 @@ mod tests {
 
     #[test]
     fn the_line_changes_colour_where_it_crosses_each_threshold() {
-        let th = Thresholds {
-            warn: Some(10),
-            max: Some(30),
-        };
+        let th = Thresholds::new(Some(10), Some(30));
         // 0 → 40 in one step crosses both thresholds: three pieces, cut at
         // a quarter and three quarters of the way.
         let s = history(&[(0, Some(0)), (4 * MIN, Some(40))]);
@@ -460,12 +467,10 @@ mod tests {
     fn a_threshold_label_that_would_overlap_another_is_left_out() {
         // warn 10 is the top of the scale (y 0, as the label "10"), max 11
         // is above it: the warning rule is drawn, unlabelled.
-        let s = history(&[(0, Some(3)), (MIN, Some(10))]);
-        let th = Thresholds {
-            warn: Some(10),
-            max: Some(11),
-        };
-        let c = chart(&s, MIN, th, BOX);
+        let c = drawn(
+            &[(0, Some(3)), (MIN, Some(10))],
+            Thresholds::new(Some(10), Some(11)),
+        );
         assert_eq!(c.top, 10);
         assert_eq!(c.rules.len(), 1);
         assert!(!c.rules[0].labelled);
@@ -475,12 +480,7 @@ mod tests {
     #[test]
     fn a_server_up_for_minutes_spreads_its_samples_and_its_axis_says_so() {
         let s = history(&[(1_000, Some(4)), (61_000, Some(8)), (121_000, Some(4))]);
-        let area = Area {
-            left: 30.0,
-            top: 5.0,
-            width: 100.0,
-            height: 10.0,
-        };
+        let area = Area::new(30.0, 5.0, 100.0, 10.0);
         let c = chart(&s, 121_000, NONE, area);
         assert_eq!(c.span_ms, 2 * MIN);
         assert_eq!(c.top, 10);
@@ -526,8 +526,7 @@ mod tests {
 
     #[test]
     fn a_small_inflow_on_a_large_scale_is_still_a_pixel_high() {
-        let s = history(&[(0, Some(1000)), (MIN, Some(1001))]);
-        let c = chart(&s, MIN, NONE, BOX);
+        let c = drawn(&[(0, Some(1000)), (MIN, Some(1001))], NONE);
         assert_eq!(c.bars, vec![(599.0, 39.0, 1.0)]);
     }
 }

@@ -13,12 +13,7 @@ use crate::serve::when::span;
 /// left of the plot, the time axis's under it.
 const CHART_W: f64 = 340.0;
 const CHART_H: f64 = 68.0;
-const PLOT: Area = Area {
-    left: 36.0,
-    top: 5.0,
-    width: 296.0,
-    height: 46.0,
-};
+const PLOT: Area = Area::new(36.0, 5.0, 296.0, 46.0);
 
 /// The health's name, as the badge, the row's `data-health` and the
 /// classes of the chart's colours spell it.

@@ -104,24 +104,22 @@ pub fn message_line(id: u64, msg: &HandlerMessage) -> Vec<u8> {
     );
     field(&mut out, "attempt", &msg.attempt);
     field(&mut out, "max_attempts", &msg.max_attempts);
-    short(
-        &mut out,
-        "exchange",
-        Some(&msg.exchange),
-        msg.not_utf8.exchange.as_deref(),
-    );
-    short(
-        &mut out,
-        "routing_key",
-        Some(&msg.routing_key),
-        msg.not_utf8.routing_key.as_deref(),
-    );
-    short(
-        &mut out,
-        "content_type",
-        msg.content_type.as_deref(),
-        msg.not_utf8.content_type.as_deref(),
-    );
+    let not_utf8 = &msg.not_utf8;
+    for (key, text, raw) in [
+        ("exchange", Some(msg.exchange.as_str()), &not_utf8.exchange),
+        (
+            "routing_key",
+            Some(msg.routing_key.as_str()),
+            &not_utf8.routing_key,
+        ),
+        (
+            "content_type",
+            msg.content_type.as_deref(),
+            &not_utf8.content_type,
+        ),
+    ] {
+        short(&mut out, key, text, raw.as_deref());
+    }
     field(&mut out, "headers", &msg.headers);
     match std::str::from_utf8(&msg.body) {
         Ok(text) => field(&mut out, "body", text),
