@@ -69,9 +69,11 @@ impl BatchPublisher {
         let (exchange, routing_key, body) =
             (exchange.to_string(), routing_key.to_string(), body.to_vec());
         let mut copy: Copy = Box::pin(async move {
-            publish_mandatory(&ch, &exchange, &routing_key, &body, props)
-                .await?
-                .await
+            let confirm = publish_mandatory(&ch, &exchange, &routing_key, &body, props).await?;
+            // Written: the body's copy is not kept while the confirm is
+            // awaited (at most a batch of them are in flight).
+            drop((body, exchange, routing_key));
+            confirm.await
         });
         // The first poll queues the frames (in publish order) and numbers
         // the confirm; it never completes a confirmed publish.
