@@ -3,7 +3,8 @@
 //! alternating rounds of one run. Prints rates and ratios; asserts nothing.
 //!
 //! Both sides consume a fresh quorum queue preloaded with N messages
-//! (default 5,000; `BENCH_RASCAL_N`) at prefetch 100 and POST each body to
+//! (default 5,000; `BENCH_RASCAL_N`) at prefetch 100 (`BENCH_RASCAL_PREFETCH`,
+//! also dlqctl's concurrency) and POST each body to
 //! the same HTTP server, in this process, which answers **503 the first
 //! time it sees a message id and 200 the second time**. So every message
 //! goes once through a retry tier: a quorum wait queue whose
@@ -17,16 +18,23 @@
 //! - **Rascal**: `benches/peers/rascal/rascal_http.js`, a subscriber with
 //!   prefetch 100 that acks on 2xx and otherwise recovers with Rascal's
 //!   `forward` strategy to a confirmed publication targeting the wait queue
-//!   (declared with the same arguments as dlqctl's tier queue).
+//!   (declared with the same arguments as dlqctl's tier queue). Rascal's
+//!   defaults otherwise, so at most 5 forwards are in flight (its confirm
+//!   channel pool); `RASCAL_CONFIRM_POOL_MAX=N` in the environment raises
+//!   that pool.
 //!
 //! Time runs from the server's first request to the N-th message's first
 //! 200 (start-up and topology checks of both sides are left out). The
 //! server also prints where the time went: the first pass (to the N-th
-//! 503) and the tail (from there to the N-th 200; at least the delay).
+//! 503) and the tail (from there to the N-th 200). A copy back from the
+//! tier joins the main queue behind the preloaded messages, so the 200s
+//! start when the first pass ends, and the delay only counts where it
+//! outlasts the first pass.
 //! `BENCH_RASCAL_TIMELINE=1` prints the requests per 100 ms. Rounds
 //! alternate dlqctl, Rascal, dlqctl, Rascal, ... (`BENCH_ROUNDS`, default
-//! 2); each round prints the ratio dlqctl/Rascal, and the CPU seconds of
-//! the measured process.
+//! 2); each round prints the ratio dlqctl/Rascal, the CPU seconds of the
+//! measured process, and of the HTTP server and the broker (when it runs on
+//! this machine) during the run.
 //!
 //! The peer needs Node.js (`apt-get install nodejs npm` on Debian) and
 //! Rascal, pinned in `benches/peers/rascal/package.json`:
@@ -69,9 +77,6 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The prefetch (and dlqctl's concurrency) of both sides.
-const PREFETCH: u16 = 100;
-
 /// The install command printed when the peer is missing.
 const INSTALL: &str = "cd benches/peers/rascal && npm install (or: npm install --prefix DIR rascal@21.0.1 amqplib@2.3.1, then BENCH_RASCAL_DIR=DIR)";
 
@@ -91,6 +96,8 @@ struct Run {
     answered_503: usize,
     answered_200: usize,
     requests: usize,
+    /// `requests` when the n-th message got its first 200.
+    requests_at_done: usize,
     /// Requests without an `Idempotency-Key` (answered 400).
     without_id: usize,
     /// Requests per 100 ms from the first: (503s, 200s).
@@ -139,6 +146,7 @@ async fn answer(
         run.answered_200 += 1;
         if run.answered_200 == run.n {
             run.done_at = Some(now);
+            run.requests_at_done = run.requests;
             if let Some(done) = run.done.take() {
                 let _ = done.send(());
             }
@@ -174,6 +182,7 @@ impl Server {
             answered_503: 0,
             answered_200: 0,
             requests: 0,
+            requests_at_done: 0,
             without_id: 0,
             timeline: Vec::new(),
             done: Some(tx),
@@ -195,7 +204,11 @@ struct Bench {
     prefix: String,
     delay_ms: u64,
     n: usize,
+    /// The prefetch of both sides, and dlqctl's concurrency.
+    prefetch: u16,
     dir: PathBuf,
+    /// The broker's process, when it listens on this machine.
+    broker_pid: Option<u32>,
 }
 
 impl Bench {
@@ -330,13 +343,82 @@ impl Bench {
     }
 }
 
-/// CPU seconds (user + system) of the children this process has waited for.
-fn children_cpu() -> Duration {
+/// CPU time (user + system) of this process (`RUSAGE_SELF`: the HTTP
+/// server) or of the children it has waited for (`RUSAGE_CHILDREN`).
+fn rusage(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    unsafe { libc::getrusage(who, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// CPU time (user + system) of a process, from `/proc/PID/stat`.
+fn process_cpu(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After `(comm) `: field 3 (state) onwards; utime and stime are the
+    // 14th and 15th fields of the line.
+    let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(Duration::from_secs_f64(ticks / hz))
+}
+
+/// The process listening on 127.0.0.1 or 0.0.0.0 at `port` (the broker,
+/// when it runs on this machine and this user may read its `/proc`).
+fn listener_pid(port: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+        (local_port == port && *f.get(3)? == "0A").then(|| f.get(9).map(|s| s.to_string()))?
+    })?;
+    let wanted = format!("socket:[{inode}]");
+    for proc_dir in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = proc_dir.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_dir.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == wanted.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// CPU used in a timed window: by this process's HTTP server, and by the
+/// broker (shared with whatever else uses it).
+struct Window {
+    server: Duration,
+    broker: Option<Duration>,
+    broker_pid: Option<u32>,
+}
+
+impl Window {
+    fn open(broker_pid: Option<u32>) -> Window {
+        Window {
+            server: rusage(libc::RUSAGE_SELF),
+            broker: broker_pid.and_then(process_cpu),
+            broker_pid,
+        }
+    }
+
+    fn close(self) -> Window {
+        Window {
+            server: rusage(libc::RUSAGE_SELF).saturating_sub(self.server),
+            broker: self
+                .broker_pid
+                .and_then(process_cpu)
+                .zip(self.broker)
+                .map(|(b, a)| b.saturating_sub(a)),
+            broker_pid: self.broker_pid,
+        }
+    }
 }
 
 fn load_average() -> String {
@@ -351,13 +433,14 @@ struct Measured {
 }
 
 /// Waits for the server's n-th 200 (or the timeout), then prints the run.
-async fn wait_and_report(
-    label: &str,
-    server: &Server,
-    done: tokio::sync::oneshot::Receiver<()>,
-    timeout: Duration,
-) -> Option<Run> {
-    let finished = tokio::time::timeout(timeout, done).await.is_ok();
+/// Waits for the server's n-th 200; false after the timeout.
+async fn wait_done(done: tokio::sync::oneshot::Receiver<()>, timeout: Duration) -> bool {
+    tokio::time::timeout(timeout, done).await.is_ok()
+}
+
+/// The run as the server saw it, once the side was stopped; `None` (and a
+/// line saying so) when it did not finish.
+fn finished_run(label: &str, server: &Server, finished: bool, timeout: Duration) -> Option<Run> {
     let run = server.finish()?;
     if !finished {
         println!(
@@ -372,7 +455,7 @@ async fn wait_and_report(
     Some(run)
 }
 
-fn print_run(label: &str, run: &Run, cpu: Duration) -> Measured {
+fn print_run(label: &str, run: &Run, cpu: Duration, window: &Window) -> Measured {
     let (first, done) = (
         run.first.expect("a request"),
         run.done_at.expect("the n-th 200"),
@@ -398,10 +481,24 @@ fn print_run(label: &str, run: &Run, cpu: Duration) -> Measured {
         cpu.as_secs_f64(),
         cpu.as_secs_f64() * 1e6 / run.n as f64
     );
-    if run.without_id > 0 || run.requests != 2 * run.n {
+    print!(
+        "{:<34} meanwhile: HTTP server CPU {:.2} s",
+        "",
+        window.server.as_secs_f64()
+    );
+    if let Some(b) = window.broker {
+        print!(
+            ", broker CPU {:.2} s ({:.0} µs/msg; shared with its other users)",
+            b.as_secs_f64(),
+            b.as_secs_f64() * 1e6 / run.n as f64
+        );
+    }
+    println!();
+    let late = run.requests - run.requests_at_done;
+    if run.without_id > 0 || run.requests_at_done != 2 * run.n || late > 0 {
         println!(
-            "{:<34} {} requests for {} messages ({} without a message id)",
-            "", run.requests, run.n, run.without_id
+            "{:<34} {} requests until the {}-th 200 ({} without a message id), {} after it until the side stopped: repeats",
+            "", run.requests_at_done, run.n, run.without_id, late
         );
     }
     if std::env::var("BENCH_RASCAL_TIMELINE").is_ok_and(|v| v == "1") {
@@ -420,8 +517,9 @@ async fn run_dlqctl(b: &Bench, server: &Server, url: &str, round: usize) -> Opti
     let (p, file) = b.pipeline(&format!("dlqctl{round}")).await;
     b.preload(&p.name).await;
     let done = server.start(b.n);
-    let prefetch = PREFETCH.to_string();
-    let cpu0 = children_cpu();
+    let prefetch = b.prefetch.to_string();
+    let cpu0 = rusage(libc::RUSAGE_CHILDREN);
+    let window = Window::open(b.broker_pid);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dlqctl"))
         .arg("work")
         .arg(&file)
@@ -433,10 +531,12 @@ async fn run_dlqctl(b: &Bench, server: &Server, url: &str, round: usize) -> Opti
         .spawn()
         .expect("spawn dlqctl work");
     let label = format!("dlqctl work --http, round {round}");
-    let run = wait_and_report(&label, server, done, timeout()).await;
+    let finished = wait_done(done, timeout()).await;
+    let window = window.close();
     stop(&mut child).await;
-    let cpu = children_cpu().saturating_sub(cpu0);
-    let measured = run.map(|r| print_run(&label, &r, cpu));
+    let cpu = rusage(libc::RUSAGE_CHILDREN).saturating_sub(cpu0);
+    let run = finished_run(&label, server, finished, timeout());
+    let measured = run.map(|r| print_run(&label, &r, cpu, &window));
     let tier = p.retry_queue(b.delay_ms);
     report_leftovers(b, &[&p.name, &tier]).await;
     b.delete_pipeline(&p).await;
@@ -488,10 +588,11 @@ async fn run_rascal(
 ) -> Result<Option<Measured>, String> {
     let main = format!("{}-rascal{round}", b.prefix);
     let wait = format!("{main}.retry.{}ms", b.delay_ms);
-    let cpu0 = children_cpu();
+    let cpu0 = rusage(libc::RUSAGE_CHILDREN);
     let mut child = tokio::process::Command::new(&peer.node)
         .arg(&peer.script)
         .args([&b.raw_url, &main, &wait, &b.delay_ms.to_string(), url])
+        .arg(b.prefetch.to_string())
         .env("NODE_PATH", &peer.node_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -509,15 +610,18 @@ async fn run_rascal(
     }
     b.preload(&main).await;
     let done = server.start(b.n);
+    let window = Window::open(b.broker_pid);
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").await.expect("go");
     stdin.flush().await.expect("go");
     let label = format!("Rascal forward, round {round}");
-    let run = wait_and_report(&label, server, done, timeout()).await;
+    let finished = wait_done(done, timeout()).await;
+    let window = window.close();
     drop(stdin);
     stop(&mut child).await;
-    let cpu = children_cpu().saturating_sub(cpu0);
-    let measured = run.map(|r| print_run(&label, &r, cpu));
+    let cpu = rusage(libc::RUSAGE_CHILDREN).saturating_sub(cpu0);
+    let run = finished_run(&label, server, finished, timeout());
+    let measured = run.map(|r| print_run(&label, &r, cpu, &window));
     report_leftovers(b, &[&main, &wait]).await;
     b.delete_queues(&[&main, &wait]).await;
     Ok(measured)
@@ -572,18 +676,29 @@ async fn run() {
     let prefix = format!("bench-httpretry-{}", std::process::id());
     let dir = std::env::temp_dir().join(&prefix);
     std::fs::create_dir_all(&dir).expect("dir");
+    // The broker's CPU is shown when it runs here.
+    let local = matches!(url.host(), "127.0.0.1" | "localhost");
+    let port = url
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok());
+    let broker_pid = port.filter(|_| local).and_then(listener_pid);
     let b = Bench {
         url,
         raw_url,
         prefix,
         delay_ms: env_number("BENCH_RASCAL_DELAY_MS", 200).max(1),
         n: env_number("BENCH_RASCAL_N", 5_000).max(1) as usize,
+        prefetch: env_number("BENCH_RASCAL_PREFETCH", 100).clamp(1, 1024) as u16,
         dir,
+        broker_pid,
     };
     let rounds = env_number("BENCH_ROUNDS", 2).max(1) as usize;
     println!(
-        "dlqctl work --http retry path vs Rascal (RabbitMQ at {}, quorum queues, prefetch {PREFETCH}, {} messages, one 503 then 200 each, tier {} ms)",
+        "dlqctl work --http retry path vs Rascal (RabbitMQ at {}, quorum queues, prefetch {}, {} messages, one 503 then 200 each, tier {} ms)",
         b.url.endpoint(),
+        b.prefetch,
         b.n,
         b.delay_ms
     );

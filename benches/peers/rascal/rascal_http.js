@@ -4,7 +4,7 @@
 //
 // A Rascal subscriber as one writes it from Rascal's README ("Forward"
 // recovery and its wait-queue use): a quorum main queue consumed with
-// prefetch 100; each message's body is POSTed to HTTP_URL (keep-alive
+// prefetch 100 (or PREFETCH); each message's body is POSTed to HTTP_URL (keep-alive
 // agent, `Idempotency-Key` = the message id, as dlqctl sends it). 2xx:
 // ack. Anything else: `ackOrNack(err, recovery)` with the `forward`
 // strategy to a confirmed publication that targets a quorum wait queue
@@ -13,7 +13,7 @@
 // Rascal's defaults otherwise; `RASCAL_CONFIRM_POOL_MAX=N` (environment)
 // raises its confirm channel pool from 5 to N.
 //
-//     rascal_http.js AMQP_URL MAIN_QUEUE WAIT_QUEUE DELAY_MS HTTP_URL
+//     rascal_http.js AMQP_URL MAIN_QUEUE WAIT_QUEUE DELAY_MS HTTP_URL [PREFETCH]
 //
 // It declares both queues (Rascal asserts its topology), prints `ready`,
 // waits for a line on stdin, subscribes, and runs until SIGTERM or until
@@ -32,9 +32,9 @@ const http = require('http');
 const Rascal = require('rascal');
 
 async function main() {
-  const [url, mainQueue, waitQueue, delayMs, httpUrl] = process.argv.slice(2);
+  const [url, mainQueue, waitQueue, delayMs, httpUrl, prefetch = '100'] = process.argv.slice(2);
   if (!httpUrl) {
-    console.error('usage: rascal_http.js AMQP_URL MAIN_QUEUE WAIT_QUEUE DELAY_MS HTTP_URL');
+    console.error('usage: rascal_http.js AMQP_URL MAIN_QUEUE WAIT_QUEUE DELAY_MS HTTP_URL [PREFETCH]');
     process.exit(2);
   }
   const config = {
@@ -68,7 +68,7 @@ async function main() {
           retry: { queue: waitQueue },
         },
         subscriptions: {
-          main: { queue: mainQueue, prefetch: 100 },
+          main: { queue: mainQueue, prefetch: Number(prefetch) },
         },
       },
     },
