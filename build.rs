@@ -32,25 +32,24 @@ fn main() {
         None => version.to_string(),
     };
     println!("cargo:rustc-env=DLQCTL_VERSION={full}");
-    // A new commit or checkout changes HEAD or the ref it points at.
+    // A new commit or checkout changes HEAD or the ref it points at. Each
+    // path comes from `git rev-parse --git-path`: in a worktree HEAD is in
+    // the worktree's git dir but the branch refs are in the common one, and
+    // a path that does not exist would make cargo rerun this script (and
+    // rebuild the crate) on every build. A ref packed into `packed-refs`
+    // has no file of its own: that file is watched instead.
     if ours {
-        if let Some(dir) = git(&["-C", &here, "rev-parse", "--absolute-git-dir"]) {
-            println!("cargo:rerun-if-changed={dir}/HEAD");
-            if let Some(r) = git(&["-C", &here, "symbolic-ref", "-q", "HEAD"]) {
-                // In a worktree the branch lives in the common git
-                // directory, not beside its HEAD: ask git where.
-                let path = git(&[
-                    "-C",
-                    &here,
-                    "rev-parse",
-                    "--path-format=absolute",
-                    "--git-path",
-                    &r,
-                ]);
-                println!(
-                    "cargo:rerun-if-changed={}",
-                    path.unwrap_or_else(|| format!("{dir}/{r}"))
-                );
+        let path = |p: &str| {
+            git(&["-C", &here, "rev-parse", "--git-path", p])
+                .map(|g| std::path::Path::new(&here).join(g))
+                .filter(|g| g.exists())
+        };
+        if let Some(head) = path("HEAD") {
+            println!("cargo:rerun-if-changed={}", head.display());
+        }
+        if let Some(r) = git(&["-C", &here, "symbolic-ref", "-q", "HEAD"]) {
+            if let Some(f) = path(&r).or_else(|| path("packed-refs")) {
+                println!("cargo:rerun-if-changed={}", f.display());
             }
         }
     }
