@@ -52,6 +52,10 @@
 //! queue and exchange is created under a unique prefix and deleted at the
 //! end of its round.
 
+#[path = "common/harness.rs"]
+mod harness;
+
+use harness::env_number;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -69,13 +73,6 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The install command printed when the peer is missing.
 const INSTALL: &str = "cd benches/peers/rascal && npm install (or: npm install --prefix DIR rascal@21.0.1 amqplib@2.3.1, then BENCH_RASCAL_DIR=DIR)";
@@ -658,16 +655,7 @@ fn timeout() -> Duration {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
-    // nextest (`--list ...`) run this binary as a test: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(run());
+    harness::bench_main(run());
 }
 
 async fn run() {

@@ -26,6 +26,9 @@
 //!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
+#[path = "common/harness.rs"]
+mod harness;
+
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
 use dlqctl::core::handling::outcome::Outcome;
 use dlqctl::core::topology::{parse_topology, plan, Pipeline};
@@ -34,6 +37,7 @@ use dlqctl::handler::jsonl::{JsonlConfig, JsonlHandler};
 use dlqctl::handler::{handler_fn, Handler, HandlerMessage};
 use dlqctl::worker::{Worker, WorkerConfig};
 use futures_util::StreamExt;
+use harness::env_number;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection};
@@ -41,13 +45,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct Setup {
     url: BrokerUrl,
@@ -363,7 +360,7 @@ async fn worker_run<H: Handler>(
     let mut cfg = WorkerConfig::new(p.clone(), s.url.clone());
     cfg.prefetch = prefetch;
     cfg.concurrency = concurrency;
-    cfg.publish_channels = env_usize("BENCH_PUBLISH_CHANNELS", cfg.publish_channels);
+    cfg.publish_channels = env_number("BENCH_PUBLISH_CHANNELS", cfg.publish_channels);
     let w = Worker::new(cfg, counting);
     w.run(stop).await.expect("worker");
     let el = first.get().map(|t| t.elapsed()).unwrap_or_default();
@@ -576,27 +573,18 @@ for line in sys.stdin.buffer:
 "#;
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` and
-    // nextest (`--list ...`) run this binary as a test: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(run());
+    harness::bench_main(run());
 }
 
 async fn run() {
     let s = Setup::new().await;
-    let n_ack = env_usize("BENCH_ACK_N", 20_000);
-    let n_retry = env_usize("BENCH_RETRY_N", 10_000);
-    let n_exec = env_usize("BENCH_EXEC_N", 600);
-    let n_rss = env_usize("BENCH_RSS_N", 100_000);
-    let n_exec_py = env_usize("BENCH_EXEC_PY_N", 300);
-    let n_jsonl = env_usize("BENCH_JSONL_N", 20_000);
-    let rounds = env_usize("BENCH_ROUNDS", 2);
+    let n_ack = env_number("BENCH_ACK_N", 20_000);
+    let n_retry = env_number("BENCH_RETRY_N", 10_000);
+    let n_exec = env_number("BENCH_EXEC_N", 600);
+    let n_rss = env_number("BENCH_RSS_N", 100_000);
+    let n_exec_py = env_number("BENCH_EXEC_PY_N", 300);
+    let n_jsonl = env_number("BENCH_JSONL_N", 20_000);
+    let rounds = env_number("BENCH_ROUNDS", 2);
     // BENCH_ONLY=5 (or 1,3,...) runs only those scenarios.
     let picked: Vec<usize> = std::env::var("BENCH_ONLY")
         .unwrap_or_default()
@@ -818,7 +806,7 @@ async fn run() {
     if only(6) {
         let addr = http_sink().await;
         let url = format!("http://{addr}/");
-        let n = env_usize("BENCH_SOAK_N", 1_000_000);
+        let n = env_number("BENCH_SOAK_N", 1_000_000);
         binary_run(
             &s,
             BinaryRun {
@@ -851,8 +839,8 @@ async fn run() {
             "python3"
         };
         for (mib, n, conc) in [
-            (1usize, env_usize("BENCH_BIG1_N", 200), 4usize),
-            (50, env_usize("BENCH_BIG50_N", 6), 2),
+            (1usize, env_number("BENCH_BIG1_N", 200), 4usize),
+            (50, env_number("BENCH_BIG50_N", 6), 2),
         ] {
             let body =
                 format!("{{\"order\":\"{}\"}}", "x".repeat(mib * 1024 * 1024 - 12)).into_bytes();
