@@ -18,8 +18,16 @@
 //! `http://127.0.0.1:15672`; guest/guest). Without the shovel plugins the
 //! replay is measured alone and the bench says the peer is missing.
 //! Everything is created under a unique prefix and deleted at the end.
+//!
+//! Each replay round also prints the CPU time per message of the dlqctl
+//! process and of the broker (found by its listening port), and the load
+//! average: a replay slower than the shovel while using less CPU is bound
+//! by round trips, not by work. For profiling by hand, `target/release/deps/
+//! dlq-* --fill QUEUE N` fills QUEUE with N DLQ records and exits.
 
 mod common;
+#[path = "common/cpu.rs"]
+mod cpu;
 
 use futures_util::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueuePurgeOptions};
@@ -58,6 +66,8 @@ fn n() -> usize {
 struct Measured {
     wall: Duration,
     max_rss_kib: i64,
+    /// CPU time (user + system) of that process.
+    cpu: Duration,
     status: i32,
     stdout: String,
 }
@@ -80,9 +90,11 @@ fn measure(cmd: &mut Command) -> Measured {
     assert_eq!(r, pid, "wait4");
     let wall = start.elapsed();
     std::mem::forget(child);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Measured {
         wall,
         max_rss_kib: usage.ru_maxrss,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
         status: libc::WEXITSTATUS(status),
         stdout: std::fs::read_to_string(&out).unwrap_or_default(),
     }
@@ -192,6 +204,14 @@ async fn main() {
         raw_read(&args[i + 1], args[i + 2].parse().expect("N")).await;
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--fill") {
+        // For profiling a command by hand: `dlq-bench --fill QUEUE N`.
+        let conn = Connection::connect(&url(), ConnectionProperties::default())
+            .await
+            .expect("the broker");
+        fill(&conn, &args[i + 1], args[i + 2].parse().expect("N")).await;
+        return;
+    }
     // `cargo bench` passes `--bench`; `cargo test --all-targets` and
     // nextest (`--list ...`) run this binary as a test: do nothing then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -218,9 +238,26 @@ async fn main() {
             mgmt()
         );
     }
+    // The broker's CPU per message is shown when it runs here.
+    let broker = url()
+        .contains("@127.0.0.1:")
+        .then(|| cpu::listener_pid(broker_port()))
+        .flatten();
+    let broker_cpu = || broker.and_then(cpu::process_cpu);
+    let per_msg = |d: Option<Duration>| {
+        d.map_or("?".to_string(), |d| {
+            format!("{:.0}", d.as_secs_f64() * 1e6 / n as f64)
+        })
+    };
+    println!(
+        "load average at the start: {}; CPU per message in µs (broker: {})",
+        cpu::load_average(),
+        broker.map_or("not local, not shown".to_string(), |p| format!("pid {p}"))
+    );
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         fill(&conn, &dlq, n).await;
+        let before = broker_cpu();
         let m = measure(&mut dlqctl(&[
             "dlq", "replay", &f, "--queue", &name, "--json",
         ]));
@@ -230,6 +267,7 @@ async fn main() {
             .and_then(|v| v["moved"].as_u64())
             .unwrap_or(0);
         let ours = moved as f64 / m.wall.as_secs_f64();
+        let our_broker = broker_cpu().zip(before).map(|(a, b)| a.saturating_sub(b));
         purge(&conn, &name).await;
         if !with_shovel {
             println!(
@@ -242,12 +280,14 @@ async fn main() {
 
         fill(&conn, &dlq, n).await;
         let sname = format!("{name}-shovel-{round}");
+        let before = broker_cpu();
         let start = Instant::now();
         shovel(&http, &sname, &dlq, &name).await;
         while depth(&conn, &name).await < n as u64 && start.elapsed() < Duration::from_secs(600) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let wall = start.elapsed();
+        let their_broker = broker_cpu().zip(before).map(|(a, b)| a.saturating_sub(b));
         let theirs = n as f64 / wall.as_secs_f64();
         purge(&conn, &name).await;
         let _ = http
@@ -256,10 +296,13 @@ async fn main() {
             .send()
             .await;
         println!(
-            "round {round}: dlqctl replay {moved} in {:.2}s = {ours:.0} msg/s (peak RSS {} MiB); shovel {n} in {:.2}s = {theirs:.0} msg/s; ratio dlqctl/shovel {:.2}",
+            "round {round}: dlqctl replay {moved} in {:.2}s = {ours:.0} msg/s (peak RSS {} MiB; CPU/msg dlqctl {:.0}, broker {}); shovel {n} in {:.2}s = {theirs:.0} msg/s (CPU/msg broker {}); ratio dlqctl/shovel {:.2}",
             m.wall.as_secs_f64(),
             m.max_rss_kib / 1024,
+            m.cpu.as_secs_f64() * 1e6 / n as f64,
+            per_msg(our_broker),
             wall.as_secs_f64(),
+            per_msg(their_broker),
             ours / theirs
         );
         ratios.push(ours / theirs);
@@ -298,6 +341,17 @@ async fn main() {
 
     bench.delete(&conn).await;
     let _ = std::fs::remove_file(tempfile_path("out"));
+}
+
+/// The broker's port, from `AMQP_URL` (5672 when it names none).
+fn broker_port() -> u16 {
+    let u = url();
+    let host = u.rsplit('@').next().unwrap_or(&u);
+    host.split('/')
+        .next()
+        .and_then(|h| h.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(5672)
 }
 
 fn prefetch() -> u16 {
