@@ -19,6 +19,10 @@
 //! replay is measured alone and the bench says the peer is missing.
 //! Everything is created under a unique prefix and deleted at the end.
 //!
+//! `BENCH_DLQ_PIN=1` splits the CPUs for the replay rounds: the broker on
+//! the first, the bench and dlqctl on the rest (restored at the end), as
+//! when dlqctl runs on a host of its own.
+//!
 //! Each replay round also prints the CPU time per message of the dlqctl
 //! process and of the broker (found by its listening port), and the load
 //! average: a replay slower than the shovel while using less CPU is bound
@@ -28,6 +32,8 @@
 mod common;
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "common/pin.rs"]
+mod pin;
 
 use futures_util::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueuePurgeOptions};
@@ -243,6 +249,23 @@ async fn main() {
         .contains("@127.0.0.1:")
         .then(|| cpu::listener_pid(broker_port()))
         .flatten();
+    // BENCH_DLQ_PIN=1: the broker on one CPU, dlqctl (and this bench) on
+    // the others, as when dlqctl runs on a host of its own; otherwise the
+    // two compete for the same cores, and the shovel, inside the broker,
+    // does not pay for a client.
+    let pinned = match (std::env::var("BENCH_DLQ_PIN").as_deref(), broker) {
+        (Ok("1"), Some(pid)) => {
+            match pin::Pinned::split(pid) {
+                Ok(p) => {
+                    println!("pinned: the broker (pid {pid}) on CPU 0, dlqctl and this bench on the others");
+                    Some(p)
+                }
+                Err(e) => panic!("BENCH_DLQ_PIN=1: cannot pin: {e}"),
+            }
+        }
+        (Ok("1"), None) => panic!("BENCH_DLQ_PIN=1 needs the broker on this machine"),
+        _ => None,
+    };
     let broker_cpu = || broker.and_then(cpu::process_cpu);
     let per_msg = |d: Option<Duration>| {
         d.map_or("?".to_string(), |d| {
@@ -309,6 +332,7 @@ async fn main() {
     }
     println!("replay ÷ shovel, per pair: {ratios:.2?}");
 
+    drop(pinned);
     println!("\n## summary and peek of N (the DLQ is left as it was), vs a raw drain of N");
     fill(&conn, &dlq, n).await;
     let me = std::env::current_exe().expect("self");
