@@ -505,6 +505,21 @@ fn spawn_replay(
         .spawn()
 }
 
+/// Waits until `to` holds at least `k` copies: a replay started in the
+/// background has connected and is moving. (A fixed sleep was once too
+/// short on a loaded machine for the command to start, and the "mid-run"
+/// signal then came before the first copy.)
+async fn wait_until_moved(b: &Broker, to: &str, k: u32) {
+    let start = std::time::Instant::now();
+    while b.message_count(to).await.unwrap_or(0) < k {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replay moved fewer than {k} in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_replay_killed_mid_run_loses_nothing() {
     let n = 1500;
@@ -512,7 +527,8 @@ async fn a_replay_killed_mid_run_loses_nothing() {
     let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
     let to = scratch_queue(b, c, "to").await;
     let mut child = spawn_replay(file, &pipe.name, &to, &["--rate", "500"]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // At 500 a second the whole run takes 3 s: killed mid-run.
+    wait_until_moved(b, &to, 50).await;
     child.start_kill().expect("SIGKILL");
     let _ = child.wait().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -834,7 +850,8 @@ async fn sigint_stops_a_replay_after_the_copies_in_flight() {
     let (b, c, pipe, file) = (&f.b, &f.c, &f.pipe, &f.file);
     let to = scratch_queue(b, c, "to").await;
     let child = spawn_replay(file, &pipe.name, &to, &["--rate", "50", "--json"]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // At 50 a second the whole run takes 4 s: stopped mid-run.
+    wait_until_moved(b, &to, 5).await;
     let pid = child.id().expect("a pid") as i32;
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGINT) };
