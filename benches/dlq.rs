@@ -96,11 +96,10 @@ fn measure(cmd: &mut Command) -> Measured {
     assert_eq!(r, pid, "wait4");
     let wall = start.elapsed();
     std::mem::forget(child);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Measured {
         wall,
         max_rss_kib: usage.ru_maxrss,
-        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+        cpu: cpu::rusage_cpu(&usage),
         status: libc::WEXITSTATUS(status),
         stdout: std::fs::read_to_string(&out).unwrap_or_default(),
     }
@@ -245,10 +244,7 @@ async fn main() {
         );
     }
     // The broker's CPU per message is shown when it runs here.
-    let broker = url()
-        .contains("@127.0.0.1:")
-        .then(|| cpu::listener_pid(broker_port()))
-        .flatten();
+    let broker = cpu::local_broker_pid(&url());
     // BENCH_DLQ_PIN=1: the broker on one CPU, dlqctl (and this bench) on
     // the others, as when dlqctl runs on a host of its own; otherwise the
     // two compete for the same cores, and the shovel, inside the broker,
@@ -365,17 +361,6 @@ async fn main() {
 
     bench.delete(&conn).await;
     let _ = std::fs::remove_file(tempfile_path("out"));
-}
-
-/// The broker's port, from `AMQP_URL` (5672 when it names none).
-fn broker_port() -> u16 {
-    let u = url();
-    let host = u.rsplit('@').next().unwrap_or(&u);
-    host.split('/')
-        .next()
-        .and_then(|h| h.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or(5672)
 }
 
 fn prefetch() -> u16 {

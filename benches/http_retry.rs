@@ -57,7 +57,7 @@ mod cpu;
 #[path = "common/harness.rs"]
 mod harness;
 
-use cpu::{listener_pid, load_average, process_cpu};
+use cpu::{load_average, local_broker_pid, process_cpu, rusage_cpu};
 
 use harness::env_number;
 use std::collections::HashMap;
@@ -350,8 +350,7 @@ fn rusage(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(who, &mut u) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
+    rusage_cpu(&u)
 }
 
 /// CPU used in a timed window: by this process's HTTP server, and by the
@@ -625,13 +624,7 @@ async fn run() {
     let dir = std::env::temp_dir().join(&prefix);
     std::fs::create_dir_all(&dir).expect("dir");
     // The broker's CPU is shown when it runs here.
-    let local = matches!(url.host(), "127.0.0.1" | "localhost");
-    let port = url
-        .endpoint()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok());
-    let broker_pid = port.filter(|_| local).and_then(listener_pid);
+    let broker_pid = local_broker_pid(&raw_url);
     let b = Bench {
         url,
         raw_url,

@@ -3,6 +3,24 @@
 
 use std::time::Duration;
 
+/// The user + system CPU time in a `getrusage`/`wait4` record.
+pub fn rusage_cpu(u: &libc::rusage) -> Duration {
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The broker's process when the AMQP URL `raw_url` names this machine
+/// (127.0.0.1 or localhost) and its listener is found (see
+/// [`listener_pid`]).
+pub fn local_broker_pid(raw_url: &str) -> Option<u32> {
+    let url = dlqctl::BrokerUrl::parse(raw_url).ok()?;
+    if !matches!(url.host(), "127.0.0.1" | "localhost") {
+        return None;
+    }
+    let port = url.endpoint().rsplit(':').next()?.parse().ok()?;
+    listener_pid(port)
+}
+
 /// CPU time (user + system) of a process, from `/proc/PID/stat`.
 pub fn process_cpu(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
