@@ -1,16 +1,15 @@
 //! Confirmed, `mandatory` publishing of copies on confirm-mode channels.
 
 use crate::error::describe_lapin_error;
-use futures_util::future::BoxFuture;
-use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::core::retry::confirm::{judge_batch, BatchOutcome, Confirm};
 pub use crate::core::retry::confirm::{Refusal, Verdict};
@@ -39,7 +38,7 @@ pub(crate) async fn publish_mandatory(
 }
 
 /// Confirm-mode publishing channels ("lanes"), each with many copies in
-/// flight and a collector task that owns their confirms.
+/// flight, whose confirms are judged in the copies' own tasks.
 ///
 /// lapin does not tie a `basic.return` to the publish it belongs to: it
 /// hands the oldest waiting return to the next confirm it completes (a
@@ -47,14 +46,27 @@ pub(crate) async fn publish_mandatory(
 /// can read as `Ack(None)` while another copy's confirm carries its return.
 /// What holds: the broker sends a copy's return before its ack, and the
 /// confirm that takes that return is resolved no later than the copy's own
-/// (earlier in the same frame, or in an earlier frame). So the collector
-/// decides in batches: it takes the lane's gate (held by publishers from
-/// `basic.publish` until the confirm is handed over, so every published
-/// confirm is known), takes every confirm that is ready, and when any of
-/// them carries a return, no verdict on that lane can be trusted: every
-/// copy of the batch and every copy still in flight is refused, and the
-/// lane is retired (its copies are published again elsewhere; a duplicate
-/// is possible, a loss is not).
+/// (earlier in the same frame, or in an earlier frame). So a verdict is
+/// given only by a judgement that has seen every confirm resolved so far:
+///
+/// - it runs when no publish is under way on the lane, so every published
+///   confirm is in the lane's book;
+/// - each confirm is polled with a waker of its own, which lapin calls as
+///   it resolves the confirm (one thread resolves them in order) and which
+///   notes the copy as ready before it wakes the copy's task; a judgement
+///   takes every copy noted so far, so it sees every confirm resolved
+///   before the one that woke it;
+/// - when any confirm it takes carries a return, no verdict on that lane
+///   can be trusted: every copy in the book is refused and the lane is
+///   retired (its copies are published again elsewhere; a duplicate is
+///   possible, a loss is not).
+///
+/// The judgement runs in the task of whichever copy is woken first (or of
+/// the publisher that ends a publish while a judgement waits), and wakes
+/// the copies it answered. A copy's task is woken by lapin when its
+/// confirm resolves, as in a hand-written loop. An earlier version handed
+/// each confirm to a collector task and each verdict back, which cost the
+/// retry path two task wake-ups and four allocations a copy.
 pub struct Publisher {
     conn: Arc<Connection>,
     lanes: Vec<tokio::sync::Mutex<Option<Arc<Lane>>>>,
@@ -62,53 +74,339 @@ pub struct Publisher {
     confirm_timeout: Duration,
 }
 
-/// One publishing channel, as publishers see it.
+/// One publishing channel.
 struct Lane {
     channel: Channel,
-    /// Registers a published confirm with the collector.
-    register: mpsc::UnboundedSender<Pending>,
-    state: Arc<LaneState>,
+    /// Held from `basic.publish` until its confirm is in the book: one
+    /// publish at a time on a lane.
+    gate: Arc<tokio::sync::Mutex<()>>,
+    book: Mutex<Book>,
+    /// The copies whose confirm has resolved since the last judgement, in
+    /// the order lapin resolved them (filled by their [`Signal`]s).
+    ready: Arc<Mutex<Vec<u64>>>,
 }
 
-/// What a lane's publishers and its collector share.
-struct LaneState {
-    /// Held from `basic.publish` until its confirm is registered, and by
-    /// the collector while it takes a batch.
-    gate: tokio::sync::Mutex<()>,
-    /// No new copy goes to a retired lane; it is closed once answered.
-    retired: AtomicBool,
-    /// Why it was retired (a return, a confirm timeout).
-    retired_because: Mutex<String>,
-    /// Wakes the collector when a publisher retires the lane.
-    retire: Notify,
+/// A lane's copies in flight.
+#[derive(Default)]
+struct Book {
+    next_id: u64,
+    copies: HashMap<u64, Copy>,
+    /// Copies whose confirm has been read but not judged.
+    unjudged: Vec<u64>,
+    /// A `basic.publish` is under way: its confirm may already be resolved
+    /// without being in the book, so no judgement may run.
+    publishing: bool,
+    /// A judgement was put off by a publish: the publisher judges when it
+    /// ends.
+    waiting: bool,
+    /// Why the lane was retired (a return, a timeout, a failed publish).
+    retired: Option<String>,
 }
 
-impl LaneState {
-    fn retire(&self, because: &str) {
-        if let Ok(mut b) = self.retired_because.lock() {
-            if b.is_empty() {
-                *b = because.to_string();
+/// A published copy.
+struct Copy {
+    /// Its confirm, until it resolves.
+    confirm: Option<PublisherConfirm>,
+    /// What wakes when the confirm resolves (its [`Signal`]).
+    signal: Arc<Signal>,
+    waker: Waker,
+    /// What its confirm said, until it is judged.
+    outcome: Option<Confirm>,
+    /// The verdict, until its task takes it.
+    verdict: Option<Verdict>,
+    /// Its task stopped waiting (a timeout): it is judged all the same,
+    /// since its confirm may carry another copy's return, then dropped.
+    abandoned: bool,
+}
+
+/// The waker a copy's confirm is polled with: notes the copy as ready,
+/// then wakes the copy's task.
+struct Signal {
+    id: u64,
+    ready: Arc<Mutex<Vec<u64>>>,
+    task: Mutex<Waker>,
+}
+
+impl std::task::Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        lock(&self.ready).push(self.id);
+        lock(&self.task).wake_by_ref();
+    }
+}
+
+/// Locks `m`. No code under these locks panics, so a poisoned one is
+/// still whole.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Copy {
+    /// Reads the confirm if it has resolved; true when it has (now or
+    /// before).
+    fn read(&mut self) -> bool {
+        if let Some(confirm) = self.confirm.as_mut() {
+            let mut cx = Context::from_waker(&self.waker);
+            match Pin::new(confirm).poll(&mut cx) {
+                Poll::Ready(r) => {
+                    self.confirm = None;
+                    self.outcome = Some(confirm_of(r));
+                    return true;
+                }
+                Poll::Pending => return false,
             }
         }
-        self.retired.store(true, Ordering::SeqCst);
-        self.retire.notify_one();
-    }
-
-    fn because(&self) -> String {
-        self.retired_because
-            .lock()
-            .map(|b| b.clone())
-            .unwrap_or_default()
+        false
     }
 }
 
-/// A confirm as the collector holds it: (its number, the confirm).
-type Done = (u64, lapin::Result<Confirmation>);
+impl Book {
+    fn retire(&mut self, because: &str) {
+        if self.retired.is_none() {
+            self.retired = Some(because.to_string());
+        }
+    }
 
-/// A published copy waiting for its confirm.
-struct Pending {
-    confirm: PublisherConfirm,
-    reply: oneshot::Sender<Verdict>,
+    /// Gives every verdict it can, and returns the tasks to wake.
+    fn judge(&mut self, ready: &Mutex<Vec<u64>>) -> Vec<Waker> {
+        let mut wake = Vec::new();
+        if let Some(because) = &self.retired {
+            if let BatchOutcome::Retire(refusal) = judge_batch(&[], Some(because)) {
+                self.refuse_all(&mut wake, &refusal);
+            }
+            return wake;
+        }
+        if self.publishing {
+            self.waiting = true;
+            return wake;
+        }
+        self.waiting = false;
+        let noted = std::mem::take(&mut *lock(ready));
+        for id in noted {
+            if let Some(c) = self.copies.get_mut(&id) {
+                if c.read() {
+                    self.unjudged.push(id);
+                }
+            }
+        }
+        if self.unjudged.is_empty() {
+            return wake;
+        }
+        let batch: Vec<(u64, Confirm)> = self
+            .unjudged
+            .drain(..)
+            .filter_map(|id| {
+                let c = self.copies.get(&id)?;
+                Some((id, c.outcome.clone()?))
+            })
+            .collect();
+        match judge_batch(&batch, None) {
+            BatchOutcome::Retire(refusal) => {
+                if let Refusal::Returned(why) = &refusal {
+                    self.retire(&format!("a copy was returned ({why})"));
+                }
+                self.refuse_all(&mut wake, &refusal);
+            }
+            BatchOutcome::Answer(verdicts) => {
+                for (id, v) in verdicts {
+                    if let Some(c) = self.copies.get_mut(&id) {
+                        c.verdict = Some(v);
+                        if c.abandoned {
+                            self.copies.remove(&id);
+                        } else {
+                            wake.push(lock(&c.signal.task).clone());
+                        }
+                    }
+                }
+            }
+        }
+        wake
+    }
+
+    /// Refuses every copy in the book that has no verdict yet.
+    fn refuse_all(&mut self, wake: &mut Vec<Waker>, refusal: &Refusal) {
+        self.unjudged.clear();
+        self.copies.retain(|_, c| {
+            if c.verdict.is_none() {
+                c.verdict = Some(Err(refusal.clone()));
+                if c.abandoned {
+                    return false;
+                }
+                wake.push(lock(&c.signal.task).clone());
+            }
+            true
+        });
+    }
+}
+
+impl Lane {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        lock(&self.book)
+    }
+
+    fn is_retired(&self) -> bool {
+        self.book().retired.is_some()
+    }
+
+    /// Puts a published copy in the book (the publish has ended) and
+    /// judges if a judgement waited for it. Returns its number and the
+    /// tasks to wake.
+    fn enter(&self, confirm: PublisherConfirm, task: Waker) -> (u64, Vec<Waker>) {
+        let mut book = self.book();
+        book.publishing = false;
+        let id = book.next_id;
+        book.next_id += 1;
+        let signal = Arc::new(Signal {
+            id,
+            ready: self.ready.clone(),
+            task: Mutex::new(task),
+        });
+        let mut copy = Copy {
+            confirm: Some(confirm),
+            waker: Waker::from(signal.clone()),
+            signal,
+            outcome: None,
+            verdict: None,
+            abandoned: false,
+        };
+        // The first poll registers the signal; a confirm already resolved
+        // is read here, before any judgement can run.
+        if copy.read() {
+            book.unjudged.push(id);
+        }
+        book.copies.insert(id, copy);
+        let wake = if book.waiting {
+            book.judge(&self.ready)
+        } else {
+            Vec::new()
+        };
+        (id, wake)
+    }
+
+    /// Retires the lane: every copy in flight on it is refused, and the
+    /// channel is closed.
+    fn retire(&self, because: &str) {
+        let wake = {
+            let mut book = self.book();
+            book.publishing = false;
+            book.retire(because);
+            book.judge(&self.ready)
+        };
+        wake.into_iter().for_each(Waker::wake);
+        self.close("dlqctl publishing channel retired");
+    }
+
+    /// Closes the channel in the background, when there is a runtime to
+    /// do it (dropped with its runtime, the connection's close ends it).
+    fn close(&self, why: &'static str) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let channel = self.channel.clone();
+            rt.spawn(async move {
+                let close = channel.close(200, why.into());
+                let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+            });
+        }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        // No publisher holds the lane any more, and every copy has been
+        // answered: close its channel.
+        if self.channel.status().connected() {
+            self.close("dlqctl publishing channel done");
+        }
+    }
+}
+
+/// A publish under way on a lane. Dropped before its confirm is in the
+/// book (its task cancelled), it retires the lane: the confirm it cannot
+/// see may carry another copy's return.
+struct Publishing<'a> {
+    lane: &'a Lane,
+    open: bool,
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.lane.retire("a publish was cancelled");
+        }
+    }
+}
+
+/// The wait for one copy's verdict.
+struct Wait<'a> {
+    lane: &'a Lane,
+    id: u64,
+    done: bool,
+}
+
+impl Future for Wait<'_> {
+    type Output = Verdict;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Verdict> {
+        let id = self.id;
+        let lane = self.lane;
+        let (verdict, wake) = {
+            let mut book = lane.book();
+            let Some(c) = book.copies.get_mut(&id) else {
+                // Not reached: a copy leaves the book with its verdict.
+                return Poll::Ready(Err(Refusal::Channel("the copy left the book".into())));
+            };
+            if c.verdict.is_none() {
+                let mut task = lock(&c.signal.task);
+                if !task.will_wake(cx.waker()) {
+                    *task = cx.waker().clone();
+                }
+            }
+            let wake = if c.verdict.is_none() {
+                book.judge(&lane.ready)
+            } else {
+                Vec::new()
+            };
+            let verdict = book.copies.get_mut(&id).and_then(|c| c.verdict.take());
+            if verdict.is_some() {
+                book.copies.remove(&id);
+            }
+            (verdict, wake)
+        };
+        for w in wake {
+            if !w.will_wake(cx.waker()) {
+                w.wake();
+            }
+        }
+        match verdict {
+            Some(v) => {
+                self.done = true;
+                Poll::Ready(v)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut book = self.lane.book();
+        let answered = match book.copies.get_mut(&self.id) {
+            Some(c) if c.verdict.is_none() => {
+                c.abandoned = true;
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if answered {
+            book.copies.remove(&self.id);
+        }
+    }
 }
 
 impl Publisher {
@@ -130,7 +428,7 @@ impl Publisher {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.lanes.len();
         let mut slot = self.lanes[i].lock().await;
         if let Some(l) = slot.as_ref() {
-            if !l.state.retired.load(Ordering::SeqCst) && l.channel.status().connected() {
+            if !l.is_retired() && l.channel.status().connected() {
                 return Ok(l.clone());
             }
         }
@@ -143,18 +441,11 @@ impl Publisher {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| describe_lapin_error(&e))?;
-        let (register, registered) = mpsc::unbounded_channel();
-        let state = Arc::new(LaneState {
-            gate: tokio::sync::Mutex::new(()),
-            retired: AtomicBool::new(false),
-            retired_because: Mutex::new(String::new()),
-            retire: Notify::new(),
-        });
-        tokio::spawn(collect(channel.clone(), state.clone(), registered));
         let lane = Arc::new(Lane {
             channel,
-            register,
-            state,
+            gate: Arc::new(tokio::sync::Mutex::new(())),
+            book: Mutex::new(Book::default()),
+            ready: Arc::new(Mutex::new(Vec::new())),
         });
         *slot = Some(lane.clone());
         Ok(lane)
@@ -187,149 +478,85 @@ impl Publisher {
         props: BasicProperties,
     ) -> std::result::Result<(), Refusal> {
         let deadline = tokio::time::Instant::now() + self.confirm_timeout;
+        // This task's waker, for the copy's entry in the book.
+        let task = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
         let mut tries = 0;
-        let (lane, verdict) = loop {
+        // A lane that takes the copy, held (its gate) for the publish.
+        let (lane, gate) = loop {
             tries += 1;
             let lane = tokio::time::timeout_at(deadline, self.lane())
                 .await
                 .map_err(|_| Refusal::Timeout)?
                 .map_err(Refusal::Channel)?;
-            let gate = tokio::time::timeout_at(deadline, lane.state.gate.lock())
+            let gate = tokio::time::timeout_at(deadline, lane.gate.clone().lock_owned())
                 .await
                 .map_err(|_| Refusal::Timeout)?;
-            if lane.state.retired.load(Ordering::SeqCst) {
-                drop(gate);
-                if tries <= self.lanes.len() {
-                    continue;
+            {
+                let mut book = lane.book();
+                if let Some(because) = book.retired.clone() {
+                    drop(book);
+                    drop(gate);
+                    if tries <= self.lanes.len() {
+                        continue;
+                    }
+                    return Err(Refusal::Channel(format!(
+                        "publishing channel retired: {because}"
+                    )));
                 }
-                return Err(Refusal::Channel(format!(
-                    "publishing channel retired: {}",
-                    lane.state.because()
-                )));
+                book.publishing = true;
             }
+            break (lane, gate);
+        };
+        // No await since `publishing` was set: from here the guard retires
+        // the lane if this task is cancelled before the copy is in the book.
+        let mut publishing = Publishing {
+            lane: &lane,
+            open: true,
+        };
+        let id = {
             let published = tokio::time::timeout_at(
                 deadline,
-                publish_mandatory(&lane.channel, exchange, routing_key, body, props.clone()),
+                publish_mandatory(&lane.channel, exchange, routing_key, body, props),
             )
             .await;
             let confirm = match published {
                 Err(_) => {
-                    // Its confirm may exist but is lost to the collector:
-                    // nothing on this lane can be trusted any more.
-                    lane.state.retire("a publish timed out");
+                    // Its confirm may exist but is not in the book: nothing
+                    // on this lane can be trusted any more.
+                    publishing.open = false;
+                    lane.retire("a publish timed out");
                     return Err(Refusal::Timeout);
                 }
                 Ok(Err(e)) => {
-                    lane.state.retire("a publish failed");
+                    publishing.open = false;
+                    lane.retire("a publish failed");
                     return Err(Refusal::of_channel(describe_lapin_error(&e)));
                 }
                 Ok(Ok(c)) => c,
             };
-            let (reply, verdict) = oneshot::channel();
-            if lane.register.send(Pending { confirm, reply }).is_err() {
-                lane.state.retire("its collector stopped");
-                return Err(Refusal::Channel(
-                    "the publishing channel's collector stopped".into(),
-                ));
-            }
+            let (id, wake) = lane.enter(confirm, task);
+            publishing.open = false;
             drop(gate);
-            break (lane, verdict);
+            wake.into_iter().for_each(Waker::wake);
+            id
         };
-        match tokio::time::timeout_at(deadline, verdict).await {
+        let wait = Wait {
+            lane: &lane,
+            id,
+            done: false,
+        };
+        match tokio::time::timeout_at(deadline, wait).await {
             Err(_) => {
                 // A confirm may still come for this copy: retire the lane.
-                lane.state.retire("a confirm timed out");
+                lane.retire("a confirm timed out");
                 Err(Refusal::Timeout)
             }
-            Ok(Err(_)) => Err(Refusal::Channel(
-                "the publishing channel's collector stopped".into(),
-            )),
-            Ok(Ok(v)) => v,
+            Ok(v) => v,
         }
     }
 }
 
-/// A lane's collector: answers each copy once its confirm, and every
-/// confirm that could carry its return, has been seen (see [`Publisher`]).
-async fn collect(
-    channel: Channel,
-    state: Arc<LaneState>,
-    mut registered: mpsc::UnboundedReceiver<Pending>,
-) {
-    let mut confirms: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
-    let mut replies: HashMap<u64, oneshot::Sender<Verdict>> = HashMap::new();
-    let mut next_id: u64 = 0;
-    let mut add = |p: Pending,
-                   confirms: &mut FuturesUnordered<BoxFuture<'static, Done>>,
-                   replies: &mut HashMap<u64, oneshot::Sender<Verdict>>| {
-        let id = next_id;
-        next_id += 1;
-        replies.insert(id, p.reply);
-        confirms.push(p.confirm.map(move |r| (id, r)).boxed());
-    };
-    let mut open = true;
-    loop {
-        // Every publisher is gone and every copy answered.
-        if !open && confirms.is_empty() {
-            break;
-        }
-        let first: Option<Done> = tokio::select! {
-            _ = state.retire.notified() => None,
-            p = registered.recv(), if open => {
-                match p {
-                    Some(p) => add(p, &mut confirms, &mut replies),
-                    None => open = false,
-                }
-                continue;
-            }
-            Some(d) = confirms.next(), if !confirms.is_empty() => Some(d),
-        };
-        // Under the gate: every published confirm is registered, then
-        // every ready one is taken (a confirm that carries the return of a
-        // copy taken here is resolved before that copy's).
-        let gate = state.gate.lock().await;
-        while let Ok(p) = registered.try_recv() {
-            add(p, &mut confirms, &mut replies);
-        }
-        let mut batch: Vec<Done> = first.into_iter().collect();
-        while let Some(Some(d)) = confirms.next().now_or_never() {
-            batch.push(d);
-        }
-        let batch: Vec<(u64, Confirm)> = batch
-            .into_iter()
-            .map(|(id, r)| (id, confirm_of(r)))
-            .collect();
-        let retired_because = state
-            .retired
-            .load(Ordering::SeqCst)
-            .then(|| state.because());
-        let outcome = judge_batch(&batch, retired_because.as_deref());
-        if let BatchOutcome::Retire(Refusal::Returned(why)) = &outcome {
-            state.retire(&format!("a copy was returned ({why})"));
-        }
-        drop(gate);
-        match outcome {
-            BatchOutcome::Retire(refusal) => {
-                for (_, reply) in replies.drain() {
-                    let _ = reply.send(Err(refusal.clone()));
-                }
-                break;
-            }
-            BatchOutcome::Answer(verdicts) => {
-                for (id, verdict) in verdicts {
-                    if let Some(reply) = replies.remove(&id) {
-                        let _ = reply.send(verdict);
-                    }
-                }
-            }
-        }
-    }
-    drop(confirms);
-    let close = channel.close(200, "dlqctl publishing channel retired".into());
-    let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
-}
-
-/// A lapin confirm in the collector's terms.
+/// A lapin confirm in the judgement's terms.
 fn confirm_of(r: lapin::Result<Confirmation>) -> Confirm {
     match r {
         Ok(Confirmation::Ack(None)) => Confirm::Ack,

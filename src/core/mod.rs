@@ -4,7 +4,8 @@
 //!   positions, then validation), and the plan of broker objects it makes.
 //! - [`retry`]: one delivery's way through the retries: attempts, the
 //!   decision and the whole settlement, jitter, the properties of the
-//!   copies, the confirm collector, the circuit breaker and backoff.
+//!   copies, the judgement of publisher confirms, the circuit breaker and
+//!   backoff.
 //! - [`handling`]: what a handler gets (the message) and says (the
 //!   outcome), and the JSON-lines protocol between a worker and a
 //!   long-running handler process.

@@ -66,6 +66,14 @@ struct Prepared {
     msg: Option<HandlerMessage>,
 }
 
+/// What a settlement planned, as the "message handled" line says it (the
+/// tier of a retry, the reason of a dead-letter), even when its copy was
+/// abandoned.
+struct Planned {
+    tier: Option<String>,
+    reason: Option<DeadLetterReason>,
+}
+
 /// Non-UTF-8 short strings named in one log line, at most.
 const MAX_NOT_UTF8_LOGGED: usize = 10;
 
@@ -129,7 +137,11 @@ impl<H: Handler> DeliveryTask<H> {
         for note in &plan.notes {
             self.log_note(note, &prepared, rules.frame_max);
         }
-        let planned = plan.settlement.clone();
+        // What the log line needs of the plan: not a clone of its copy.
+        let planned = Planned {
+            tier: plan.settlement.tier().map(str::to_owned),
+            reason: plan.settlement.reason(),
+        };
         let done = self.carry_out(&d, plan.settlement, &prepared).await;
         self.record(&prepared, &run, &planned, &done);
     }
@@ -296,7 +308,7 @@ impl<H: Handler> DeliveryTask<H> {
     /// and reason of what was `planned` (a copy abandoned still says what
     /// it was for). A run the lost connection interrupted has no outcome:
     /// [`Self::carry_out`] said so, and nothing is counted.
-    fn record(&self, prepared: &Prepared, run: &Run, planned: &Settlement, done: &Settlement) {
+    fn record(&self, prepared: &Prepared, run: &Run, planned: &Planned, done: &Settlement) {
         let Some(outcome) = run.outcome() else {
             return;
         };
@@ -317,8 +329,8 @@ impl<H: Handler> DeliveryTask<H> {
             max_attempts = p.retry.max_attempts,
             outcome = outcome.label(),
             decision = done.label(),
-            tier = planned.tier(),
-            reason = done.reason().or(planned.reason()).map(DeadLetterReason::as_str),
+            tier = planned.tier.as_deref(),
+            reason = done.reason().or(planned.reason).map(DeadLetterReason::as_str),
             error,
             "message handled"
         );

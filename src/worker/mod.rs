@@ -334,12 +334,16 @@ impl<H: Handler> Worker<H> {
             // them, the worker is not reading the consumer, which is where
             // a lost connection shows: watch the channel too, so that busy
             // handlers or an open breaker do not delay the reconnection.
-            let permit = tokio::select! {
-                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
-                _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
-                p = permits.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return SessionEnd::Shutdown,
+            let permit = match permits.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(tokio::sync::TryAcquireError::Closed) => return SessionEnd::Shutdown,
+                Err(tokio::sync::TryAcquireError::NoPermits) => tokio::select! {
+                    _ = shutdown.cancelled() => return SessionEnd::Shutdown,
+                    _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
+                    p = permits.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return SessionEnd::Shutdown,
+                    },
                 },
             };
             if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
@@ -375,9 +379,28 @@ impl<H: Handler> Worker<H> {
         shutdown: &CancellationToken,
         consume: &Channel,
     ) -> Option<SessionEnd> {
+        // The common case, checked first: nothing to wait for, so no
+        // timer is armed for the channel watch (two per message otherwise).
+        if self.shared.refusing.load(Ordering::SeqCst) == 0
+            && self.breaker_state() == BreakerState::Closed
+        {
+            self.metrics.circuit_open.set(0);
+            return None;
+        }
         tokio::select! {
             _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
             end = self.wait_gates(shutdown) => end,
+        }
+    }
+
+    /// The circuit breaker's state now (closed when there is none).
+    fn breaker_state(&self) -> BreakerState {
+        match &self.shared.breaker {
+            Some(b) => b
+                .lock()
+                .map(|mut b| b.state(self.shared.now_ms()))
+                .unwrap_or(BreakerState::Closed),
+            None => BreakerState::Closed,
         }
     }
 
@@ -395,14 +418,7 @@ impl<H: Handler> Worker<H> {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
                 }
             }
-            let state = match &self.shared.breaker {
-                Some(b) => b
-                    .lock()
-                    .map(|mut b| b.state(self.shared.now_ms()))
-                    .unwrap_or(BreakerState::Closed),
-                None => BreakerState::Closed,
-            };
-            match state {
+            match self.breaker_state() {
                 BreakerState::Closed => {
                     self.metrics.circuit_open.set(0);
                     return None;

@@ -1,4 +1,4 @@
-//! The publisher's confirm collector, as a pure state machine: from a
+//! The publisher's judgement of its confirms, as a pure function: from a
 //! batch of publisher confirms to a verdict on each copy.
 //!
 //! lapin does not tie a `basic.return` to the publish it belongs to: it
@@ -6,14 +6,14 @@
 //! returned copy can read as a plain ack while another copy's confirm
 //! carries its return. What holds is that the broker sends a copy's return
 //! before its ack, and the confirm that takes that return resolves no later
-//! than the copy's own. So the collector judges a channel's confirms in
-//! batches (every confirm that is ready at once), and when any confirm of a
+//! than the copy's own. So the publisher judges a channel's confirms in
+//! batches (every confirm resolved so far and not yet judged), and when any confirm of a
 //! batch carries a return, no verdict on that channel can be trusted: the
 //! channel is retired and every copy of the batch and every copy still in
 //! flight on it is refused (to be published again elsewhere; a duplicate
 //! is possible, a loss is not).
 
-/// One publisher confirm as the collector sees it.
+/// One publisher confirm as the judgement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confirm {
     /// `basic.ack`, no return attached.
@@ -79,7 +79,7 @@ impl std::fmt::Display for Refusal {
 /// The verdict on one copy.
 pub type Verdict = Result<(), Refusal>;
 
-/// What the collector does after judging a batch.
+/// What the publisher does after judging a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOutcome {
     /// Answer each copy of the batch (by its number) and go on.

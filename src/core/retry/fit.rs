@@ -226,6 +226,10 @@ pub fn fit_retry_copy(
 ) -> Result<(BasicProperties, Trimmed), TooLarge> {
     let budget = retry_budget(&props, frame_max);
     let mut trimmed = Trimmed::default();
+    // Most copies fit as they are: one measure, no trimming pass.
+    if properties_size(&props) <= budget {
+        return Ok((props, trimmed));
+    }
     let props = trim_history(props, budget, &mut trimmed);
     let size = properties_size(&props);
     if size <= budget {

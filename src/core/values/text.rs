@@ -86,12 +86,27 @@ pub fn rfc3339_millis(unix_ms: u64) -> String {
     let secs = unix_ms / 1000;
     let (days, day_secs) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        day_secs / 3600,
-        day_secs % 3600 / 60,
-        day_secs % 60
-    )
+    let (hour, minute, second) = (day_secs / 3600, day_secs % 3600 / 60, day_secs % 60);
+    if year > 9999 {
+        return format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{ms:03}Z");
+    }
+    // Written digit by digit: this runs for every retry copy, and format!
+    // cost ten times as much.
+    let mut b = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut v: u64| {
+        for i in (at..at + width).rev() {
+            b[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, hour);
+    put(14, 2, minute);
+    put(17, 2, second);
+    put(20, 3, ms);
+    b.iter().map(|&c| char::from(c)).collect()
 }
 
 /// Year, month, day of a day count since 1970-01-01 (H. Hinnant's
@@ -221,6 +236,34 @@ mod tests {
             serde_json::from_str::<String>(&escaped).unwrap(),
             "x\u{7f}\u{9b}\u{202e}y"
         );
+    }
+
+    #[test]
+    fn rfc3339_is_written_field_by_field_with_padding() {
+        for (ms, text) in [
+            (0u64, "1970-01-01T00:00:00.000Z"),
+            (1_700_000_000_123, "2023-11-14T22:13:20.123Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (951_868_799_999, "2000-02-29T23:59:59.999Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+            (253_402_300_800_000, "10000-01-01T00:00:00.000Z"),
+        ] {
+            assert_eq!(rfc3339_millis(ms), text, "{ms}");
+        }
+        // Every day over four centuries, at a time of day that changes.
+        for day in 0..146_097u64 {
+            let ms = day * 86_400_000 + (day * 7_919_117) % 86_400_000;
+            let (y, mo, d) = civil_from_days(day);
+            let secs = ms / 1000 % 86_400;
+            let want = format!(
+                "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                secs / 3600,
+                secs % 3600 / 60,
+                secs % 60,
+                ms % 1000
+            );
+            assert_eq!(rfc3339_millis(ms), want);
+        }
     }
 
     #[test]
