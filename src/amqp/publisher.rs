@@ -117,6 +117,8 @@ struct Copy {
     /// Its task stopped waiting (a timeout): it is judged all the same,
     /// since its confirm may carry another copy's return, then dropped.
     abandoned: bool,
+    /// Its body's size, to tell whose size a channel's refusal is about.
+    size: usize,
 }
 
 /// The waker a copy's confirm is polled with: notes the copy as ready,
@@ -170,8 +172,9 @@ impl Book {
         }
     }
 
-    /// Gives every verdict it can, and returns the tasks to wake.
-    fn judge(&mut self, ready: &Mutex<Vec<u64>>) -> Vec<Waker> {
+    /// Gives every verdict it can, and returns the copies answered, with
+    /// their tasks to wake.
+    fn judge(&mut self, ready: &Mutex<Vec<u64>>) -> Vec<(u64, Waker)> {
         let mut wake = Vec::new();
         if let Some(because) = &self.retired {
             if let BatchOutcome::Retire(refusal) = judge_batch(&[], Some(because)) {
@@ -213,11 +216,11 @@ impl Book {
             BatchOutcome::Answer(verdicts) => {
                 for (id, v) in verdicts {
                     if let Some(c) = self.copies.get_mut(&id) {
-                        c.verdict = Some(v);
+                        c.verdict = Some(v.map_err(|r| r.for_copy_of(c.size)));
                         if c.abandoned {
                             self.copies.remove(&id);
                         } else {
-                            wake.push(lock(&c.signal.task).clone());
+                            wake.push((id, lock(&c.signal.task).clone()));
                         }
                     }
                 }
@@ -227,15 +230,15 @@ impl Book {
     }
 
     /// Refuses every copy in the book that has no verdict yet.
-    fn refuse_all(&mut self, wake: &mut Vec<Waker>, refusal: &Refusal) {
+    fn refuse_all(&mut self, wake: &mut Vec<(u64, Waker)>, refusal: &Refusal) {
         self.unjudged.clear();
-        self.copies.retain(|_, c| {
+        self.copies.retain(|id, c| {
             if c.verdict.is_none() {
                 c.verdict = Some(Err(refusal.clone()));
                 if c.abandoned {
                     return false;
                 }
-                wake.push(lock(&c.signal.task).clone());
+                wake.push((*id, lock(&c.signal.task).clone()));
             }
             true
         });
@@ -254,7 +257,12 @@ impl Lane {
     /// Puts a published copy in the book (the publish has ended) and
     /// judges if a judgement waited for it. Returns its number and the
     /// tasks to wake.
-    fn enter(&self, confirm: PublisherConfirm, task: Waker) -> (u64, Vec<Waker>) {
+    fn enter(
+        &self,
+        confirm: PublisherConfirm,
+        task: Waker,
+        size: usize,
+    ) -> (u64, Vec<(u64, Waker)>) {
         let mut book = self.book();
         book.publishing = false;
         let id = book.next_id;
@@ -271,6 +279,7 @@ impl Lane {
             outcome: None,
             verdict: None,
             abandoned: false,
+            size,
         };
         // The first poll registers the signal; a confirm already resolved
         // is read here, before any judgement can run.
@@ -295,7 +304,7 @@ impl Lane {
             book.retire(because);
             book.judge(&self.ready)
         };
-        wake.into_iter().for_each(Waker::wake);
+        wake.into_iter().for_each(|(_, w)| w.wake());
         self.close("dlqctl publishing channel retired");
     }
 
@@ -374,8 +383,10 @@ impl Future for Wait<'_> {
             }
             (verdict, wake)
         };
-        for w in wake {
-            if !w.will_wake(cx.waker()) {
+        // Every copy answered but this one (whose task is running; two
+        // copies may share a task, so by copy, not by waker).
+        for (other, w) in wake {
+            if other != id {
                 w.wake();
             }
         }
@@ -530,14 +541,16 @@ impl Publisher {
                 Ok(Err(e)) => {
                     publishing.open = false;
                     lane.retire("a publish failed");
-                    return Err(Refusal::of_channel(describe_lapin_error(&e)));
+                    return Err(
+                        Refusal::of_channel(describe_lapin_error(&e)).for_copy_of(body.len())
+                    );
                 }
                 Ok(Ok(c)) => c,
             };
-            let (id, wake) = lane.enter(confirm, task);
+            let (id, wake) = lane.enter(confirm, task, body.len());
             publishing.open = false;
             drop(gate);
-            wake.into_iter().for_each(Waker::wake);
+            wake.into_iter().for_each(|(_, w)| w.wake());
             id
         };
         let wait = Wait {

@@ -439,9 +439,13 @@ impl Drop for SizeLimit {
 
 /// A message queued before the broker's size limit was lowered: its retry
 /// copy is refused for its size. The worker neither stalls nor loops: it
-/// nacks the message so the broker dead-letters it, and goes on.
+/// nacks the message so the broker dead-letters it, and goes on. The
+/// broker closes the publishing channel for it, which fails every copy in
+/// flight on that channel with the same error: the small messages among
+/// them are retried as usual, none taken for too large.
 #[tokio::test]
 async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
+    const SMALL: usize = 40;
     let dir = node();
     let scratch = Scratch::new();
     let (t, name) = topology(&scratch);
@@ -455,13 +459,15 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
         .unwrap();
     let ch = conn.create_channel().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
-    for (id, size) in [("big", 2_000_000usize), ("small", 10)] {
+    let mut messages = vec![("big".to_string(), 2_000_000usize)];
+    messages.extend((0..SMALL).map(|i| (format!("small-{i}"), 10)));
+    for (id, size) in &messages {
         ch.basic_publish(
             "".into(),
             name.as_str().into(),
             Default::default(),
-            &vec![b'x'; size],
-            lapin::BasicProperties::default().with_message_id(id.into()),
+            &vec![b'x'; *size],
+            lapin::BasicProperties::default().with_message_id(id.as_str().into()),
         )
         .await
         .unwrap()
@@ -474,20 +480,32 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
     let mut w = crate::support::worker::WorkerProc::spawn(
         Path::new(&t),
         &name,
-        &["--url", AMQP_PLAIN, "--", script.to_str().unwrap()],
+        &[
+            "--url",
+            AMQP_PLAIN,
+            "--concurrency",
+            "16",
+            "--",
+            script.to_str().unwrap(),
+        ],
     );
     w.wait_consuming().await;
-    // `small` is retried, then dead-lettered as usual; `big` at once.
-    let d = w.wait_decisions(3, Duration::from_secs(30)).await;
+    // Each small message is retried, then dead-lettered as usual; `big`
+    // at once.
+    let d = w
+        .wait_decisions(1 + 2 * SMALL, Duration::from_secs(60))
+        .await;
     let big: Vec<&Value> = d.iter().filter(|e| e["message_id"] == "big").collect();
     assert_eq!(big.len(), 1, "{d:#?}");
     assert_eq!(big[0]["decision"], "dead_letter_nack");
-    let small: Vec<&str> = d
-        .iter()
-        .filter(|e| e["message_id"] == "small")
-        .map(|e| e["decision"].as_str().unwrap())
-        .collect();
-    assert_eq!(small, vec!["retry", "dead_letter"], "{d:#?}");
+    for i in 0..SMALL {
+        let small: Vec<&str> = d
+            .iter()
+            .filter(|e| e["message_id"] == format!("small-{i}").as_str())
+            .map(|e| e["decision"].as_str().unwrap())
+            .collect();
+        assert_eq!(small, vec!["retry", "dead_letter"], "small-{i}: {d:#?}");
+    }
     assert!(
         w.output()
             .contains("the broker refuses copies of this message for its size"),
@@ -507,7 +525,7 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
         )
         .await
         .unwrap();
-    assert_eq!(q.message_count(), 2);
+    assert_eq!(q.message_count(), 1 + SMALL as u32);
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&dir, &name).await;
 }

@@ -60,6 +60,33 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// This refusal as it concerns one copy of `body_len` bytes. The
+    /// broker closes the whole channel for one message over its size
+    /// limit, and every confirm in flight on that channel fails with the
+    /// same text: a copy within the limit the text names is not the one
+    /// refused, only a copy on a failed channel (published again).
+    pub fn for_copy_of(self, body_len: usize) -> Refusal {
+        match self {
+            Refusal::TooLarge(text) => match max_size_in(&text) {
+                Some(max) if body_len as u64 <= max => Refusal::Channel(text),
+                _ => Refusal::TooLarge(text),
+            },
+            other => other,
+        }
+    }
+}
+
+/// The limit in RabbitMQ's "message size N is larger than configured max
+/// size M" (the same on 3.x and 4.x).
+fn max_size_in(text: &str) -> Option<u64> {
+    let rest = text.split("larger than configured max size ").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -158,6 +185,36 @@ mod tests {
             Refusal::of_channel("NOT_FOUND - no exchange 'x' (404)".into()),
             Refusal::Channel("NOT_FOUND - no exchange 'x' (404)".into())
         );
+    }
+
+    #[test]
+    fn a_size_refusal_is_only_the_copy_over_the_limit() {
+        let text = "PRECONDITION_FAILED - message size 2000000 is larger than configured max size 1000000 (406)";
+        let refused = Refusal::of_channel(text.into());
+        // The copy that was over the limit, and one on the same channel
+        // whose confirm failed with the same text.
+        assert_eq!(
+            refused.clone().for_copy_of(2_000_000),
+            Refusal::TooLarge(text.into())
+        );
+        assert_eq!(
+            refused.clone().for_copy_of(1_000_001),
+            Refusal::TooLarge(text.into())
+        );
+        assert_eq!(
+            refused.clone().for_copy_of(1_000_000),
+            Refusal::Channel(text.into())
+        );
+        assert_eq!(refused.for_copy_of(10), Refusal::Channel(text.into()));
+        // A text without a readable limit stays a size refusal; other
+        // refusals are left as they are.
+        let odd = "message size 5 is larger than configured max size lots";
+        assert_eq!(
+            Refusal::of_channel(odd.into()).for_copy_of(1),
+            Refusal::TooLarge(odd.into())
+        );
+        assert_eq!(Refusal::Nacked.for_copy_of(1), Refusal::Nacked);
+        assert_eq!(max_size_in(text), Some(1_000_000));
     }
 
     #[test]
