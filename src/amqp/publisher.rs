@@ -91,14 +91,12 @@ struct Lane {
 struct Book {
     next_id: u64,
     copies: HashMap<u64, Copy>,
-    /// Copies whose confirm has been read but not judged.
-    unjudged: Vec<u64>,
+    /// What the confirms read so far and not yet judged said.
+    unjudged: Vec<(u64, Confirm)>,
     /// A `basic.publish` is under way: its confirm may already be resolved
-    /// without being in the book, so no judgement may run.
+    /// without being in the book, so no judgement may run (the publisher
+    /// judges when it ends).
     publishing: bool,
-    /// A judgement was put off by a publish: the publisher judges when it
-    /// ends.
-    waiting: bool,
     /// Why the lane was retired (a return, a timeout, a failed publish).
     retired: Option<String>,
 }
@@ -110,8 +108,6 @@ struct Copy {
     /// What wakes when the confirm resolves (its [`Signal`]).
     signal: Arc<Signal>,
     waker: Waker,
-    /// What its confirm said, until it is judged.
-    outcome: Option<Confirm>,
     /// The verdict, until its task takes it.
     verdict: Option<Verdict>,
     /// Its task stopped waiting (a timeout): it is judged all the same,
@@ -147,21 +143,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Copy {
-    /// Reads the confirm if it has resolved; true when it has (now or
-    /// before).
-    fn read(&mut self) -> bool {
-        if let Some(confirm) = self.confirm.as_mut() {
-            let mut cx = Context::from_waker(&self.waker);
-            match Pin::new(confirm).poll(&mut cx) {
-                Poll::Ready(r) => {
-                    self.confirm = None;
-                    self.outcome = Some(confirm_of(r));
-                    return true;
-                }
-                Poll::Pending => return false,
-            }
-        }
-        false
+    /// Reads the confirm, once it has resolved (only once).
+    fn read(&mut self) -> Option<Confirm> {
+        let confirm = self.confirm.as_mut()?;
+        let mut cx = Context::from_waker(&self.waker);
+        let Poll::Ready(r) = Pin::new(confirm).poll(&mut cx) else {
+            return None;
+        };
+        self.confirm = None;
+        Some(confirm_of(r))
     }
 }
 
@@ -183,29 +173,18 @@ impl Book {
             return wake;
         }
         if self.publishing {
-            self.waiting = true;
             return wake;
         }
-        self.waiting = false;
         let noted = std::mem::take(&mut *lock(ready));
         for id in noted {
-            if let Some(c) = self.copies.get_mut(&id) {
-                if c.read() {
-                    self.unjudged.push(id);
-                }
+            if let Some(outcome) = self.copies.get_mut(&id).and_then(Copy::read) {
+                self.unjudged.push((id, outcome));
             }
         }
         if self.unjudged.is_empty() {
             return wake;
         }
-        let batch: Vec<(u64, Confirm)> = self
-            .unjudged
-            .drain(..)
-            .filter_map(|id| {
-                let c = self.copies.get(&id)?;
-                Some((id, c.outcome.clone()?))
-            })
-            .collect();
+        let batch = std::mem::take(&mut self.unjudged);
         match judge_batch(&batch, None) {
             BatchOutcome::Retire(refusal) => {
                 if let Refusal::Returned(why) = &refusal {
@@ -215,14 +194,7 @@ impl Book {
             }
             BatchOutcome::Answer(verdicts) => {
                 for (id, v) in verdicts {
-                    if let Some(c) = self.copies.get_mut(&id) {
-                        c.verdict = Some(v.map_err(|r| r.for_copy_of(c.size)));
-                        if c.abandoned {
-                            self.copies.remove(&id);
-                        } else {
-                            wake.push((id, lock(&c.signal.task).clone()));
-                        }
-                    }
+                    self.give(id, |size| v.map_err(|r| r.for_copy_of(size)), &mut wake);
                 }
             }
         }
@@ -232,16 +204,34 @@ impl Book {
     /// Refuses every copy in the book that has no verdict yet.
     fn refuse_all(&mut self, wake: &mut Vec<(u64, Waker)>, refusal: &Refusal) {
         self.unjudged.clear();
-        self.copies.retain(|id, c| {
-            if c.verdict.is_none() {
-                c.verdict = Some(Err(refusal.clone()));
-                if c.abandoned {
-                    return false;
-                }
-                wake.push((*id, lock(&c.signal.task).clone()));
-            }
-            true
-        });
+        let open: Vec<u64> = self
+            .copies
+            .iter()
+            .filter(|(_, c)| c.verdict.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in open {
+            self.give(id, |_| Err(refusal.clone()), wake);
+        }
+    }
+
+    /// Gives copy `id` its verdict, made from its body's size: an
+    /// abandoned copy leaves the book, the others' tasks are to be woken.
+    fn give(
+        &mut self,
+        id: u64,
+        verdict: impl FnOnce(usize) -> Verdict,
+        wake: &mut Vec<(u64, Waker)>,
+    ) {
+        let Some(c) = self.copies.get_mut(&id) else {
+            return;
+        };
+        c.verdict = Some(verdict(c.size));
+        if c.abandoned {
+            self.copies.remove(&id);
+        } else {
+            wake.push((id, lock(&c.signal.task).clone()));
+        }
     }
 }
 
@@ -255,8 +245,8 @@ impl Lane {
     }
 
     /// Puts a published copy in the book (the publish has ended) and
-    /// judges if a judgement waited for it. Returns its number and the
-    /// tasks to wake.
+    /// judges what was put off meanwhile. Returns its number and the
+    /// copies answered, with their tasks to wake.
     fn enter(
         &self,
         confirm: PublisherConfirm,
@@ -276,23 +266,17 @@ impl Lane {
             confirm: Some(confirm),
             waker: Waker::from(signal.clone()),
             signal,
-            outcome: None,
             verdict: None,
             abandoned: false,
             size,
         };
         // The first poll registers the signal; a confirm already resolved
         // is read here, before any judgement can run.
-        if copy.read() {
-            book.unjudged.push(id);
+        if let Some(outcome) = copy.read() {
+            book.unjudged.push((id, outcome));
         }
         book.copies.insert(id, copy);
-        let wake = if book.waiting {
-            book.judge(&self.ready)
-        } else {
-            Vec::new()
-        };
-        (id, wake)
+        (id, book.judge(&self.ready))
     }
 
     /// Retires the lane: every copy in flight on it is refused, and the
@@ -366,13 +350,12 @@ impl Future for Wait<'_> {
                 // Not reached: a copy leaves the book with its verdict.
                 return Poll::Ready(Err(Refusal::Channel("the copy left the book".into())));
             };
-            if c.verdict.is_none() {
+            let wake = if c.verdict.is_none() {
                 let mut task = lock(&c.signal.task);
                 if !task.will_wake(cx.waker()) {
                     *task = cx.waker().clone();
                 }
-            }
-            let wake = if c.verdict.is_none() {
+                drop(task);
                 book.judge(&lane.ready)
             } else {
                 Vec::new()
@@ -406,16 +389,12 @@ impl Drop for Wait<'_> {
             return;
         }
         let mut book = self.lane.book();
-        let answered = match book.copies.get_mut(&self.id) {
-            Some(c) if c.verdict.is_none() => {
-                c.abandoned = true;
-                false
+        match book.copies.get_mut(&self.id) {
+            Some(c) if c.verdict.is_none() => c.abandoned = true,
+            Some(_) => {
+                book.copies.remove(&self.id);
             }
-            Some(_) => true,
-            None => false,
-        };
-        if answered {
-            book.copies.remove(&self.id);
+            None => {}
         }
     }
 }

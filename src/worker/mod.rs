@@ -334,17 +334,17 @@ impl<H: Handler> Worker<H> {
             // them, the worker is not reading the consumer, which is where
             // a lost connection shows: watch the channel too, so that busy
             // handlers or an open breaker do not delay the reconnection.
-            let permit = match permits.clone().try_acquire_owned() {
-                Ok(p) => p,
-                Err(tokio::sync::TryAcquireError::Closed) => return SessionEnd::Shutdown,
-                Err(tokio::sync::TryAcquireError::NoPermits) => tokio::select! {
-                    _ = shutdown.cancelled() => return SessionEnd::Shutdown,
-                    _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => return SessionEnd::Shutdown,
-                    },
+            // The permit is polled first: when one is free it is taken at
+            // once, and the channel watch never arms its timer (with the
+            // gates below, that was three timers a message).
+            let permit = tokio::select! {
+                biased;
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return SessionEnd::Shutdown,
                 },
+                _ = shutdown.cancelled() => return SessionEnd::Shutdown,
+                _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
             };
             if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
                 return end;
@@ -379,28 +379,11 @@ impl<H: Handler> Worker<H> {
         shutdown: &CancellationToken,
         consume: &Channel,
     ) -> Option<SessionEnd> {
-        // The common case, checked first: nothing to wait for, so no
-        // timer is armed for the channel watch (two per message otherwise).
-        if self.shared.refusing.load(Ordering::SeqCst) == 0
-            && self.breaker_state() == BreakerState::Closed
-        {
-            self.metrics.circuit_open.set(0);
-            return None;
-        }
+        // The gates first, as for the permit above.
         tokio::select! {
-            _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
+            biased;
             end = self.wait_gates(shutdown) => end,
-        }
-    }
-
-    /// The circuit breaker's state now (closed when there is none).
-    fn breaker_state(&self) -> BreakerState {
-        match &self.shared.breaker {
-            Some(b) => b
-                .lock()
-                .map(|mut b| b.state(self.shared.now_ms()))
-                .unwrap_or(BreakerState::Closed),
-            None => BreakerState::Closed,
+            _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
         }
     }
 
@@ -418,7 +401,14 @@ impl<H: Handler> Worker<H> {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
                 }
             }
-            match self.breaker_state() {
+            let state = match &self.shared.breaker {
+                Some(b) => b
+                    .lock()
+                    .map(|mut b| b.state(self.shared.now_ms()))
+                    .unwrap_or(BreakerState::Closed),
+                None => BreakerState::Closed,
+            };
+            match state {
                 BreakerState::Closed => {
                     self.metrics.circuit_open.set(0);
                     return None;

@@ -7,11 +7,11 @@
 //! carries its return. What holds is that the broker sends a copy's return
 //! before its ack, and the confirm that takes that return resolves no later
 //! than the copy's own. So the publisher judges a channel's confirms in
-//! batches (every confirm resolved so far and not yet judged), and when any confirm of a
-//! batch carries a return, no verdict on that channel can be trusted: the
-//! channel is retired and every copy of the batch and every copy still in
-//! flight on it is refused (to be published again elsewhere; a duplicate
-//! is possible, a loss is not).
+//! batches (every confirm resolved so far and not yet judged), and when
+//! any confirm of a batch carries a return, no verdict on that channel can
+//! be trusted: the channel is retired and every copy of the batch and
+//! every copy still in flight on it is refused (to be published again
+//! elsewhere; a duplicate is possible, a loss is not).
 
 /// One publisher confirm as the judgement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,9 +58,7 @@ impl Refusal {
             Refusal::Channel(text)
         }
     }
-}
 
-impl Refusal {
     /// This refusal as it concerns one copy of `body_len` bytes. The
     /// broker closes the whole channel for one message over its size
     /// limit, and every confirm in flight on that channel fails with the

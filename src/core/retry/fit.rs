@@ -226,12 +226,7 @@ pub fn fit_retry_copy(
 ) -> Result<(BasicProperties, Trimmed), TooLarge> {
     let budget = retry_budget(&props, frame_max);
     let mut trimmed = Trimmed::default();
-    // Most copies fit as they are: one measure, no trimming pass.
-    if properties_size(&props) <= budget {
-        return Ok((props, trimmed));
-    }
-    let props = trim_history(props, budget, &mut trimmed);
-    let size = properties_size(&props);
+    let (props, size) = trim_history(props, budget, &mut trimmed);
     if size <= budget {
         Ok((props, trimmed))
     } else {
@@ -250,20 +245,21 @@ pub fn fit_dead_letter_copy(
 ) -> (BasicProperties, Trimmed, Result<(), TooLarge>) {
     let budget = dead_letter_budget(frame_max);
     let mut trimmed = Trimmed::default();
-    let mut props = trim_history(props, budget, &mut trimmed);
-    if properties_size(&props) > budget {
-        let before = properties_size(&props);
+    let (mut props, mut size) = trim_history(props, budget, &mut trimmed);
+    if size > budget {
         props = without_headers(props, |k| {
             WRITTEN_HEADERS.contains(&k) && k != REASON_HEADER
         });
-        trimmed.dlqctl_headers_removed = properties_size(&props) < before;
+        let after = properties_size(&props);
+        trimmed.dlqctl_headers_removed = after < size;
+        size = after;
     }
-    if properties_size(&props) > budget {
-        let before = properties_size(&props);
+    if size > budget {
         props = without_headers(props, |k| k == REASON_HEADER);
-        trimmed.reason_removed = properties_size(&props) < before;
+        let after = properties_size(&props);
+        trimmed.reason_removed = after < size;
+        size = after;
     }
-    let size = properties_size(&props);
     let fits = if size <= budget {
         Ok(())
     } else {
@@ -274,14 +270,19 @@ pub fn fit_dead_letter_copy(
 
 /// Trims `dlqctl-errors` (oldest entries, then the header), then
 /// `dlqctl-last-error` (its end, then the header), until `props` fit
-/// `budget` or nothing of either is left.
-fn trim_history(props: BasicProperties, budget: usize, trimmed: &mut Trimmed) -> BasicProperties {
+/// `budget` or nothing of either is left. Returns them with their size
+/// (measured once when they fit as they are, as most copies do).
+fn trim_history(
+    props: BasicProperties,
+    budget: usize,
+    trimmed: &mut Trimmed,
+) -> (BasicProperties, usize) {
     let mut size = properties_size(&props);
     if size <= budget {
-        return props;
+        return (props, size);
     }
     let Some(headers) = props.headers().as_ref() else {
-        return props;
+        return (props, size);
     };
     let mut map: Vec<(ShortString, AMQPValue)> = headers
         .inner()
@@ -328,9 +329,11 @@ fn trim_history(props: BasicProperties, budget: usize, trimmed: &mut Trimmed) ->
             }
         }
     }
-    props.with_headers(FieldTable::from(
+    let props = props.with_headers(FieldTable::from(
         map.into_iter().collect::<BTreeMap<_, _>>(),
-    ))
+    ));
+    let size = properties_size(&props);
+    (props, size)
 }
 
 fn without_headers(props: BasicProperties, drop: impl Fn(&str) -> bool) -> BasicProperties {
