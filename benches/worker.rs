@@ -7,8 +7,10 @@
 //!
 //! Scenarios (each on fresh quorum queues, preloaded, then drained):
 //! 1. success path: raw consume+ack loop vs `Worker` with a no-op handler;
-//! 2. retry path: raw consume + confirmed republish (pipelined) + ack vs
-//!    the worker's retry path (handler always transient);
+//! 2. retry path: raw consume + confirmed republish (pipelined) + ack, the
+//!    same with the worker's headers on every copy, and the worker's retry
+//!    path (handler always transient), in `BENCH_ROUNDS` rounds taken in
+//!    turn, each on an emptied tier queue; the median ratio at the end;
 //! 3. exec handler (`/bin/true`) at concurrency 1 and 8 vs a hand-written
 //!    consume-spawn-ack loop, and concurrency 8 vs a hand-written pika
 //!    worker (benches/peers/pika_exec.py; needs Debian's python3-pika);
@@ -131,6 +133,15 @@ impl Setup {
         let _ = ch.close(200, "ok".into()).await;
     }
 
+    /// Empties `queue`.
+    async fn purge(&self, queue: &str) {
+        let ch = self.conn.create_channel().await.expect("channel");
+        ch.queue_purge(queue.into(), QueuePurgeOptions::default())
+            .await
+            .expect("purge");
+        let _ = ch.close(200, "ok".into()).await;
+    }
+
     async fn cleanup(&self, p: &Pipeline) {
         let ch = self.conn.create_channel().await.expect("channel");
         let t = dlqctl::core::topology::Topology {
@@ -187,6 +198,9 @@ async fn raw_ack(s: &Setup, queue: &str, n: usize, prefetch: u16) -> Duration {
 /// flight on it); otherwise copies take turns on a pool of channels, one
 /// copy in flight per channel, as the worker must (lapin cannot tell which
 /// of several unconfirmed mandatory copies on a channel a return is for).
+/// With `headers`, each copy carries them (cloned, not built) in place of
+/// the original's.
+#[allow(clippy::too_many_arguments)]
 async fn raw_republish(
     s: &Setup,
     queue: &str,
@@ -195,6 +209,7 @@ async fn raw_republish(
     n: usize,
     prefetch: u16,
     channels: usize,
+    headers: Option<&FieldTable>,
 ) -> Duration {
     let ch = s.conn.create_channel().await.expect("channel");
     let mut pool = Vec::new();
@@ -216,6 +231,7 @@ async fn raw_republish(
         let pool = pool.clone();
         let (exchange, key) = (exchange.to_string(), key.to_string());
         let done = done.clone();
+        let headers = headers.cloned();
         tasks.spawn(async move {
             let pubch = loop {
                 let taken = {
@@ -240,7 +256,10 @@ async fn raw_republish(
                         immediate: false,
                     },
                     &d.data,
-                    d.properties.clone().with_delivery_mode(2),
+                    match headers {
+                        Some(h) => d.properties.clone().with_delivery_mode(2).with_headers(h),
+                        None => d.properties.clone().with_delivery_mode(2),
+                    },
                 )
                 .await
                 .expect("publish")
@@ -381,6 +400,16 @@ fn row(name: &str, n: usize, d: Duration) -> f64 {
     r
 }
 
+/// The median of `v` (the mean of the middle two when even).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// CPU time (user + system) this process has used so far.
 fn cpu_time() -> Duration {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
@@ -390,18 +419,100 @@ fn cpu_time() -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// Runs a scenario and prints its rate and this process's CPU per message.
+/// Runs a scenario and prints its rate, this process's CPU per message,
+/// and, where it can be read, the local broker's CPU per message and how
+/// idle the machine's cores were meanwhile: on a machine whose cores are
+/// all busy, a side whose process does more per message is slower by that
+/// much CPU, whatever else it saves.
 async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize, f: F) -> f64 {
-    let c0 = cpu_time();
+    let broker = broker_pid();
+    let r0 = broker.and(broker_reductions());
+    let (c0, b0, m0) = (cpu_time(), broker.and_then(process_ticks), machine_ticks());
     let d = f.await;
     let cpu = cpu_time().saturating_sub(c0);
+    let (b1, m1) = (broker.and_then(process_ticks), machine_ticks());
+    let r1 = broker.and(broker_reductions());
     let r = row(name, n, d);
-    println!(
+    let per_msg = |secs: f64| secs * 1e6 / n as f64;
+    let mut line = format!(
         "{:<58} {:>7.1} µs CPU/msg in this process",
         "",
-        cpu.as_secs_f64() * 1e6 / n as f64
+        per_msg(cpu.as_secs_f64())
     );
+    if let (Some(b0), Some(b1)) = (b0, b1) {
+        line += &format!(
+            ", {:.1} in the broker",
+            per_msg((b1 - b0) as f64 / ticks_per_second())
+        );
+    }
+    if let (Some(r0), Some(r1)) = (r0, r1) {
+        line += &format!(" ({:.0} reductions/msg)", (r1 - r0) as f64 / n as f64);
+    }
+    if let (Some((idle0, all0)), Some((idle1, all1))) = (m0, m1) {
+        if all1 > all0 {
+            line += &format!(
+                ", cores {:.0} % idle",
+                100.0 * (idle1 - idle0) as f64 / (all1 - all0) as f64
+            );
+        }
+    }
+    println!("{line}");
     r
+}
+
+/// The local broker's OS pid, asked of `rabbitmqctl` once (none when it
+/// cannot be asked, or `AMQP_URL` names another host).
+fn broker_pid() -> Option<u32> {
+    static PID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| {
+        let url = std::env::var("AMQP_URL").unwrap_or_default();
+        if !(url.is_empty() || url.contains("@localhost") || url.contains("@127.0.0.1")) {
+            return None;
+        }
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["eval", "list_to_integer(os:getpid())."])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    })
+}
+
+/// The broker's reductions so far (Erlang's count of work done, steadier
+/// than its CPU time on a machine whose load moves): what it did for a
+/// run, with a little background work of its own.
+fn broker_reductions() -> Option<u64> {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(["eval", "element(1, erlang:statistics(reductions))."])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// A process's user + system CPU, in clock ticks (`/proc/PID/stat`).
+fn process_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The machine's idle and total clock ticks (`/proc/stat`, all cores).
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = cpu
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let idle = v.get(3)? + v.get(4)?;
+    Some((idle, v.iter().take(8).sum()))
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
@@ -619,36 +730,92 @@ async fn run() {
         s.cleanup(&p).await;
     }
 
-    // 2. retry path: copies go to a 1h tier and stay there.
+    // 2. retry path: copies go to a 1h tier; it is emptied before each run,
+    // so that none runs against a longer quorum queue than another.
     if only(2) {
         let p = s.pipeline("retry", "[1h]", 1000).await;
+        let tier = p.retry_queue(3_600_000);
+        let (ex, key) = (p.retry_exchange(), "1h");
+        // The headers the worker's copy of a first failure carries.
+        let sample = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id("m0".into());
+        let ctx = dlqctl::core::retry::CopyContext {
+            attempt: 1,
+            error: "down",
+            now_unix_ms: 1_796_000_000_000,
+            delivery_exchange: "",
+            delivery_routing_key: &p.name,
+            connection_user: "guest",
+        };
+        let worker_headers = dlqctl::core::retry::retry_copy(&sample, &ctx, None)
+            .headers()
+            .clone()
+            .unwrap_or_default();
+        // Rounds of the three, in turn (the worker first in every other
+        // round, so that a drift of the machine's load favours neither).
+        let mut ratios = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let mut rates = [0.0f64; 3];
+            let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 0, 1] };
+            for which in order {
+                s.purge(&tier).await;
+                s.preload(&p.name, n_retry).await;
+                let label = |what: &str| format!("{what}, round {}", round + 1);
+                rates[which] = match which {
+                    0 => {
+                        measure(
+                            &label("raw consume+confirmed republish+ack (pipelined)"),
+                            n_retry,
+                            raw_republish(&s, &p.name, &ex, key, n_retry, 200, 1, None),
+                        )
+                        .await
+                    }
+                    1 => {
+                        let h = Some(&worker_headers);
+                        measure(
+                            &label("raw, pipelined, copies with the worker's headers"),
+                            n_retry,
+                            raw_republish(&s, &p.name, &ex, key, n_retry, 200, 1, h),
+                        )
+                        .await
+                    }
+                    _ => {
+                        let failing =
+                            handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
+                        measure(
+                            &label("Worker retry path (prefetch 200, concurrency 200)"),
+                            n_retry,
+                            worker_run(&s, &p, failing, n_retry, 200, 200),
+                        )
+                        .await
+                    }
+                };
+            }
+            println!(
+                "  round {}: worker/raw {:.2} (target >= 1.0); worker/raw with the worker's headers {:.2}\n",
+                round + 1,
+                rates[2] / rates[0],
+                rates[2] / rates[1]
+            );
+            ratios.0.push(rates[2] / rates[0]);
+            ratios.1.push(rates[2] / rates[1]);
+        }
+        println!(
+            "  median over {rounds} rounds: worker/raw {:.2}; worker/raw with the worker's headers {:.2}",
+            median(&mut ratios.0),
+            median(&mut ratios.1)
+        );
+        // For scale: what the one-return-safe way costs a raw loop.
+        s.purge(&tier).await;
         s.preload(&p.name, n_retry).await;
-        let raw = measure(
-            "raw lapin consume+confirmed republish+ack (pipelined)",
-            n_retry,
-            raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 1),
-        )
-        .await;
-        s.preload(&p.name, n_retry).await;
-        let raw_safe = measure(
+        measure(
             "raw, one copy in flight per channel (200 channels)",
             n_retry,
-            raw_republish(&s, &p.name, &p.retry_exchange(), "1h", n_retry, 200, 200),
+            raw_republish(&s, &p.name, &ex, key, n_retry, 200, 200, None),
         )
         .await;
-        s.preload(&p.name, n_retry).await;
-        let failing = handler_fn(|_m: HandlerMessage| async { Outcome::transient("down") });
-        let wk = measure(
-            "Worker retry path (prefetch 200, concurrency 200)",
-            n_retry,
-            worker_run(&s, &p, failing, n_retry, 200, 200),
-        )
-        .await;
-        println!(
-            "  ratio worker/raw: {:.2} (target >= 1.0); worker/raw one-in-flight: {:.2}\n",
-            wk / raw,
-            wk / raw_safe
-        );
+        println!();
         s.cleanup(&p).await;
     }
 

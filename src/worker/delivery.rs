@@ -19,7 +19,7 @@ use crate::worker::metrics::{Metrics, QueueCounters};
 use futures_util::FutureExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
-use lapin::Channel;
+use lapin::{BasicProperties, Channel};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -127,13 +127,8 @@ impl<H: Handler> DeliveryTask<H> {
             routing_key: d.routing_key.as_str(),
             attempt: prepared.attempt,
         };
-        let plan = settle(
-            &rules,
-            &delivered,
-            &run,
-            now_unix_ms(),
-            rand::random::<f64>(),
-        );
+        let (now, jitter_u) = (now_unix_ms(), rand::random::<f64>());
+        let plan = settle(&rules, &delivered, &run, now, jitter_u);
         for note in &plan.notes {
             self.log_note(note, &prepared, rules.frame_max);
         }
@@ -142,7 +137,19 @@ impl<H: Handler> DeliveryTask<H> {
             tier: plan.settlement.tier().map(str::to_owned),
             reason: plan.settlement.reason(),
         };
-        let done = self.carry_out(&d, plan.settlement, &prepared).await;
+        // The copy's properties go to its first publish as they are, not
+        // cloned for a refusal that seldom comes: a publish tried again
+        // gets them made again from the same inputs (`settle` is pure, so
+        // they are the same copy).
+        let remake = || {
+            settle(&rules, &delivered, &run, now, jitter_u)
+                .settlement
+                .into_copy()
+                .map(|c| c.properties)
+        };
+        let done = self
+            .carry_out(&d, plan.settlement, &prepared, &remake)
+            .await;
         self.record(&prepared, &run, &planned, &done);
     }
 
@@ -261,11 +268,19 @@ impl<H: Handler> DeliveryTask<H> {
     /// Step 4: carries `s` out and returns what was done: `s` itself, or
     /// what [`Settlement::after_publish`] says when its copy could not be
     /// published.
-    async fn carry_out(&self, d: &Delivery, s: Settlement, prepared: &Prepared) -> Settlement {
-        let s = match s.copy() {
+    async fn carry_out(
+        &self,
+        d: &Delivery,
+        mut s: Settlement,
+        prepared: &Prepared,
+        remake: &(dyn Fn() -> Option<BasicProperties> + Sync),
+    ) -> Settlement {
+        let nack_if_refused = s.nack_if_refused();
+        let s = match s.copy_mut() {
             Some(copy) => {
+                let properties = std::mem::take(&mut copy.properties);
                 let end = self
-                    .publish_until_confirmed(copy, d, s.nack_if_refused())
+                    .publish_until_confirmed(copy, properties, remake, d, nack_if_refused)
                     .await;
                 s.after_publish(end)
             }
@@ -379,21 +394,31 @@ impl<H: Handler> DeliveryTask<H> {
         }
     }
 
-    /// Publishes a copy until the broker confirms it. While it refuses, the
+    /// Publishes a copy (to `copy`'s exchange and routing key, with
+    /// `properties`) until the broker confirms it; each try after the
+    /// first publishes what `remake` makes. While the broker refuses, the
     /// original stays unacked and the worker starts no new handler.
     async fn publish_until_confirmed(
         &self,
         copy: &Copy,
+        properties: BasicProperties,
+        remake: &(dyn Fn() -> Option<BasicProperties> + Sync),
         d: &Delivery,
         nack_if_refused: bool,
     ) -> PublishEnd {
         let (exchange, routing_key) = (copy.exchange.as_str(), copy.routing_key.as_str());
         let mut backoff = Backoff::new(Duration::from_millis(100), self.cfg.max_publish_backoff);
         let mut refusing = false;
+        let mut first = Some(properties);
         let result = loop {
+            let Some(properties) = first.take().or_else(remake) else {
+                // Not reached: `settle` made a copy from the same inputs.
+                warn!(queue = %self.cfg.pipeline.name, "the copy could not be made again; the message stays unacked until its channel closes");
+                break PublishEnd::ChannelClosed;
+            };
             match self
                 .publisher
-                .publish(exchange, routing_key, &d.data, copy.properties.clone())
+                .publish(exchange, routing_key, &d.data, properties)
                 .await
             {
                 Ok(()) => break PublishEnd::Confirmed,

@@ -277,6 +277,22 @@ impl Settlement {
         }
     }
 
+    /// The copy to publish, taken out of the settlement.
+    pub fn into_copy(self) -> Option<Copy> {
+        match self {
+            Settlement::Retry { copy, .. } | Settlement::DeadLetter { copy, .. } => Some(copy),
+            _ => None,
+        }
+    }
+
+    /// The copy to publish, to take its properties for a publish.
+    pub fn copy_mut(&mut self) -> Option<&mut Copy> {
+        match self {
+            Settlement::Retry { copy, .. } | Settlement::DeadLetter { copy, .. } => Some(copy),
+            _ => None,
+        }
+    }
+
     /// See [`Settlement::DeadLetter::nack_if_refused`].
     pub fn nack_if_refused(&self) -> bool {
         matches!(

@@ -517,3 +517,37 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
         Some("850")
     );
 }
+
+/// The worker publishes a copy's properties without keeping a clone and,
+/// when the broker refuses the copy, settles again from the same inputs to
+/// publish it again: the same inputs must give the same copy, for every
+/// kind of copy (retry with jitter, dead-letter, trimmed, nack fallback).
+#[test]
+fn the_same_inputs_settle_to_the_same_copy() {
+    let mut cases = Vec::new();
+    let mut c = Case::new();
+    c.pipeline = pipeline("quorum", 0.2);
+    cases.push((c, 1, ran(transient()), 0.37));
+    cases.push((Case::new(), 2, ran(after(9_000)), 0.0));
+    cases.push((Case::new(), 4, ran(transient()), 0.5));
+    cases.push((Case::new(), 1, ran(Outcome::permanent("bad")), 0.5));
+    let mut c = Case::new();
+    c.properties = big_message(FRAME_MAX as usize / 2);
+    c.frame_max = FRAME_MAX;
+    cases.push((c, 2, ran(transient()), 0.9));
+    let mut c = Case::new();
+    c.mode = DeadLetterMode::Nack;
+    c.properties = big_message(FRAME_MAX as usize - 200);
+    cases.push((c, 4, ran(transient()), 0.5));
+    let mut copies = 0;
+    for (case, attempt, run, u) in &cases {
+        let first = case.settle_with_u(*attempt, run.clone(), *u);
+        let again = case.settle_with_u(*attempt, run.clone(), *u);
+        assert_eq!(first.settlement, again.settlement);
+        if let Some(copy) = first.settlement.clone().into_copy() {
+            copies += 1;
+            assert_eq!(Some(&copy), again.settlement.copy());
+        }
+    }
+    assert_eq!(copies, cases.len(), "every case publishes a copy");
+}
