@@ -436,12 +436,12 @@ fn rusage(who: libc::c_int) -> Duration {
 /// much CPU, whatever else it saves.
 async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize, f: F) -> f64 {
     let broker = broker_pid();
-    let r0 = broker.and(broker_reductions());
+    let r0 = broker.and_then(|_| broker_reductions());
     let (c0, b0, m0) = (cpu_time(), broker.and_then(process_ticks), machine_ticks());
     let d = f.await;
     let cpu = cpu_time().saturating_sub(c0);
     let (b1, m1) = (broker.and_then(process_ticks), machine_ticks());
-    let r1 = broker.and(broker_reductions());
+    let r1 = broker.and_then(|_| broker_reductions());
     let r = row(name, n, d);
     let per_msg = |secs: f64| secs * 1e6 / n as f64;
     let mut line = format!(
@@ -476,7 +476,14 @@ fn broker_pid() -> Option<u32> {
     static PID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *PID.get_or_init(|| {
         let url = std::env::var("AMQP_URL").unwrap_or_default();
-        if !(url.is_empty() || url.contains("@localhost") || url.contains("@127.0.0.1")) {
+        let host = url
+            .split("://")
+            .nth(1)
+            .unwrap_or("")
+            .rsplit('@')
+            .next()
+            .unwrap_or("");
+        if !(url.is_empty() || host.starts_with("localhost") || host.starts_with("127.0.0.1")) {
             return None;
         }
         let out = std::process::Command::new("rabbitmqctl")
@@ -778,12 +785,13 @@ async fn run() {
             .headers()
             .clone()
             .unwrap_or_default();
-        // Rounds of the three, in turn (the worker first in every other
-        // round, so that a drift of the machine's load favours neither).
+        // Rounds of the three, in turn, the order reversed in every other
+        // round: each side's mean place is the same, so that a drift of
+        // the machine's load favours none.
         let mut ratios = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let mut rates = [0.0f64; 3];
-            let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 0, 1] };
+            let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
             for which in order {
                 s.purge(&tier).await;
                 s.preload(&p.name, n_retry).await;

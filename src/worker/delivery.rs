@@ -267,7 +267,8 @@ impl<H: Handler> DeliveryTask<H> {
 
     /// Step 4: carries `s` out and returns what was done: `s` itself, or
     /// what [`Settlement::after_publish`] says when its copy could not be
-    /// published.
+    /// published. The copy's properties have gone to the publish: the
+    /// settlement returned holds them empty.
     async fn carry_out(
         &self,
         d: &Delivery,
@@ -412,8 +413,10 @@ impl<H: Handler> DeliveryTask<H> {
         let mut first = Some(properties);
         let result = loop {
             let Some(properties) = first.take().or_else(remake) else {
-                // Not reached: `settle` made a copy from the same inputs.
-                warn!(queue = %self.cfg.pipeline.name, "the copy could not be made again; the message stays unacked until its channel closes");
+                // Not reached: `settle` made a copy from the same inputs
+                // (core::retry::settle_tests, the_same_inputs_settle_to_the_same_copy).
+                warn!(queue = %self.cfg.pipeline.name, message_id = d.properties.message_id().as_ref().map(|m| m.as_str()),
+                    "a refused copy could not be made again to publish it again (a defect of dlqctl): the message stays unacked until its channel closes, then returns to the queue");
                 break PublishEnd::ChannelClosed;
             };
             match self

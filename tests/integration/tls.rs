@@ -501,10 +501,16 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
             .any(|e| e["message_id"] == id && e["decision"] == "dead_letter")
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let d = loop {
+    loop {
         let d = w.decisions();
+        // A small message taken for too large fails at once.
+        if let Some(e) = d.iter().find(|e| {
+            e["message_id"] != "big" && e["decision"] != "retry" && e["decision"] != "dead_letter"
+        }) {
+            panic!("{e}: {d:#?}");
+        }
         if (0..SMALL).all(|i| dead_lettered(&d, &format!("small-{i}"))) {
-            break d;
+            break;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -512,7 +518,17 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
             w.output()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+    assert!(
+        w.output()
+            .contains("the broker refuses copies of this message for its size"),
+        "{}",
+        w.output()
+    );
+    // A duplicate comes back later than its original: the log is read
+    // again once the worker has stopped, and matches the DLQ then.
+    w.stop().await;
+    let d = w.decisions();
     let big: Vec<&Value> = d.iter().filter(|e| e["message_id"] == "big").collect();
     assert_eq!(big.len(), 1, "{d:#?}");
     assert_eq!(big[0]["decision"], "dead_letter_nack");
@@ -524,22 +540,16 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
             .filter(|e| e["message_id"] == format!("small-{i}").as_str())
             .map(|e| e["decision"].as_str().unwrap())
             .collect();
-        // One retry, then one dead-letter per copy that came back.
+        // One retry, and one dead-letter per copy that came back (a
+        // duplicate may be handled before its original's retry is logged).
+        let retries = small.iter().filter(|s| **s == "retry").count();
+        let dead_letters = small.iter().filter(|s| **s == "dead_letter").count();
         assert!(
-            small.len() >= 2
-                && small[0] == "retry"
-                && small[1..].iter().all(|s| *s == "dead_letter"),
+            retries == 1 && dead_letters >= 1 && retries + dead_letters == small.len(),
             "small-{i}: {small:?}: {d:#?}"
         );
-        copies += small.len() - 1;
+        copies += dead_letters;
     }
-    assert!(
-        w.output()
-            .contains("the broker refuses copies of this message for its size"),
-        "{}",
-        w.output()
-    );
-    w.stop().await;
     let dlq = format!("{name}.dlq");
     let q = ch
         .queue_declare(

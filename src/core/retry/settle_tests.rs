@@ -521,33 +521,90 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
 /// The worker publishes a copy's properties without keeping a clone and,
 /// when the broker refuses the copy, settles again from the same inputs to
 /// publish it again: the same inputs must give the same copy, for every
-/// kind of copy (retry with jitter, dead-letter, trimmed, nack fallback).
+/// kind of copy settle makes (each case checked to be the kind it says).
 #[test]
 fn the_same_inputs_settle_to_the_same_copy() {
-    let mut cases = Vec::new();
+    use super::drill::{DrillStep, DRILL_HEADER};
+    let kind = |p: &Plan| {
+        let what = match &p.settlement {
+            Settlement::Retry { .. } => "retry",
+            Settlement::DeadLetter { reason, .. } => reason.as_str(),
+            other => panic!("no copy: {other:?}"),
+        };
+        let note = match p.notes.first() {
+            None => "",
+            Some(Note::RetryTrimmed(_)) => "retry trimmed",
+            Some(Note::RetryTooLarge(_)) => "retry too large",
+            Some(Note::NackWouldNotFit) => "nack would not fit",
+            Some(Note::DeadLetterTrimmed(_)) => "dead-letter trimmed",
+            Some(Note::DeadLetterUnfit(_)) => "dead-letter unfit",
+        };
+        format!("{what}/{note}")
+    };
+    let long_error = Outcome::transient("e".repeat(3000));
+    let mut cases: Vec<(&str, Case, u32, Run, f64)> = Vec::new();
     let mut c = Case::new();
     c.pipeline = pipeline("quorum", 0.2);
-    cases.push((c, 1, ran(transient()), 0.37));
-    cases.push((Case::new(), 2, ran(after(9_000)), 0.0));
-    cases.push((Case::new(), 4, ran(transient()), 0.5));
-    cases.push((Case::new(), 1, ran(Outcome::permanent("bad")), 0.5));
+    cases.push(("retry/", c, 1, ran(transient()), 0.37));
+    cases.push(("retry/", Case::new(), 2, ran(after(9_000)), 0.0));
+    cases.push(("exhausted/", Case::new(), 4, ran(transient()), 0.5));
+    cases.push((
+        "permanent/",
+        Case::new(),
+        1,
+        ran(Outcome::permanent("bad")),
+        0.5,
+    ));
+    cases.push(("exhausted/", Case::new(), 6, Run::spent(6, 4), 0.5));
+    // The first size of the message's own header whose retry copy must be
+    // trimmed (a long error, a small frame_max).
+    let trimmed = (0..4096)
+        .step_by(16)
+        .map(|bytes| {
+            let mut c = Case::new();
+            c.frame_max = 8192;
+            c.properties = big_message(bytes);
+            c
+        })
+        .find(|c| {
+            matches!(
+                c.settle(2, ran(long_error.clone())).notes[..],
+                [Note::RetryTrimmed(_)]
+            )
+        })
+        .expect("a size whose retry copy is trimmed");
+    cases.push((
+        "retry/retry trimmed",
+        trimmed,
+        2,
+        ran(long_error.clone()),
+        0.5,
+    ));
     let mut c = Case::new();
-    c.properties = big_message(FRAME_MAX as usize / 2);
-    c.frame_max = FRAME_MAX;
-    cases.push((c, 2, ran(transient()), 0.9));
+    c.frame_max = 8192;
+    c.properties = big_message(5000);
+    cases.push(("too_large/retry too large", c, 1, ran(transient()), 0.5));
     let mut c = Case::new();
     c.mode = DeadLetterMode::Nack;
     c.properties = big_message(FRAME_MAX as usize - 200);
-    cases.push((c, 4, ran(transient()), 0.5));
-    let mut copies = 0;
-    for (case, attempt, run, u) in &cases {
+    cases.push(("exhausted/nack would not fit", c, 4, ran(transient()), 0.5));
+    let mut c = Case::new();
+    let mut h = FieldTable::default();
+    h.insert(
+        ShortString::from(DRILL_HEADER),
+        AMQPValue::LongString(LongString::from("d-1")),
+    );
+    c.properties = message().with_headers(h);
+    cases.push(("retry/", c, 1, Run::drill(DrillStep::Fail, 1, 4), 0.5));
+    for (expected, case, attempt, run, u) in &cases {
         let first = case.settle_with_u(*attempt, run.clone(), *u);
+        assert_eq!(&kind(&first), expected, "{first:?}");
         let again = case.settle_with_u(*attempt, run.clone(), *u);
-        assert_eq!(first.settlement, again.settlement);
-        if let Some(copy) = first.settlement.clone().into_copy() {
-            copies += 1;
-            assert_eq!(Some(&copy), again.settlement.copy());
-        }
+        assert_eq!(first, again, "{expected}");
+        assert_eq!(
+            first.settlement.into_copy().as_ref(),
+            again.settlement.copy(),
+            "{expected}"
+        );
     }
-    assert_eq!(copies, cases.len(), "every case publishes a copy");
 }
