@@ -491,11 +491,16 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
     );
     w.wait_consuming().await;
     // Each small message is retried, then dead-lettered as usual; `big`
-    // at once. A small copy the broker had already queued when it closed
-    // the channel, but not yet confirmed, is published again: that
-    // message then comes back twice and is dead-lettered twice (at least
-    // once, as documented). What must never happen is a small message
-    // taken for too large, or one that never reaches the DLQ.
+    // at once. Two things the broker does make a message come back more
+    // than once (at least once, as documented), never lost:
+    // - a small copy it had queued when it closed the channel, but not
+    //   yet confirmed, is published again (a duplicate);
+    // - lapin may still send a frame on that channel after the close, and
+    //   RabbitMQ then closes the whole connection ("expected
+    //   'channel.open'", seen on 3.10.8): the worker reconnects and every
+    //   message in flight is redelivered (logged `abandoned` first).
+    // What must never happen is a small message taken for too large, or
+    // one that never reaches the DLQ.
     let dead_lettered = |d: &[Value], id: &str| {
         d.iter()
             .any(|e| e["message_id"] == id && e["decision"] == "dead_letter")
@@ -505,9 +510,11 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
         let d = w.decisions();
         // A small message taken for too large fails at once.
         if let Some(e) = d.iter().find(|e| {
-            e["message_id"] != "big" && e["decision"] != "retry" && e["decision"] != "dead_letter"
+            e["message_id"] != "big"
+                && !["retry", "dead_letter", "abandoned"]
+                    .contains(&e["decision"].as_str().unwrap_or(""))
         }) {
-            panic!("{e}: {d:#?}");
+            panic!("{e}: {d:#?}\n{}", w.output());
         }
         if (0..SMALL).all(|i| dead_lettered(&d, &format!("small-{i}"))) {
             break;
@@ -529,40 +536,58 @@ async fn a_copy_refused_for_its_size_is_dead_lettered_not_retried_for_ever() {
     // again once the worker has stopped, and matches the DLQ then.
     w.stop().await;
     let d = w.decisions();
-    let big: Vec<&Value> = d.iter().filter(|e| e["message_id"] == "big").collect();
-    assert_eq!(big.len(), 1, "{d:#?}");
-    assert_eq!(big[0]["decision"], "dead_letter_nack");
-    assert_eq!(big[0]["reason"], "too_large");
-    let mut copies = 0;
+    let of = |id: &str| -> Vec<&str> {
+        d.iter()
+            .filter(|e| e["message_id"] == id)
+            .map(|e| e["decision"].as_str().unwrap_or(""))
+            .collect()
+    };
+    let big = of("big");
+    assert!(
+        big.contains(&"dead_letter_nack")
+            && big
+                .iter()
+                .all(|s| *s == "dead_letter_nack" || *s == "abandoned"),
+        "big: {big:?}: {d:#?}"
+    );
+    assert!(d
+        .iter()
+        .filter(|e| e["message_id"] == "big" && e["decision"] == "dead_letter_nack")
+        .all(|e| e["reason"] == "too_large"));
     for i in 0..SMALL {
-        let small: Vec<&str> = d
-            .iter()
-            .filter(|e| e["message_id"] == format!("small-{i}").as_str())
-            .map(|e| e["decision"].as_str().unwrap())
-            .collect();
-        // One retry, and one dead-letter per copy that came back (a
-        // duplicate may be handled before its original's retry is logged).
-        let retries = small.iter().filter(|s| **s == "retry").count();
-        let dead_letters = small.iter().filter(|s| **s == "dead_letter").count();
+        let small = of(&format!("small-{i}"));
+        // A retry, then a dead-letter; more of either when the message
+        // came back more than once; `abandoned` when its connection went.
         assert!(
-            retries == 1 && dead_letters >= 1 && retries + dead_letters == small.len(),
+            small.contains(&"retry")
+                && small.contains(&"dead_letter")
+                && small
+                    .iter()
+                    .all(|s| ["retry", "dead_letter", "abandoned"].contains(s)),
             "small-{i}: {small:?}: {d:#?}"
         );
-        copies += dead_letters;
     }
+    // Every message is in the DLQ (some twice), and nothing else is.
     let dlq = format!("{name}.dlq");
-    let q = ch
-        .queue_declare(
+    let mut ids = std::collections::BTreeMap::<String, usize>::new();
+    while let Some(m) = ch
+        .basic_get(
             dlq.as_str().into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            Default::default(),
+            lapin::options::BasicGetOptions { no_ack: true },
         )
         .await
-        .unwrap();
-    assert_eq!(q.message_count(), 1 + copies as u32, "{d:#?}");
+        .unwrap()
+    {
+        let id = m
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default();
+        *ids.entry(id).or_default() += 1;
+    }
+    assert_eq!(ids.len(), 1 + SMALL, "{ids:?}");
+    assert!(ids.contains_key("big"), "{ids:?}");
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&dir, &name).await;
 }
