@@ -31,6 +31,7 @@
 
 mod common;
 #[path = "common/cpu.rs"]
+#[allow(dead_code)] // shared by the benches: not every item is used by each
 mod cpu;
 #[path = "common/pin.rs"]
 mod pin;

@@ -57,7 +57,7 @@ mod cpu;
 #[path = "common/harness.rs"]
 mod harness;
 
-use cpu::{load_average, local_broker_pid, process_cpu, rusage_cpu};
+use cpu::{load_average, local_broker_pid, process_cpu, rusage};
 
 use harness::env_number;
 use std::collections::HashMap;
@@ -342,15 +342,6 @@ impl Bench {
         let _ = ch.close(200, "ok".into()).await;
         let _ = conn.close(200, "ok".into()).await;
     }
-}
-
-/// CPU time (user + system) of this process (`RUSAGE_SELF`: the HTTP
-/// server) or of the children it has waited for (`RUSAGE_CHILDREN`).
-fn rusage(who: libc::c_int) -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(who, &mut u) };
-    rusage_cpu(&u)
 }
 
 /// CPU used in a timed window: by this process's HTTP server, and by the

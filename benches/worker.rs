@@ -29,9 +29,13 @@
 //!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
+#[path = "common/cpu.rs"]
+#[allow(dead_code)] // shared by the benches: not every item is used by each
+mod cpu;
 #[path = "common/harness.rs"]
 mod harness;
 
+use cpu::{local_broker_pid, process_cpu, rusage};
 use dlqctl::amqp::connection::{BrokerUrl, DEFAULT_URL};
 use dlqctl::core::handling::outcome::Outcome;
 use dlqctl::core::topology::{parse_topology, plan, Pipeline};
@@ -421,14 +425,6 @@ fn children_cpu_time() -> Duration {
     rusage(libc::RUSAGE_CHILDREN)
 }
 
-fn rusage(who: libc::c_int) -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(who, &mut u) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 /// Runs a scenario and prints its rate, this process's CPU per message,
 /// and, where it can be read, the local broker's CPU per message and how
 /// idle the machine's cores were meanwhile: on a machine whose cores are
@@ -437,10 +433,10 @@ fn rusage(who: libc::c_int) -> Duration {
 async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize, f: F) -> f64 {
     let broker = broker_pid();
     let r0 = broker.and_then(|_| broker_reductions());
-    let (c0, b0, m0) = (cpu_time(), broker.and_then(process_ticks), machine_ticks());
+    let (c0, b0, m0) = (cpu_time(), broker.and_then(process_cpu), machine_ticks());
     let d = f.await;
     let cpu = cpu_time().saturating_sub(c0);
-    let (b1, m1) = (broker.and_then(process_ticks), machine_ticks());
+    let (b1, m1) = (broker.and_then(process_cpu), machine_ticks());
     let r1 = broker.and_then(|_| broker_reductions());
     let r = row(name, n, d);
     let per_msg = |secs: f64| secs * 1e6 / n as f64;
@@ -452,7 +448,7 @@ async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize
     if let (Some(b0), Some(b1)) = (b0, b1) {
         line += &format!(
             ", {:.1} in the broker",
-            per_msg((b1 - b0) as f64 / ticks_per_second())
+            per_msg(b1.saturating_sub(b0).as_secs_f64())
         );
     }
     if let (Some(r0), Some(r1)) = (r0, r1) {
@@ -470,27 +466,12 @@ async fn measure<F: std::future::Future<Output = Duration>>(name: &str, n: usize
     r
 }
 
-/// The local broker's OS pid, asked of `rabbitmqctl` once (none when it
-/// cannot be asked, or `AMQP_URL` names another host).
+/// The local broker's OS pid (its listener's process), found once; none
+/// when `AMQP_URL` names another host.
 fn broker_pid() -> Option<u32> {
     static PID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *PID.get_or_init(|| {
-        let url = std::env::var("AMQP_URL").unwrap_or_default();
-        let host = url
-            .split("://")
-            .nth(1)
-            .unwrap_or("")
-            .rsplit('@')
-            .next()
-            .unwrap_or("");
-        if !(url.is_empty() || host.starts_with("localhost") || host.starts_with("127.0.0.1")) {
-            return None;
-        }
-        let out = std::process::Command::new("rabbitmqctl")
-            .args(["eval", "list_to_integer(os:getpid())."])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        local_broker_pid(&std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.into()))
     })
 }
 
@@ -519,20 +500,6 @@ fn handler_children_cpu_time() -> Duration {
     children_cpu_time().saturating_sub(Duration::from_nanos(
         RABBITMQCTL_CPU_NS.load(Ordering::SeqCst),
     ))
-}
-
-fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
-}
-
-/// A process's user + system CPU, in clock ticks (`/proc/PID/stat`).
-fn process_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// The machine's idle and total clock ticks (`/proc/stat`, all cores).

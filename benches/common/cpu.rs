@@ -9,6 +9,15 @@ pub fn rusage_cpu(u: &libc::rusage) -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
+/// CPU time (user + system) of this process (`RUSAGE_SELF`) or of the
+/// children it has waited for (`RUSAGE_CHILDREN`).
+pub fn rusage(who: libc::c_int) -> Duration {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut u) };
+    rusage_cpu(&u)
+}
+
 /// The broker's process when the AMQP URL `raw_url` names this machine
 /// (127.0.0.1 or localhost) and its listener is found (see
 /// [`listener_pid`]).
