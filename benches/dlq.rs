@@ -37,7 +37,7 @@ mod cpu;
 mod pin;
 
 use futures_util::StreamExt;
-use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueuePurgeOptions};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use std::process::Command;
@@ -118,14 +118,6 @@ async fn depth(conn: &Connection, queue: &str) -> u64 {
     dlqctl::amqp::declare::ready_messages(conn, queue)
         .await
         .map_or(0, u64::from)
-}
-
-async fn purge(conn: &Connection, queue: &str) {
-    let ch = conn.create_channel().await.expect("channel");
-    ch.queue_purge(queue.into(), QueuePurgeOptions::default())
-        .await
-        .expect("purge");
-    let _ = ch.close(200, "".into()).await;
 }
 
 async fn shovel(http: &reqwest::Client, name: &str, src: &str, dest: &str) {
@@ -288,7 +280,7 @@ async fn main() {
             .unwrap_or(0);
         let ours = moved as f64 / m.wall.as_secs_f64();
         let our_broker = broker_cpu().zip(before).map(|(a, b)| a.saturating_sub(b));
-        purge(&conn, &name).await;
+        common::purge(&conn, &name).await;
         if !with_shovel {
             println!(
                 "round {round}: dlqctl replay {moved} in {:.2}s = {ours:.0} msg/s (peak RSS {} MiB); shovel: not measured (plugin missing)",
@@ -309,7 +301,7 @@ async fn main() {
         let wall = start.elapsed();
         let their_broker = broker_cpu().zip(before).map(|(a, b)| a.saturating_sub(b));
         let theirs = n as f64 / wall.as_secs_f64();
-        purge(&conn, &name).await;
+        common::purge(&conn, &name).await;
         let _ = http
             .delete(format!("{}/parameters/shovel/%2F/{sname}", mgmt()))
             .basic_auth("guest", Some("guest"))

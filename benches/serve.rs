@@ -20,7 +20,6 @@
 
 mod common;
 
-use lapin::options::QueuePurgeOptions;
 use lapin::{Connection, ConnectionProperties};
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -34,14 +33,6 @@ fn n() -> usize {
 
 const TIMEOUT: &str = "POST https://payments.example/charge: timeout after 5000 ms";
 
-async fn purge(conn: &Connection, queue: &str) {
-    let ch = conn.create_channel().await.expect("channel");
-    ch.queue_purge(queue.into(), QueuePurgeOptions::default())
-        .await
-        .expect("purge");
-    let _ = ch.close(200, "".into()).await;
-}
-
 async fn depth(conn: &Connection, queue: &str) -> u64 {
     dlqctl::amqp::declare::ready_messages(conn, queue)
         .await
@@ -50,7 +41,7 @@ async fn depth(conn: &Connection, queue: &str) -> u64 {
 
 /// The DLQ holds N of the timeout group and 1,000 of another.
 async fn refill(conn: &Connection, dlq: &str, n: usize) {
-    purge(conn, dlq).await;
+    common::purge(conn, dlq).await;
     common::fill(conn, dlq, n, |_| TIMEOUT.to_string()).await;
     common::fill(conn, dlq, 1000, |k| format!("order {k} not found")).await;
 }
@@ -222,7 +213,7 @@ async fn main() {
         let cli_wall = start.elapsed();
         assert!(cli.status.success(), "replay");
         let cli_left = depth(&conn, &dlq).await;
-        purge(&conn, &name).await;
+        common::purge(&conn, &name).await;
 
         // The page.
         refill(&conn, &dlq, n).await;
@@ -274,7 +265,7 @@ async fn main() {
         let page_wall = start.elapsed();
         assert_eq!(report["state"], "done", "{report}");
         let page_left = depth(&conn, &dlq).await;
-        purge(&conn, &name).await;
+        common::purge(&conn, &name).await;
         let ratio = page_wall.as_secs_f64() / cli_wall.as_secs_f64();
         ratios.push(ratio);
         println!(
@@ -292,7 +283,7 @@ async fn main() {
             let (took, done) =
                 click_replay(c, &format!("{base}/pipelines/{name}/groups/{group}")).await;
             let left = depth(&conn, &dlq).await;
-            purge(&conn, &name).await;
+            common::purge(&conn, &name).await;
             println!(
                 "round {round}: in Chromium, click on \"Replay group\" to the job page showing done: {:.2}s (done {done}, left {left}); ÷ CLI {:.2}",
                 took.as_secs_f64(),

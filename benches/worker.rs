@@ -29,6 +29,8 @@
 //!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
+#[allow(dead_code)] // shared by the benches: not every item is used by each
+mod common;
 #[path = "common/cpu.rs"]
 #[allow(dead_code)] // shared by the benches: not every item is used by each
 mod cpu;
@@ -135,15 +137,6 @@ impl Setup {
         if let Some(p) = published {
             p.store(n, Ordering::SeqCst);
         }
-        let _ = ch.close(200, "ok".into()).await;
-    }
-
-    /// Empties `queue`.
-    async fn purge(&self, queue: &str) {
-        let ch = self.conn.create_channel().await.expect("channel");
-        ch.queue_purge(queue.into(), QueuePurgeOptions::default())
-            .await
-            .expect("purge");
         let _ = ch.close(200, "ok".into()).await;
     }
 
@@ -760,7 +753,7 @@ async fn run() {
             let mut rates = [0.0f64; 3];
             let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
             for which in order {
-                s.purge(&tier).await;
+                common::purge(&s.conn, &tier).await;
                 s.preload(&p.name, n_retry).await;
                 let label = |what: &str| format!("{what}, round {}", round + 1);
                 rates[which] = match which {
@@ -808,7 +801,7 @@ async fn run() {
             median(&mut ratios.1)
         );
         // For scale: what the one-return-safe way costs a raw loop.
-        s.purge(&tier).await;
+        common::purge(&s.conn, &tier).await;
         s.preload(&p.name, n_retry).await;
         measure(
             "raw, one copy in flight per channel (200 channels)",

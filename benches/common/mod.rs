@@ -1,9 +1,20 @@
-//! What the DLQ benches share: a provisioned pipeline of their own, and
-//! filling its DLQ with messages as the worker writes them.
+//! What the benches share: a provisioned pipeline of their own, filling
+//! its DLQ with messages as the worker writes them, and emptying a queue.
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions, QueuePurgeOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Connection};
+
+/// Empties `queue`.
+pub async fn purge(conn: &Connection, queue: &str) {
+    let ch = conn.create_channel().await.expect("channel");
+    ch.queue_purge(queue.into(), QueuePurgeOptions::default())
+        .await
+        .expect("purge");
+    let _ = ch.close(200, "".into()).await;
+}
 
 /// Publishes `n` DLQ messages as the worker writes them (reason
 /// `exhausted`, attempt 4, `dlqctl-last-error` = `error(k)`, id `m-K`,
