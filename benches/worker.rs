@@ -245,6 +245,7 @@ async fn raw_republish(
                     None => tokio::task::yield_now().await,
                 }
             };
+            let props = d.properties.clone().with_delivery_mode(2);
             let conf = pubch
                 .basic_publish(
                     exchange.as_str().into(),
@@ -255,8 +256,8 @@ async fn raw_republish(
                     },
                     &d.data,
                     match headers {
-                        Some(h) => d.properties.clone().with_delivery_mode(2).with_headers(h),
-                        None => d.properties.clone().with_delivery_mode(2),
+                        Some(h) => props.with_headers(h),
+                        None => props,
                     },
                 )
                 .await
