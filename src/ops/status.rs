@@ -75,6 +75,24 @@ pub struct PipelineStatus {
     pub tiers: Vec<TierStatus>,
     /// The dead-letter queue.
     pub dlq: QueueStatus,
+    /// The automatic redrive, when the pipeline has a policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<RedriveStatus>,
+}
+
+/// A pipeline's automatic redrive as the broker keeps it: its
+/// `NAME.redrive-state` queue and the state it holds (the shared wait,
+/// the next look, the last runs: docs/dlq.md, "The shared wait").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RedriveStatus {
+    /// The state queue.
+    pub queue: QueueStatus,
+    /// The state (`None`: no run has written one yet, or it could not be
+    /// read: see [`RedriveStatus::unreadable`]).
+    pub state: Option<crate::core::dlq::redrive_state::RedriveState>,
+    /// Why the state could not be read, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 /// Everything `status` found.
@@ -113,7 +131,8 @@ impl StatusReport {
         for p in &self.pipelines {
             let queues = std::iter::once(&p.main)
                 .chain(p.tiers.iter().map(|t| &t.queue))
-                .chain(std::iter::once(&p.dlq));
+                .chain(std::iter::once(&p.dlq))
+                .chain(p.redrive.iter().map(|r| &r.queue));
             out.extend(
                 queues
                     .filter(|q| !q.exists)
@@ -157,8 +176,17 @@ pub async fn status(
         _ => vec![],
     };
     let queue = |spec: &QueueSpec| queue_status(spec, &counts, &stats, known);
+    let mut pipelines = pipelines(plan, queue);
+    for r in pipelines.iter_mut().filter_map(|p| p.redrive.as_mut()) {
+        if r.queue.exists {
+            match crate::ops::dlq::redrive_state::peek(conn, &r.queue.name).await {
+                Ok(s) => r.state = s,
+                Err(e) => r.unreadable = Some(e.to_string()),
+            }
+        }
+    }
     Ok(StatusReport {
-        pipelines: pipelines(plan, queue),
+        pipelines,
         missing_exchanges,
         management_unavailable,
         policy_overrides,
@@ -274,7 +302,17 @@ fn pipelines(plan: &Plan, queue: impl Fn(&QueueSpec) -> QueueStatus) -> Vec<Pipe
                 main: queue(q),
                 tiers: vec![],
                 dlq: queue(q),
+                redrive: None,
             }),
+            Role::RedriveState => {
+                if let Some(p) = pipelines.iter_mut().find(|p| p.name == q.pipeline) {
+                    p.redrive = Some(RedriveStatus {
+                        queue: queue(q),
+                        state: None,
+                        unreadable: None,
+                    });
+                }
+            }
             Role::RetryQueue | Role::DeadLetterQueue => {
                 let Some(p) = pipelines.iter_mut().find(|p| p.name == q.pipeline) else {
                     continue;
@@ -329,6 +367,7 @@ mod tests {
                         queue: q(&format!("p{i}.retry.1s"), true, 0, Some(0)),
                     }],
                     dlq,
+                    redrive: None,
                 })
                 .collect(),
             missing_exchanges: vec![],

@@ -216,9 +216,37 @@ impl Metrics {
                 .get_or_create(&queue)
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        // A busy turn changed no wait: the gauge keeps what it showed.
+        if r.result != crate::core::dlq::redrive::RunResult::Busy {
+            self.record_redrive_wait(&r.queue, r.next_wait_ms);
+        }
+    }
+
+    /// Publishes the pipeline's current redrive wait (the shared one when
+    /// the broker keeps it), and the messages its last run found waiting
+    /// for a person.
+    pub fn record_redrive_state(
+        &self,
+        queue: &str,
+        state: &crate::core::dlq::redrive_state::RedriveState,
+    ) {
+        self.record_redrive_wait(queue, state.wait_ms);
+        if let Some(n) = state.last().and_then(|r| r.waiting_for_person) {
+            self.redrive_waiting_for_person
+                .get_or_create(&QueueLabels {
+                    queue: queue.to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Publishes the wait before the next look at `queue`'s DLQ.
+    pub fn record_redrive_wait(&self, queue: &str, wait_ms: u64) {
         self.redrive_next_wait_seconds
-            .get_or_create(&queue)
-            .set(r.next_wait_ms as f64 / 1000.0);
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(wait_ms as f64 / 1000.0);
     }
 
     /// Publishes the handler timeout of `queue`'s workers.
@@ -490,6 +518,8 @@ mod tests {
             replay_id: "r".into(),
             next_wait_ms: 120_000,
             elapsed_ms: 0,
+            shared: None,
+            shared_unavailable: None,
         };
         m.record_redrive(&r);
         r.result = RunResult::Moved;

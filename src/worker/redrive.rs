@@ -1,14 +1,19 @@
 //! The worker's redrive timer: while `dlqctl work` runs a pipeline that
 //! has a `dead_letter.redrive` policy (and no `--no-redrive`), it looks at
-//! the DLQ every `every` and runs the policy once
-//! ([`crate::ops::dlq::redrive::redrive`]), on a connection of its own
-//! (`dlqctl redrive NAME`) opened for the run and closed after it: no
-//! lock is held between runs. After a failed canary the wait doubles, up
-//! to an hour; any other result brings it back to `every`.
+//! the DLQ every `every` at the most, on a connection of its own (`dlqctl
+//! redrive NAME`) opened for the look and closed after it: no lock is
+//! held between looks. A look takes the redrive lock, reads the
+//! pipeline's shared state (`NAME.redrive-state`) and runs the policy
+//! once ([`crate::ops::dlq::redrive::redrive_if_due`]) only when the
+//! shared wait has passed, whichever worker ran the run before. After a
+//! failed canary the shared wait doubles, up to an hour; `busy` leaves it;
+//! any other result brings it back to `every`. Without the state queue (a
+//! topology provisioned before it) the wait is this worker's own, as
+//! before, with a warning.
 
 use super::config::WorkerConfig;
 use crate::core::dlq::redrive::RunResult;
-use crate::ops::dlq::redrive::{redrive, RedriveReport};
+use crate::ops::dlq::redrive::{redrive_if_due, RedriveReport, Turn};
 use crate::ops::dlq::{ReadOptions, Target};
 use crate::worker::metrics::{Metrics, RunLabels};
 use std::sync::Arc;
@@ -27,29 +32,46 @@ pub(crate) async fn run_loop(
     };
     let queue = cfg.pipeline.name.clone();
     info!(queue = %queue, every_ms = policy.every, min_age_ms = policy.min_age, "automatic redrive on");
+    metrics.record_redrive_wait(&queue, policy.every);
     let mut wait = policy.every;
+    let mut own_wait = policy.every;
+    let mut warned_unshared = false;
     loop {
-        metrics
-            .redrive_next_wait_seconds
-            .get_or_create(&crate::worker::metrics::QueueLabels {
-                queue: queue.clone(),
-            })
-            .set(wait as f64 / 1000.0);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
         }
-        let run = once(&cfg, wait, &stop).await;
-        let finished = matches!(&run, Ok(r) if r.result != RunResult::Failed);
+        let turn = once(&cfg, own_wait, &stop).await;
+        let finished = matches!(&turn, Ok(Turn::NotDue { .. }))
+            || matches!(&turn, Ok(Turn::Ran(r)) if r.result != RunResult::Failed);
         if stop.is_cancelled() && !finished {
             // A run cut short by the stop is no result.
             return;
         }
-        match run {
-            Ok(r) => {
+        match turn {
+            Ok(Turn::NotDue {
+                state,
+                remaining_ms,
+            }) => {
+                metrics.record_redrive_state(&queue, &state);
+                debug!(queue = %queue, remaining_ms, shared_wait_ms = state.wait_ms, "redrive look: not due yet");
+                // Look again when it is due, or after `every` (a person's
+                // run may bring the wait back sooner).
+                wait = remaining_ms.clamp(1, policy.every);
+            }
+            Ok(Turn::Ran(r)) => {
                 metrics.record_redrive(&r);
                 log_run(&r);
-                wait = r.next_wait_ms;
+                if let (Some(why), false) = (&r.shared_unavailable, warned_unshared) {
+                    warn!(queue = %queue, why = %why, "the redrive wait is this worker's own, not the pipeline's");
+                    warned_unshared = true;
+                }
+                own_wait = r.next_wait_ms;
+                wait = match &r.shared {
+                    Some(s) => s.wait_ms.clamp(1, policy.every),
+                    None if r.result == RunResult::Busy => policy.every,
+                    None => r.next_wait_ms,
+                };
             }
             Err(e) => {
                 metrics
@@ -71,7 +93,7 @@ async fn once(
     cfg: &WorkerConfig,
     previous_wait_ms: u64,
     stop: &CancellationToken,
-) -> crate::error::Result<RedriveReport> {
+) -> crate::error::Result<Turn> {
     let p = &cfg.pipeline;
     let name = format!("dlqctl redrive {}", p.name);
     let (conn, at) = cfg.brokers.connect(&name).await?;
@@ -87,7 +109,7 @@ async fn once(
         },
         tag: name,
     };
-    let r = redrive(&target, p, previous_wait_ms).await;
+    let r = redrive_if_due(&target, p, previous_wait_ms).await;
     crate::amqp::connection::close(&conn).await;
     r
 }
@@ -96,7 +118,6 @@ async fn once(
 /// debug; a failed run at warn).
 fn log_run(r: &RedriveReport) {
     let (sent, back) = r.canary.as_ref().map_or((0, 0), |c| (c.sent, c.came_back));
-    let waiting = r.waiting_for_person.map(|n| n as i64).unwrap_or(-1);
     let why = r.why.as_deref().unwrap_or("");
     let result = r.result.label();
     let ended_at_ms = std::time::SystemTime::now()
@@ -110,7 +131,8 @@ fn log_run(r: &RedriveReport) {
                 moved = r.moved,
                 canary_sent = sent,
                 canary_came_back = back,
-                waiting_for_person = waiting,
+                waiting_for_person = r.waiting_for_person,
+                shared_wait = r.shared.is_some(),
                 next_wait_ms = r.next_wait_ms,
                 elapsed_ms = r.elapsed_ms,
                 ended_at_ms,

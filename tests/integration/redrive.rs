@@ -540,3 +540,227 @@ async fn no_redrive_turns_it_off_for_that_worker() {
     assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(3));
     assert_eq!(f.broker.message_count(&f.pipe.name).await, Some(0));
 }
+
+/// `dlqctl status FILE --json`'s redrive state of the pipeline `queue`.
+async fn shared_state(file: &Path, queue: &str) -> Value {
+    let run = crate::support::Dlqctl::new("status")
+        .arg(file)
+        .arg("--json")
+        .run()
+        .await;
+    let report = json(&run);
+    let p = report["pipelines"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == queue))
+        .unwrap_or_else(|| panic!("no pipeline {queue}: {}", run.output()));
+    p["redrive"].clone()
+}
+
+/// Three worker processes of one pipeline share one redrive wait, kept in
+/// the broker: after a failed canary the next run, whichever worker takes
+/// it, waits the doubled wait and doubles it again (each worker's own
+/// wait came back to back, every one logging the first doubling), and
+/// `status` shows the wait and the runs.
+#[tokio::test]
+async fn three_workers_share_one_redrive_wait_that_doubles_across_them() {
+    let dep = Dependency::start(false).await;
+    let (f, file) = redriving(
+        "{min_age: 1s, every: 1s, canary: 2, rate: 100/s}",
+        exhausted("fleet", 6),
+    )
+    .await;
+    let args = ["--http", &dep.hook(), "--concurrency", "2"];
+    let env = [("RUST_LOG", "info,dlqctl::worker::redrive=debug")];
+    let mut ws: Vec<WorkerProc> = (0..3)
+        .map(|_| WorkerProc::spawn_with_env(&file, &f.pipe.name, &args, &env))
+        .collect();
+    let failed_runs = |ws: &[WorkerProc]| -> Vec<Value> {
+        let mut runs: Vec<Value> = ws
+            .iter()
+            .flat_map(|w| w.events("redrive run"))
+            .filter(|e| e["result"] == "canary_failed")
+            .collect();
+        runs.sort_by_key(|e| e["ended_at_ms"].as_u64().unwrap_or(0));
+        runs
+    };
+    let deadline =
+        Instant::now() + Duration::from_secs(5) + 2 * CANARY_WAIT + Duration::from_secs(20);
+    while failed_runs(&ws).len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let runs = failed_runs(&ws);
+    let all = || ws.iter().map(|w| w.output()).collect::<Vec<_>>().join("\n");
+    assert!(runs.len() >= 2, "two failed canaries expected:\n{}", all());
+    assert_eq!(runs[0]["next_wait_ms"], 2000, "{:#?}", runs);
+    assert_eq!(
+        runs[1]["next_wait_ms"], 4000,
+        "the second run doubles the pipeline's wait, whichever worker ran the first: {:#?}",
+        runs
+    );
+    // The second run started no sooner than the shared wait after the
+    // first ended.
+    let end0 = runs[0]["ended_at_ms"].as_u64().unwrap();
+    let start1 = runs[1]["ended_at_ms"].as_u64().unwrap() - runs[1]["elapsed_ms"].as_u64().unwrap();
+    assert!(
+        start1 >= end0 + 2000 - 50,
+        "the second run started {} ms after the first ended",
+        start1 as i64 - end0 as i64
+    );
+    let state = shared_state(&file, &f.pipe.name).await;
+    assert_eq!(
+        state["queue"]["name"],
+        format!("{}.redrive-state", f.pipe.name)
+    );
+    assert_eq!(state["state"]["wait_ms"], 4000, "{state:#}");
+    let kept = state["state"]["runs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(kept.len() >= 2, "{state:#}");
+    assert_eq!(kept[0]["result"], "canary_failed", "{state:#}");
+    assert_eq!(kept[0]["canary"], serde_json::json!([2, 2]), "{state:#}");
+    for w in &mut ws {
+        w.stop().await;
+    }
+    // Only the canaries' runs reached the dependency: two per run.
+    assert!(dep.successes().is_empty());
+    wait_dlq(&f, 6).await;
+}
+
+/// A `busy` turn changes nothing of the shared state and names no next
+/// look; a run that found nothing brings the wait back to `every`, and
+/// the state survives the command (a new process reads it).
+#[tokio::test]
+async fn a_busy_turn_leaves_the_shared_wait_and_a_finished_run_records_itself() {
+    let msgs = vec![dead_redriven("p-0", "permanent", None)];
+    let (f, file) = redriving("{min_age: 1s, every: 3s, canary: 0}", msgs).await;
+    let run = redrive_now(&file, &f.pipe.name).await;
+    run.assert_code(0);
+    let r = json(&run);
+    assert_eq!(r["result"], "nothing_eligible", "{r}");
+    assert_eq!(r["shared"]["seq"], 1, "{r}");
+    assert_eq!(r["shared"]["wait_ms"], 3000, "{r}");
+    let text = dlq("redrive", &file, &f.pipe.name, &[]).await;
+    text.assert_code(0);
+    text.assert_stdout_has(&["the pipeline's workers look again in 3s"]);
+    let before = shared_state(&file, &f.pipe.name).await;
+    assert_eq!(before["state"]["seq"], 2, "{before:#}");
+    assert_eq!(
+        before["state"]["runs"][0]["by"],
+        format!("dlqctl dlq redrive {}", f.pipe.name)
+    );
+
+    // The redrive lock held by someone else: busy, nothing written.
+    let ch = f.broker.channel().await;
+    ch.queue_declare(
+        format!("dlqctl.redrive.{}", f.pipe.dlq()).as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let busy = dlq("redrive", &file, &f.pipe.name, &[]).await;
+    busy.assert_code(1);
+    busy.assert_stdout_has(&["busy, nothing done"]);
+    assert!(
+        !busy.stdout.contains("next automatic look") && !busy.stdout.contains("look again"),
+        "a busy one-off run names no next look: {}",
+        busy.output()
+    );
+    let after = shared_state(&file, &f.pipe.name).await;
+    assert_eq!(after["state"], before["state"], "busy wrote nothing");
+    let _ = ch.close(200, "done".into()).await;
+}
+
+/// A drill message left in the DLQ (`drill --timeout 1ms`) is neither
+/// moved nor counted as waiting for a person by a redrive; the real
+/// messages around it move.
+#[tokio::test]
+async fn a_drill_message_left_in_the_dlq_is_never_redriven_nor_counted() {
+    let mut msgs = exhausted("real", 3);
+    let (body, p) = dead_redriven("drill-left", "exhausted", None);
+    let mut h: FieldTable = p.headers().clone().unwrap_or_default();
+    h.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-1".into()),
+    );
+    msgs.push((body, p.with_headers(h.clone())));
+    // One past max_redrives too, and a drill one past it as well.
+    let (body, p) = dead_redriven("drill-spent", "exhausted", Some(9));
+    let mut h2: FieldTable = p.headers().clone().unwrap_or_default();
+    h2.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-2".into()),
+    );
+    msgs.push((body, p.with_headers(h2)));
+    msgs.push(dead_redriven("spent", "exhausted", Some(9)));
+    let (f, file) = redriving("{min_age: 1s, canary: 0}", msgs).await;
+    let run = redrive_now(&file, &f.pipe.name).await;
+    run.assert_code(0);
+    let r = json(&run);
+    assert_eq!(r["moved"], 3, "{r}");
+    assert_eq!(
+        r["waiting_for_person"], 1,
+        "only the real spent message waits: {r}"
+    );
+    let back = drain(&f.broker, &f.pipe.name).await;
+    assert_eq!(ids(&back), set(&["real-0", "real-1", "real-2"]));
+    wait_dlq(&f, 3).await;
+    let left = drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(ids(&left), set(&["drill-left", "drill-spent", "spent"]));
+}
+
+/// The worker acks, without the handler, a drill message that a redrive
+/// of an older version moved back (`dlqctl-redriven`), as it does a
+/// replayed one: it is never failed on purpose again.
+#[tokio::test]
+async fn the_worker_acks_a_redriven_drill_message_without_the_handler() {
+    let dep = Dependency::start(true).await;
+    let (f, file) = redriving("{min_age: 1s, canary: 0}", vec![]).await;
+    let mut w = WorkerProc::spawn(
+        &file,
+        &f.pipe.name,
+        &["--http", &dep.hook(), "--no-redrive"],
+    );
+    w.wait_consuming().await;
+    let mut h = FieldTable::default();
+    h.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-9".into()),
+    );
+    h.insert("dlqctl-redriven".into(), i(1));
+    publish(
+        &f.broker,
+        "",
+        &f.pipe.name,
+        b"{}",
+        with_id("drill-back").with_headers(h),
+    )
+    .await;
+    // Its decision is logged once the broker has the outcome: one line,
+    // an ack (failed on purpose, it would be a retry, then a dead-letter).
+    w.wait_decisions(1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    w.stop().await;
+    let decisions: Vec<String> = w
+        .decisions()
+        .iter()
+        .filter(|d| d["message_id"] == "drill-back")
+        .map(|d| d["decision"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(decisions, ["ack"], "{}", w.output());
+    assert!(
+        dep.successes().is_empty() && dep.failures().is_empty(),
+        "the handler ran a drill message"
+    );
+    assert_eq!(
+        f.broker.message_count(&f.pipe.dlq()).await,
+        Some(0),
+        "{}",
+        w.output()
+    );
+}

@@ -68,13 +68,14 @@ pub struct Need {
 
 /// The commands whose needs are known, as the permissions table names
 /// them.
-pub const COMMANDS: [&str; 6] = [
+pub const COMMANDS: [&str; 7] = [
     "provision",
     "provision --check",
     "status",
     "work",
     "dlq peek, summary, export, purge",
     "dlq replay",
+    "dlq redrive",
 ];
 
 /// What `command` (one of [`COMMANDS`]) needs on `pipeline`'s objects of
@@ -104,9 +105,23 @@ pub fn needs(command: &str, plan: &Plan, pipeline: &str) -> Vec<Need> {
     };
     let dlq: Vec<String> = of_role(Role::DeadLetterQueue).collect();
     let main: Vec<String> = of_role(Role::MainQueue).collect();
+    let state: Vec<String> = of_role(Role::RedriveState).collect();
     let lock = |add: &mut dyn FnMut(Access, &str)| {
         for d in &dlq {
             add(Access::Configure, &format!("dlqctl.lock.{d}"));
+        }
+    };
+    // A redrive run: its lock and the DLQ's, the DLQ, the copies and the
+    // shared state through the default exchange, the state queue.
+    let redrive = |add: &mut dyn FnMut(Access, &str)| {
+        lock(add);
+        for d in &dlq {
+            add(Access::Configure, &format!("dlqctl.redrive.{d}"));
+            add(Access::Read, d);
+        }
+        add(Access::Write, "amq.default");
+        for s in &state {
+            add(Access::Read, s);
         }
     };
     match command {
@@ -133,7 +148,13 @@ pub fn needs(command: &str, plan: &Plan, pipeline: &str) -> Vec<Need> {
             for m in &main {
                 add(Access::Read, m);
             }
+            // Every worker of a pipeline with a redrive policy runs it
+            // (unless `--no-redrive`).
+            if !state.is_empty() {
+                redrive(&mut add);
+            }
         }
+        "dlq redrive" => redrive(&mut add),
         "dlq peek, summary, export, purge" => {
             lock(&mut add);
             for d in &dlq {

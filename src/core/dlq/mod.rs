@@ -10,11 +10,14 @@
 //! - [`rate`]: `--rate`, a token bucket.
 //! - [`redrive`]: automatic redrive: which message moves, its copy, the
 //!   canary's rule and the wait between runs.
+//! - [`redrive_state`]: the wait and the last runs a pipeline's workers
+//!   share, kept in the broker.
 
 pub mod describe;
 pub mod export;
 pub mod fingerprint;
 pub mod rate;
 pub mod redrive;
+pub mod redrive_state;
 pub mod replay;
 pub mod select;

@@ -34,6 +34,9 @@ pub enum Verdict {
     /// In the DLQ for less than `min_age` (or since an unknown time): a
     /// later run may move it.
     TooYoung,
+    /// A drill message (`dlqctl-drill`) a drill left behind: never moved
+    /// nor counted; the next `dlqctl drill` removes it.
+    Drill,
 }
 
 /// What a verdict reads of a message.
@@ -45,6 +48,8 @@ pub struct Seen<'a> {
     pub dead_lettered_at_ms: Option<u64>,
     /// Automatic redrives so far ([`redriven_count`]).
     pub redriven: u64,
+    /// A drill message (it carries `dlqctl-drill`).
+    pub drill: bool,
 }
 
 impl<'a> Seen<'a> {
@@ -57,14 +62,18 @@ impl<'a> Seen<'a> {
                 .as_deref()
                 .and_then(crate::core::values::text::parse_rfc3339_millis),
             redriven: redriven_count(headers),
+            drill: headers.is_some_and(|h| h.contains_key(crate::core::retry::drill::DRILL_HEADER)),
         }
     }
 }
 
-/// The verdict on a message at `now_unix_ms`. The reason comes first (a
-/// message of another reason is none of the policy's business), then the
-/// redrive budget, then the age.
+/// The verdict on a message at `now_unix_ms`. A drill message is never
+/// the policy's; then the reason (a message of another reason is none of
+/// the policy's business), then the redrive budget, then the age.
 pub fn verdict(policy: &Redrive, m: &Seen, now_unix_ms: u64) -> Verdict {
+    if m.drill {
+        return Verdict::Drill;
+    }
     if !m
         .reason
         .is_some_and(|r| policy.reasons.iter().any(|p| p == r))
@@ -139,7 +148,7 @@ pub fn canary_passed(sent: u64, came_back: u64) -> bool {
 
 /// What one run came to (the `result` label of
 /// `dlqctl_redrive_runs_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunResult {
     /// Messages moved (the canary passed, or there was none).
@@ -228,6 +237,7 @@ mod tests {
             reason,
             dead_lettered_at_ms: age_ms.map(|a| NOW - a),
             redriven,
+            drill: false,
         }
     }
 
@@ -269,6 +279,7 @@ mod tests {
             reason: Some("exhausted"),
             dead_lettered_at_ms: Some(NOW + 10 * MIN),
             redriven: 0,
+            drill: false,
         };
         assert_eq!(verdict(&p, &ahead, NOW), Verdict::TooYoung);
         // min_age 0 is not writable (durations start at 1ms), but holds.
@@ -348,7 +359,8 @@ mod tests {
             Seen {
                 reason: Some("exhausted"),
                 dead_lettered_at_ms: Some(NOW),
-                redriven: 2
+                redriven: 2,
+                drill: false,
             }
         );
         let bad = Described {
@@ -360,9 +372,30 @@ mod tests {
             Seen {
                 reason: None,
                 dead_lettered_at_ms: None,
-                redriven: 0
+                redriven: 0,
+                drill: false,
             }
         );
+        let drill = field_table([(
+            crate::core::retry::drill::DRILL_HEADER,
+            AMQPValue::LongString("run-1".into()),
+        )]);
+        assert!(Seen::of(&d, Some(&drill)).drill);
+    }
+
+    #[test]
+    fn a_drill_message_is_never_moved_nor_counted_whatever_else_it_says() {
+        let p = policy();
+        for (reason, age, redriven) in [
+            (Some("exhausted"), Some(100 * MIN), 0),
+            (Some("exhausted"), Some(100 * MIN), 9),
+            (Some("permanent"), Some(0), 0),
+            (None, None, 0),
+        ] {
+            let mut m = seen(reason, age, redriven);
+            m.drill = true;
+            assert_eq!(verdict(&p, &m, NOW), Verdict::Drill, "{m:?}");
+        }
     }
 
     #[test]

@@ -13,14 +13,20 @@
 //!   goes through each tier queue, its TTL dead-lettering and its route
 //!   back; behind older messages of a busy tier it waits for them, as
 //!   expired messages leave from the head only);
-//! - replayed (it carries [`crate::core::dlq::replay::REPLAYED_HEADER`]),
-//!   it acks it.
+//! - replayed (it carries [`crate::core::dlq::replay::REPLAYED_HEADER`])
+//!   or redriven (`dlqctl-redriven`), it acks it.
 
 use lapin::types::FieldTable;
 
 /// `crate::core::dlq::replay::REPLAYED_HEADER`, named here without
 /// importing the DLQ core (which imports this one).
 const REPLAYED_HEADER: &str = "dlqctl-replayed";
+
+/// `crate::core::dlq::redrive::REDRIVEN_HEADER`, likewise: a drill message
+/// an automatic redrive moved back (the redrive leaves drill messages
+/// alone now, but one an older version moved may still come) is acked
+/// like a replayed one.
+const REDRIVEN_HEADER: &str = "dlqctl-redriven";
 
 /// The header that marks a drill message; its value is the drill's id.
 pub const DRILL_HEADER: &str = "dlqctl-drill";
@@ -46,11 +52,13 @@ pub enum DrillStep {
 pub fn drill_step(headers: Option<&FieldTable>) -> Option<DrillStep> {
     let h = headers?.inner();
     h.get(DRILL_HEADER)?;
-    Some(if h.contains_key(REPLAYED_HEADER) {
-        DrillStep::AckReplayed
-    } else {
-        DrillStep::Fail
-    })
+    Some(
+        if h.contains_key(REPLAYED_HEADER) || h.contains_key(REDRIVEN_HEADER) {
+            DrillStep::AckReplayed
+        } else {
+            DrillStep::Fail
+        },
+    )
 }
 
 #[cfg(test)]
@@ -67,6 +75,7 @@ mod tests {
     #[test]
     fn the_replayed_header_is_the_replays() {
         assert_eq!(REPLAYED_HEADER, crate::core::dlq::replay::REPLAYED_HEADER);
+        assert_eq!(REDRIVEN_HEADER, crate::core::dlq::redrive::REDRIVEN_HEADER);
     }
 
     fn headers(keys: &[&str]) -> FieldTable {
@@ -91,6 +100,12 @@ mod tests {
             drill_step(Some(&headers(&[DRILL_HEADER, REPLAYED_HEADER]))),
             Some(DrillStep::AckReplayed)
         );
+        // Moved back by an automatic redrive: acked too, never failed again.
+        assert_eq!(
+            drill_step(Some(&headers(&[DRILL_HEADER, REDRIVEN_HEADER]))),
+            Some(DrillStep::AckReplayed)
+        );
+        assert_eq!(drill_step(Some(&headers(&[REDRIVEN_HEADER]))), None);
     }
 
     #[test]

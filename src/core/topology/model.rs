@@ -247,6 +247,14 @@ impl Pipeline {
         format!("{}.retry", self.name)
     }
 
+    /// Name of the queue that keeps the pipeline's shared redrive state
+    /// (`NAME.redrive-state`, classic, one message: the wait every worker
+    /// of the pipeline follows, and the last runs); declared only for a
+    /// pipeline with a redrive policy.
+    pub fn redrive_state_queue(&self) -> String {
+        format!("{}.redrive-state", self.name)
+    }
+
     /// Name of the dead-letter exchange (`NAME.dlx`, fanout).
     pub fn dead_letter_exchange(&self) -> String {
         format!("{}.dlx", self.name)

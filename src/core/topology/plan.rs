@@ -19,6 +19,9 @@ pub enum Role {
     RetryQueue,
     /// The dead-letter queue.
     DeadLetterQueue,
+    /// `NAME.redrive-state`: the redrive wait shared by the pipeline's
+    /// workers (only with a redrive policy).
+    RedriveState,
 }
 
 /// An exchange to declare: durable, not auto-delete, not internal.
@@ -146,6 +149,15 @@ pub fn dead_letter_queue_arguments(p: &Pipeline) -> Arguments {
     a
 }
 
+/// Arguments of a pipeline's redrive-state queue: always classic (a
+/// quorum queue read by get and requeue counts every read against its
+/// delivery limit, 20 by default on 4.x).
+pub fn redrive_state_arguments() -> Arguments {
+    let mut a = Arguments::new();
+    a.insert("x-queue-type".into(), s("classic"));
+    a
+}
+
 /// The objects of one pipeline.
 pub fn pipeline_plan(p: &Pipeline) -> Plan {
     let mut plan = Plan::default();
@@ -193,6 +205,13 @@ pub fn pipeline_plan(p: &Pipeline) -> Plan {
         Role::DeadLetterQueue,
         dead_letter_queue_arguments(p),
     ));
+    if p.dead_letter.redrive.is_some() {
+        plan.queues.push(queue(
+            p.redrive_state_queue(),
+            Role::RedriveState,
+            redrive_state_arguments(),
+        ));
+    }
 
     let bind = |exchange: String, queue: String, routing_key: String, arguments| BindingSpec {
         exchange,

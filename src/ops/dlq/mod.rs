@@ -22,6 +22,7 @@ pub mod export;
 pub mod purge;
 pub(crate) mod reader;
 pub mod redrive;
+pub mod redrive_state;
 pub mod replay;
 
 pub use reader::{

@@ -15,6 +15,7 @@ use super::{Message, Target};
 use crate::core::dlq::redrive::{
     canary_passed, next_wait, redrive_copy, verdict, RunResult, Seen, Verdict,
 };
+use crate::core::dlq::redrive_state::{RedriveState, RunRecord};
 use crate::core::dlq::select::Selector;
 use crate::core::topology::{Pipeline, Redrive};
 use crate::error::{Error, Result};
@@ -47,10 +48,35 @@ pub struct RedriveReport {
     pub why: Option<String>,
     /// The run's replay id (`dlqctl-replay-id` on its copies).
     pub replay_id: String,
-    /// How long to wait before the next look, in ms.
+    /// How long to wait before the next look, in ms: the pipeline's
+    /// shared wait when it is kept ([`RedriveReport::shared`]).
     pub next_wait_ms: u64,
     /// Wall time, in ms.
     pub elapsed_ms: u64,
+    /// The pipeline's shared redrive state after the run (`None`: not
+    /// read or not written; see [`RedriveReport::shared_unavailable`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<RedriveState>,
+    /// Why the shared state was not used, when it was not (its queue is
+    /// missing, or the broker refused it): the wait is then this
+    /// process's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_unavailable: Option<String>,
+}
+
+/// What a look at the DLQ came to: a run, or nothing because the
+/// pipeline's shared wait has not passed yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// A run happened (or was skipped as busy).
+    Ran(Box<RedriveReport>),
+    /// The shared wait has not passed: nothing was done.
+    NotDue {
+        /// The shared state as read.
+        state: RedriveState,
+        /// How long until the next look is due, in ms.
+        remaining_ms: u64,
+    },
 }
 
 /// The name of the lock a redrive run holds for its whole length, canary
@@ -107,21 +133,48 @@ impl ReplayHooks for Hooks<'_> {
     }
 }
 
-/// Runs the policy of `pipeline` once on the DLQ of `t`; `previous_wait_ms`
-/// is the wait that came before (for [`RedriveReport::next_wait_ms`]).
-/// A DLQ held by another run or command is [`RunResult::Busy`]; a run
-/// that stops on an error is [`RunResult::Failed`] with the error in
-/// [`RedriveReport::why`]; only a pipeline without a policy is an `Err`.
+/// Runs the policy of `pipeline` once on the DLQ of `t`, now (`dlq
+/// redrive`, `dlqctl serve`); `previous_wait_ms` is the wait that came
+/// before, used only when the pipeline's shared state cannot be (for
+/// [`RedriveReport::next_wait_ms`]). A DLQ held by another run or command
+/// is [`RunResult::Busy`]; a run that stops on an error is
+/// [`RunResult::Failed`] with the error in [`RedriveReport::why`]; only a
+/// pipeline without a policy is an `Err`.
 pub async fn redrive(
     t: &Target,
     pipeline: &Pipeline,
     previous_wait_ms: u64,
 ) -> Result<RedriveReport> {
+    match turn(t, pipeline, previous_wait_ms, false).await? {
+        Turn::Ran(r) => Ok(*r),
+        // Not asked to wait: a run always happens.
+        Turn::NotDue { .. } => Err(Error::Usage(
+            "a redrive run asked for now was not due".into(),
+        )),
+    }
+}
+
+/// The worker's look: runs the policy once if the pipeline's shared wait
+/// has passed ([`Turn::Ran`]), else does nothing ([`Turn::NotDue`]).
+pub async fn redrive_if_due(
+    t: &Target,
+    pipeline: &Pipeline,
+    previous_wait_ms: u64,
+) -> Result<Turn> {
+    turn(t, pipeline, previous_wait_ms, true).await
+}
+
+async fn turn(
+    t: &Target,
+    pipeline: &Pipeline,
+    previous_wait_ms: u64,
+    if_due: bool,
+) -> Result<Turn> {
     let started = Instant::now();
     let Some(policy) = pipeline.dead_letter.redrive.as_ref() else {
         return Err(Error::Usage(format!(
-            "pipeline {} has no redrive policy: add `dead_letter: {{redrive: {{}}}}` to it (or \
-             to defaults) in the topology file",
+            "pipeline {} has no redrive policy: add `dead_letter: \
+             {{redrive: {{}}}}` to it (or to defaults) in the topology file",
             pipeline.name
         )));
     };
@@ -137,43 +190,143 @@ pub async fn redrive(
         replay_id: new_replay_id(),
         next_wait_ms: 0,
         elapsed_ms: 0,
+        shared: None,
+        shared_unavailable: None,
     };
-    let (result, why) = run(t, pipeline, policy, &mut report).await;
-    report.result = result;
-    report.why = why;
-    report.next_wait_ms = next_wait(policy.every, previous_wait_ms, result);
-    report.elapsed_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
-}
-
-/// The run itself: its result, and why when it moved nothing it could.
-async fn run(
-    t: &Target,
-    pipeline: &Pipeline,
-    policy: &Redrive,
-    report: &mut RedriveReport,
-) -> (RunResult, Option<String>) {
     let lock = redrive_lock_name(&t.dlq);
     let held = match hold_exclusive(&t.conn, &lock).await {
         Ok(Some(ch)) => ch,
         Ok(None) => {
-            return (
-                RunResult::Busy,
-                Some(format!("another redrive run holds {lock}")),
-            )
+            report.result = RunResult::Busy;
+            report.why = Some(format!("another redrive run holds {lock}"));
+            report.next_wait_ms = policy.every;
+            report.elapsed_ms = started.elapsed().as_millis() as u64;
+            return Ok(Turn::Ran(Box::new(report)));
         }
-        Err(e) => return (RunResult::Failed, Some(e.to_string())),
+        Err(e) => {
+            report.why = Some(e.to_string());
+            report.next_wait_ms = next_wait(policy.every, previous_wait_ms, RunResult::Failed);
+            report.elapsed_ms = started.elapsed().as_millis() as u64;
+            return Ok(Turn::Ran(Box::new(report)));
+        }
     };
-    let outcome = locked(t, pipeline, policy, report).await;
-    // The broker deletes an exclusive queue when its connection ends, not
-    // its channel: delete it, then close the channel.
+    let state_queue = pipeline.redrive_state_queue();
+    let before = read_shared(t, &state_queue, policy.every, &mut report).await;
+    let not_due = before.as_ref().and_then(|s| {
+        let remaining_ms = s.remaining_ms(policy.every, unix_ms());
+        (if_due && remaining_ms > 0).then(|| Turn::NotDue {
+            state: s.clone(),
+            remaining_ms,
+        })
+    });
+    if let Some(n) = not_due {
+        unlock(held, &lock).await;
+        return Ok(n);
+    }
+    let (result, why) = locked(t, pipeline, policy, &mut report).await;
+    report.result = result;
+    report.why = why;
+    report.next_wait_ms = next_wait(policy.every, previous_wait_ms, result);
+    if before.is_some() && result != RunResult::Busy {
+        write_shared(t, &state_queue, policy.every, &mut report).await;
+    }
+    unlock(held, &lock).await;
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(Turn::Ran(Box::new(report)))
+}
+
+/// Deletes the lock queue, then closes its channel (the broker deletes an
+/// exclusive queue when its connection ends, not its channel).
+async fn unlock(held: lapin::Channel, lock: &str) {
     let _ = tokio::time::timeout(
         Duration::from_secs(5),
-        held.queue_delete(lock.as_str().into(), Default::default()),
+        held.queue_delete(lock.into(), Default::default()),
     )
     .await;
     let _ = tokio::time::timeout(Duration::from_secs(5), held.close(200, "done".into())).await;
-    outcome
+}
+
+/// Now, in ms since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The shared state as the run starts (a fresh one when the queue holds
+/// none); `None`, with [`RedriveReport::shared_unavailable`] set, when it
+/// cannot be read. Nothing stays held: the run holds the redrive lock,
+/// and only a run under it writes.
+async fn read_shared(
+    t: &Target,
+    queue: &str,
+    every_ms: u64,
+    report: &mut RedriveReport,
+) -> Option<RedriveState> {
+    match super::redrive_state::read(&t.conn, queue, true).await {
+        Ok(Some(held)) => {
+            let state = held
+                .state
+                .clone()
+                .unwrap_or_else(|| RedriveState::fresh(every_ms, unix_ms()));
+            held.release().await;
+            Some(state)
+        }
+        Ok(None) => {
+            report.shared_unavailable = Some(format!(
+                "queue {queue} does not exist: run `dlqctl provision` on the topology file to \
+                 share the redrive wait between the pipeline's workers"
+            ));
+            None
+        }
+        Err(e) => {
+            report.shared_unavailable = Some(e.to_string());
+            None
+        }
+    }
+}
+
+/// Writes the state after the run: read again (under the lock), the run
+/// recorded, published, then the old message acked.
+async fn write_shared(t: &Target, queue: &str, every_ms: u64, report: &mut RedriveReport) {
+    let written = async {
+        let held = super::redrive_state::read(&t.conn, queue, true)
+            .await?
+            .ok_or_else(|| Error::Broker {
+                context: format!("cannot write the redrive state to {queue}"),
+                message: "the queue is gone".into(),
+            })?;
+        let now = unix_ms();
+        let before = held
+            .state
+            .clone()
+            .unwrap_or_else(|| RedriveState::fresh(every_ms, now));
+        let next = before.after(every_ms, record(report, &t.tag, now), now);
+        held.replace(&t.conn, &next).await?;
+        Ok::<_, Error>(next)
+    }
+    .await;
+    match written {
+        Ok(next) => {
+            report.next_wait_ms = next.wait_ms;
+            report.shared = Some(next);
+        }
+        Err(e) => report.shared_unavailable = Some(e.to_string()),
+    }
+}
+
+/// What the shared state keeps of a run.
+fn record(r: &RedriveReport, by: &str, now: u64) -> RunRecord {
+    RunRecord {
+        result: r.result,
+        at_ms: now,
+        moved: r.moved,
+        waiting_for_person: r.waiting_for_person,
+        canary: r.canary.as_ref().map(|c| (c.sent, c.came_back)),
+        why: r.why.clone(),
+        by: by.to_string(),
+    }
+    .trimmed()
 }
 
 /// The run, its lock held.

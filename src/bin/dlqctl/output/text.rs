@@ -19,6 +19,7 @@ fn role(r: Role) -> &'static str {
         Role::MainQueue => "main queue",
         Role::RetryQueue => "retry queue",
         Role::DeadLetterQueue => "dead-letter queue",
+        Role::RedriveState => "redrive-state queue",
     }
 }
 
@@ -237,6 +238,39 @@ pub fn provisioned_text(file: &str, plan: &Plan, report: &Report) -> String {
     out
 }
 
+/// `status`'s line per pipeline with a redrive policy: its shared state.
+fn redrive_lines(report: &StatusReport) -> String {
+    let mut out = String::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for p in &report.pipelines {
+        let Some(r) = &p.redrive else { continue };
+        match (&r.state, &r.unreadable) {
+            (Some(s), _) => {
+                out += &format!("redrive {}: {}\n", p.name, esc(&redrive_state_text(s, now)))
+            }
+            (None, Some(why)) => {
+                out += &format!("redrive {}: state unreadable: {}\n", p.name, esc(why))
+            }
+            (None, None) if r.queue.exists => out += &format!("redrive {}: no run yet\n", p.name),
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// The header of `status`'s table.
+const STATUS_HEAD: [&str; 7] = [
+    "PIPELINE",
+    "QUEUE",
+    "ROLE",
+    "READY",
+    "UNACKED",
+    "CONSUMERS",
+    "HELD-FOR-DLX",
+];
+
 /// `status` as a table: a row per queue, then what is missing, what is
 /// over the threshold and what is unknown.
 pub fn status_text(
@@ -250,15 +284,7 @@ pub fn status_text(
         (true, Some(n)) => n.to_string(),
         (true, None) => "unknown".to_string(),
     };
-    let mut rows: Vec<[String; 7]> = vec![[
-        "PIPELINE".into(),
-        "QUEUE".into(),
-        "ROLE".into(),
-        "READY".into(),
-        "UNACKED".into(),
-        "CONSUMERS".into(),
-        "HELD-FOR-DLX".into(),
-    ]];
+    let mut rows: Vec<[String; 7]> = vec![STATUS_HEAD.map(String::from)];
     for p in &report.pipelines {
         let mut row = |pipeline: &str, role: String, q: &QueueStatus| {
             rows.push([
@@ -284,6 +310,9 @@ pub fn status_text(
             row("", format!("retry {}", t.tier), &t.queue);
         }
         row("", "dlq".into(), &p.dlq);
+        if let Some(r) = &p.redrive {
+            row("", "redrive state".into(), &r.queue);
+        }
     }
     let widths: Vec<usize> = (0..7)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
@@ -308,6 +337,7 @@ pub fn status_text(
     for e in &report.missing_exchanges {
         out += &format!("MISSING exchange {e}\n");
     }
+    out += &redrive_lines(report);
     if let Some(why) = &report.management_unavailable {
         out += &format!(
             "unacked and held-for-DLX counts and policies are unknown (the management API: {why}); \
@@ -527,11 +557,56 @@ pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
     if let Some(why) = &r.why {
         out += &format!("why: {why}\n");
     }
-    out += &format!(
-        "replay id {}; next automatic look in {}\n",
-        r.replay_id,
-        dlqctl::core::values::duration::tier_name(r.next_wait_ms)
-    );
+    if r.result == RunResult::Busy {
+        // Nothing ran: no replay id was used, and the shared wait is as
+        // it was.
+        return out;
+    }
+    out += &format!("replay id {}\n", r.replay_id);
+    match (&r.shared, &r.shared_unavailable) {
+        (Some(s), _) => {
+            out += &format!(
+                "the pipeline's workers look again in {} (the shared wait, kept in {}.redrive-state)\n",
+                dlqctl::core::values::duration::tier_name(s.wait_ms),
+                r.queue
+            );
+        }
+        (None, Some(why)) => {
+            out += &format!("the shared wait was not kept, so each worker keeps its own: {why}\n");
+        }
+        (None, None) => {}
+    }
+    out
+}
+
+/// A pipeline's shared redrive state in a few words: the wait, the next
+/// look, the last run (`now_ms`: ms since the Unix epoch).
+pub fn redrive_state_text(
+    s: &dlqctl::core::dlq::redrive_state::RedriveState,
+    now_ms: u64,
+) -> String {
+    use dlqctl::core::values::duration::tier_name;
+    let next = if s.next_look_at_ms <= now_ms {
+        "due now".to_string()
+    } else {
+        format!("next look in {}", tier_name(s.next_look_at_ms - now_ms))
+    };
+    let mut out = format!("wait {}, {next}", tier_name(s.wait_ms));
+    if let Some(r) = s.last() {
+        out += &format!(
+            "; last run {} {} ago",
+            r.result.label(),
+            tier_name(now_ms.saturating_sub(r.at_ms).max(1))
+        );
+        if r.moved > 0 {
+            out += &format!(" ({} moved)", r.moved);
+        }
+        if let Some(n) = r.waiting_for_person {
+            out += &format!("; {n} waiting for a person");
+        }
+    } else {
+        out += "; no run yet";
+    }
     out
 }
 

@@ -61,6 +61,9 @@ impl Cx {
                 )
             }));
             qs.push((p.dead_letter.queue.clone(), "dead-letter queue".to_string()));
+            if p.dead_letter.redrive.is_some() {
+                qs.push((p.redrive_state_queue(), "redrive-state queue".to_string()));
+            }
             let mut xs = vec![
                 (p.retry_exchange(), "retry exchange".to_string(), None),
                 (
