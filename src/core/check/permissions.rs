@@ -154,7 +154,7 @@ pub fn needs(command: &str, plan: &Plan, pipeline: &str) -> Vec<Need> {
                 redrive(&mut add);
             }
         }
-        "dlq redrive" => redrive(&mut add),
+        "dlq redrive" if !state.is_empty() => redrive(&mut add),
         "dlq peek, summary, export, purge" => {
             lock(&mut add);
             for d in &dlq {
@@ -344,6 +344,42 @@ mod tests {
         assert_eq!(names("no such command"), vec![]);
         assert_eq!(names("provision").len(), provision.len());
         assert_eq!(needs("work", &p, "another pipeline"), vec![]);
+        // Without a redrive policy there is no redrive to run.
+        assert_eq!(names("dlq redrive"), vec![]);
+    }
+
+    #[test]
+    fn a_redrive_policy_adds_the_redrive_to_the_worker_and_to_dlq_redrive() {
+        let t = crate::core::topology::parse_topology(
+            "version: 1\npipelines:\n  - name: orders\n    dead_letter: {redrive: {}}\n",
+            "t.yaml",
+        )
+        .expect("valid");
+        let p = crate::core::topology::plan::plan(&t);
+        let names = |c: &str| -> Vec<(Access, String)> {
+            needs(c, &p, "orders")
+                .into_iter()
+                .map(|n| (n.access, n.resource))
+                .collect()
+        };
+        let s = |a: Access, r: &str| (a, r.to_string());
+        use Access::*;
+        let redrive = vec![
+            s(Configure, "dlqctl.lock.orders.dlq"),
+            s(Configure, "dlqctl.redrive.orders.dlq"),
+            s(Read, "orders.dlq"),
+            s(Write, "amq.default"),
+            s(Read, "orders.redrive-state"),
+        ];
+        assert_eq!(names("dlq redrive"), redrive);
+        let mut work = vec![
+            s(Write, "orders.retry"),
+            s(Write, "orders.dlx"),
+            s(Read, "orders"),
+        ];
+        work.extend(redrive);
+        assert_eq!(names("work"), work);
+        assert!(names("provision").contains(&s(Configure, "orders.redrive-state")));
     }
 
     #[test]

@@ -904,3 +904,52 @@ fn backoff_factor_precision_and_max_below_base_are_refused() {
     );
     ok("version: 1\npipelines:\n  - name: a\n    retry: {backoff: {base: 1s, factor: 1.123456789, max: 1s}}\n");
 }
+
+/// `null`, or an empty block (a key with nothing after it), is an error
+/// with line and column for every optional block that a mapping or
+/// `true` turns on: it says neither on nor off. (`idempotency` joins
+/// this list when it exists.)
+#[test]
+fn a_null_or_empty_optional_block_is_an_error_with_its_position() {
+    let cases = [
+        (
+            "pipelines:\n  - name: a\n    dead_letter:\n      redrive: null\n",
+            "5:16",
+            "dead_letter.redrive is empty",
+        ),
+        (
+            "pipelines:\n  - name: a\n    dead_letter:\n      redrive:\n",
+            "5:",
+            "dead_letter.redrive is empty",
+        ),
+        (
+            "defaults:\n  dead_letter:\n    redrive: ~\npipelines:\n  - name: a\n",
+            "4:",
+            "dead_letter.redrive is empty",
+        ),
+        (
+            "pipelines:\n  - name: a\n    circuit_breaker: null\n",
+            "4:",
+            "circuit_breaker must be a mapping, not null",
+        ),
+        (
+            "pipelines:\n  - name: a\n    circuit_breaker:\n",
+            "4:",
+            "circuit_breaker must be a mapping, not null",
+        ),
+        (
+            "defaults:\n  circuit_breaker:\npipelines:\n  - name: a\n",
+            "3:",
+            "circuit_breaker must be a mapping, not null",
+        ),
+    ];
+    for (body, pos, needle) in cases {
+        let e = errs(&format!("version: 1\n{body}"));
+        assert_eq!(e.len(), 1, "{body}: {e:#?}");
+        assert!(
+            e[0].starts_with(pos) && e[0].contains(needle),
+            "{body}: {}",
+            e[0]
+        );
+    }
+}

@@ -35,12 +35,18 @@ const MAX_CANARY: i64 = 10_000;
 
 impl Cx {
     /// `dead_letter.redrive`: `Some(None)` when turned off (`false`),
-    /// `Some(Some(policy))` when on (`true`, an empty value or a mapping,
-    /// its keys over the defaults), `None` when invalid (reported).
+    /// `Some(Some(policy))` when on (`true` or a mapping, its keys over the
+    /// defaults), `None` when invalid (reported). `null`, which is also
+    /// what an empty `redrive:` line reads as, is invalid: it does not say
+    /// whether the policy is meant on or off.
     pub(super) fn redrive(&mut self, n: &Node) -> Option<Option<Redrive>> {
         match &n.value {
             Value::Bool(false) => return Some(None),
-            Value::Bool(true) | Value::Null => return Some(Some(Redrive::default())),
+            Value::Bool(true) => return Some(Some(Redrive::default())),
+            Value::Null => {
+                self.err(n.pos, empty_block("dead_letter.redrive"));
+                return None;
+            }
             _ => {}
         }
         let m = self.map(n, "dead_letter.redrive", &REDRIVE_KEYS)?;
@@ -144,8 +150,14 @@ impl Cx {
     fn rate(&mut self, n: &Node) -> Option<f64> {
         let what = "dead_letter.redrive.rate";
         let per_second = match &n.value {
-            Value::Int(i) => Some(*i as f64),
-            Value::Float(f) => Some(*f),
+            Value::Int(_) | Value::Float(_) => {
+                self.err(n.pos, no_unit(what, n.value.kind()));
+                return None;
+            }
+            Value::Str(s) if !s.contains('/') && s.trim().parse::<f64>().is_ok() => {
+                self.err(n.pos, no_unit(what, &format!("`{}`", s.trim())));
+                return None;
+            }
             Value::Str(s) => parse_rate(s),
             _ => None,
         };
@@ -204,6 +216,24 @@ impl Cx {
 
 /// Reads `N/s`, `N/m`, `N/h` (or a bare number, per second) as messages
 /// per second; `None` when it is not one.
+/// The error of a block written `null` or left empty (`redrive:` with
+/// nothing after it): it does not say whether it is meant on or off.
+pub(super) fn empty_block(what: &str) -> String {
+    format!(
+        "{what} is empty (null): write `{{}}` or `true` for the defaults, `false` to turn it \
+         off, or give its keys"
+    )
+}
+
+/// The error of a rate written without its unit.
+fn no_unit(what: &str, given: &str) -> String {
+    format!(
+        "{what} needs a unit: write 50/s, 50/m or 50/h (messages per second, minute or hour), \
+         not {given}"
+    )
+}
+
+/// A rate with its unit (`50/s`, `100/m`, `10/h`), in messages per second.
 fn parse_rate(s: &str) -> Option<f64> {
     let s = s.trim();
     let (num, per) = match s.split_once('/') {
@@ -216,7 +246,7 @@ fn parse_rate(s: &str) -> Option<f64> {
             };
             (n.trim(), per)
         }
-        None => (s, 1.0),
+        None => return None,
     };
     let n: f64 = num.parse().ok()?;
     (n.is_finite() && !num.is_empty()).then_some(n / per)
@@ -249,7 +279,7 @@ mod tests {
             health: None,
         };
         assert_eq!(Redrive::default(), want);
-        for on in ["{redrive: {}}", "{redrive: true}", "{redrive: }"] {
+        for on in ["{redrive: {}}", "{redrive: true}"] {
             assert_eq!(policy(&with(on)), Some(want.clone()), "{on}");
         }
         assert_eq!(policy(&with("{redrive: false}")), None);
@@ -276,16 +306,32 @@ mod tests {
         );
         for (rate, want) in [
             ("50/s", 50.0),
-            ("50", 50.0),
-            ("0.5", 0.5),
+            ("0.5/s", 0.5),
             ("3600/h", 1.0),
             (" 6 / m ", 0.1),
         ] {
             let p = policy(&with(&format!("{{redrive: {{rate: '{rate}'}}}}"))).unwrap();
             assert_eq!(p.rate, want, "{rate}");
         }
-        let p = policy(&with("{redrive: {rate: 20}}")).unwrap();
-        assert_eq!(p.rate, 20.0);
+    }
+
+    #[test]
+    fn a_rate_without_its_unit_is_refused_with_line_and_column() {
+        for (rate, given) in [
+            ("20", "an integer"),
+            ("0.5", "a number"),
+            ("'50'", "`50`"),
+            ("' 7 '", "`7`"),
+        ] {
+            let e = errs(&with(&format!("{{redrive: {{rate: {rate}}}}}")));
+            assert_eq!(e.len(), 1, "{rate}: {e:#?}");
+            assert!(
+                e[0].contains("rate needs a unit: write 50/s") && e[0].contains(given),
+                "{rate}: {}",
+                e[0]
+            );
+            assert!(e[0].starts_with("4:"), "line and column: {}", e[0]);
+        }
     }
 
     #[test]
