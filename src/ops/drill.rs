@@ -337,8 +337,8 @@ async fn after_dlq(
             "replayed",
             &since,
             format!(
-                "moved {} messages: {}",
-                replay.moved,
+                "moved {}: {}",
+                crate::core::values::text::count(replay.moved, "message"),
                 replay.why_failed.unwrap_or_default()
             ),
         );

@@ -217,9 +217,9 @@ async fn export(
         (
             State::Failed,
             Some(format!(
-                "{} messages could not be written as export lines (see the report); they are \
+                "{} could not be written as export lines (see the report); they are \
                  still in the DLQ, and no file is offered",
-                r.failed
+                crate::core::values::text::count(r.failed, "message")
             )),
         )
     } else {

@@ -334,6 +334,19 @@ impl App {
         })
     }
 
+    /// The pipeline's shared redrive state (docs/dlq.md, "The shared
+    /// wait"), read as `status` reads it, on a connection of its own.
+    pub async fn redrive_state(
+        &self,
+        p: &Pipeline,
+    ) -> Result<Option<crate::core::dlq::redrive_state::RedriveState>> {
+        let tag = format!("dlqctl serve redrive-state {}", p.name);
+        let (conn, _) = self.opts.brokers.connect(&tag).await?;
+        let state = crate::ops::dlq::redrive_state::peek(&conn, &p.redrive_state_queue()).await;
+        crate::amqp::connection::close(&conn).await;
+        state
+    }
+
     /// Groups `pipeline`'s DLQ, as `dlq summary` does. When another command
     /// holds the DLQ, the last summary is returned marked not fresh (or the
     /// busy error, when there is none).

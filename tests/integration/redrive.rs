@@ -505,7 +505,9 @@ async fn with_a_health_probe_answering_503_nothing_moves_then_200_moves_them() {
     assert_eq!(r["health"], "503 Service Unavailable", "{r}");
 
     let mut w = WorkerProc::spawn(&file, &f.pipe.name, &["--http", &dep.hook()]);
-    wait_run(&mut w, "unhealthy", Duration::from_secs(20)).await;
+    let unhealthy = wait_run(&mut w, "unhealthy", Duration::from_secs(20)).await;
+    // An unhealthy run read no DLQ: no count, and no placeholder for one.
+    assert!(unhealthy.get("waiting_for_person").is_none(), "{unhealthy}");
     let start = Instant::now();
     while dep.probes() < 4 && start.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -762,5 +764,39 @@ async fn the_worker_acks_a_redriven_drill_message_without_the_handler() {
         Some(0),
         "{}",
         w.output()
+    );
+}
+
+/// The web page's DLQ view shows the redrive's shared wait, its next look
+/// and its last runs with their results, as the broker keeps them.
+#[tokio::test]
+async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
+    let msgs = vec![dead_redriven("p-0", "permanent", None)];
+    let (f, file) = redriving("{min_age: 1s, every: 5s, canary: 0}", msgs).await;
+    let s = crate::support::serve::Served::start(&file, &[] as &[&str]).await;
+    let page = s
+        .get(&format!("/pipelines/{}", f.pipe.name))
+        .await
+        .expect(200);
+    assert!(page.text.contains("No redrive run yet."), "{}", page.text);
+    redrive_now(&file, &f.pipe.name).await.assert_code(0);
+    redrive_now(&file, &f.pipe.name).await.assert_code(0);
+    let page = s
+        .get(&format!("/pipelines/{}", f.pipe.name))
+        .await
+        .expect(200);
+    let t = &page.text;
+    assert!(t.contains("data-test=\"redrive-runs\""), "{t}");
+    assert_eq!(
+        t.matches("data-test=\"run-result\">nothing_eligible<")
+            .count(),
+        2,
+        "{t}"
+    );
+    assert!(t.contains("data-test=\"shared-wait\">5s<"), "{t}");
+    assert!(t.contains("data-test=\"next-look\""), "{t}");
+    assert!(
+        t.contains(&format!("dlqctl dlq redrive {}", f.pipe.name)),
+        "{t}"
     );
 }

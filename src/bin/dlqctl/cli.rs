@@ -238,6 +238,11 @@ pub struct DlqTarget {
     /// exiting 1 with "busy".
     #[arg(long)]
     pub wait: bool,
+    /// Off a terminal, write a plain `progress:` line on standard error
+    /// every 2 s (on a terminal a bar shows anyway). Without it a command
+    /// run from cron or CI prints no progress.
+    #[arg(long)]
+    pub progress: bool,
     /// Kept messages held unacked at most; past it, each kept message is
     /// rotated (a confirmed copy to the DLQ's tail, then the ack). Lower it
     /// below the broker's consumer_timeout pace or its max unacked.

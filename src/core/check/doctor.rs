@@ -22,6 +22,7 @@ use crate::core::check::policy::{policy_findings, AppliedPolicies};
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
 use crate::core::values::duration::tier_name;
+use crate::core::values::text::count;
 use std::collections::HashMap;
 
 /// A DLQ that keeps its messages for less than this warns: an incident
@@ -597,8 +598,8 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
                     Level::Fail,
                     format!("queue {}", d.name),
                     format!(
-                        "holds {depth} messages, over --max-dlq {max}: triage with `dlqctl dlq \
-                         summary`"
+                        "holds {}, over --max-dlq {max}: triage with `dlqctl dlq summary`",
+                        count(depth, "message")
                     ),
                 )
             } else {
@@ -606,7 +607,7 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
                     Area::Health,
                     Level::Pass,
                     format!("queue {}", d.name),
-                    format!("holds {depth} messages (--max-dlq {max})"),
+                    format!("holds {} (--max-dlq {max})", count(depth, "message")),
                 )
             });
         }
@@ -739,8 +740,9 @@ fn held_checks(
         let last = f.messages_dlx.last().copied().unwrap_or(0);
         let why = match (dlq_full, bound) {
             (Some(max), _) => format!(
-                "the DLQ is full ({max} messages, reject-publish): make room with `dlqctl dlq \
-                 export --remove` or `purge`; they move within 3 minutes after"
+                "the DLQ is full ({}, reject-publish): make room with `dlqctl dlq export \
+                 --remove` or `purge`; they move within 3 minutes after",
+                count(max.max(0) as u64, "message")
             ),
             (None, Some(false)) => "the DLX routes to no queue (see the binding above)".into(),
             (None, _) => "the DLQ has room and is bound: the broker's dead-letter worker looks \

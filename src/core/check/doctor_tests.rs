@@ -389,6 +389,15 @@ fn a_dlq_over_max_dlq_fails() {
         fails[0].2,
         "holds 6 messages, over --max-dlq 5: triage with `dlqctl dlq summary`"
     );
+    // One message is one message, not "1 messages".
+    s.max_dlq = Some(0);
+    facts(&mut s, "orders.dlq").messages = Some(1);
+    facts(&mut s, "orders.dlq").ready = Some(1);
+    let fails = with(Level::Fail, &checklist(&p, &s, None));
+    assert_eq!(
+        fails[0].2,
+        "holds 1 message, over --max-dlq 0: triage with `dlqctl dlq summary`"
+    );
 }
 
 #[test]

@@ -100,6 +100,14 @@ pub fn stale_objects(
         .filter(|q| q.role == Role::DeadLetterQueue && q.name != format!("{}.dlq", q.pipeline))
         .map(|q| format!("{}.dlq", q.pipeline))
         .collect();
+    // `P.redrive-state` of each pipeline of the plan (listed when the
+    // plan no longer has it: its redrive policy was removed).
+    let state_queues: HashSet<String> = plan
+        .queues
+        .iter()
+        .filter(|q| q.role == Role::MainQueue)
+        .map(|q| format!("{}.redrive-state", q.pipeline))
+        .collect();
 
     let mut out = Vec::new();
     for q in queues {
@@ -107,7 +115,7 @@ pub fn stale_objects(
             continue;
         }
         let tier = tier_prefixes.iter().any(|p| q.name.starts_with(p.as_str()));
-        if tier || renamed_dlqs.contains(&q.name) {
+        if tier || renamed_dlqs.contains(&q.name) || state_queues.contains(&q.name) {
             out.push(Finding::NotInTopology {
                 object: ObjectKind::Queue,
                 name: q.name.clone(),
@@ -219,6 +227,21 @@ mod tests {
                     "orders.retry -> orders.retry.1m [1m]",
                     None
                 ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_removed_redrive_policy_leaves_its_state_queue_listed() {
+        let with = the_plan(&format!("{ORDERS}    dead_letter: {{ redrive: {{}} }}\n"));
+        let (queues, bindings) = listing(&with);
+        assert_eq!(stale_objects(&with, &queues, &bindings), vec![]);
+        let without = the_plan(ORDERS);
+        assert_eq!(
+            stale_objects(&without, &queues, &bindings),
+            vec![
+                not_in_topology(ObjectKind::Queue, "orders.redrive-state", Some(0)),
+                // The default exchange's bindings are not dlqctl's.
             ]
         );
     }

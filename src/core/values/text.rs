@@ -1,5 +1,15 @@
 //! Small text and time helpers shared by the core.
 
+/// `n` and the noun, singular for one: `1 message`, `3 messages`,
+/// `0 messages` (the noun takes an `s`).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The longest prefix of `s` of at most `max` bytes that ends on a
 /// character boundary.
 pub fn truncate_utf8(s: &str, max: usize) -> &str {
@@ -198,6 +208,13 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_count_is_singular_for_one_only() {
+        assert_eq!(super::count(0, "message"), "0 messages");
+        assert_eq!(super::count(1, "message"), "1 message");
+        assert_eq!(super::count(2, "binding"), "2 bindings");
+    }
+
     use super::*;
 
     #[test]

@@ -198,7 +198,10 @@ impl JsonlHandler {
                         format_timeout(pool.cfg.timeout)
                     );
                     if n >= limit {
-                        live.ask_restart(format!("{n} messages in a row got no answer in time"));
+                        live.ask_restart(format!(
+                            "{} in a row got no answer in time",
+                            crate::core::values::text::count(n as u64, "message")
+                        ));
                         error.push_str("; the process is restarted");
                     } else if all_expired {
                         // Every place is held by a message the process

@@ -310,14 +310,7 @@ impl DlqReader {
         opts: ReadOptions,
     ) -> Result<Self> {
         let lock = take_lock(&conn, dlq, opts.wait, &opts.cancel).await?;
-        let counts = passive_queue(&conn, dlq)
-            .await?
-            .ok_or_else(|| Error::Broker {
-                context: format!("cannot read {dlq}"),
-                message: "the queue does not exist; run `dlqctl provision` on the topology file"
-                    .into(),
-            })?;
-        let snapshot = u64::from(counts.ready);
+        let snapshot = settled_depth(&conn, dlq).await?;
         let to_read = opts.at_most.map_or(snapshot, |m| m.min(snapshot));
         let mut reader = DlqReader {
             dlq: dlq.to_string(),
@@ -684,6 +677,46 @@ async fn wait_for_returns(conn: Arc<Connection>, dlq: String, expected: u64) {
             _ => return,
         }
     }
+}
+
+/// How often, and how many times in a row, the DLQ's depth must read the
+/// same before it is taken as the snapshot, and how long that may take at
+/// most (a DLQ that keeps growing, from new dead letters, is taken as it
+/// is then).
+const SNAPSHOT_POLL: Duration = Duration::from_millis(50);
+const SNAPSHOT_SAME: u32 = 4;
+const SNAPSHOT_SETTLE: Duration = Duration::from_secs(2);
+
+/// The DLQ's ready depth once it holds still: read until it reads the
+/// same [`SNAPSHOT_SAME`] times [`SNAPSHOT_POLL`] apart, at most
+/// [`SNAPSHOT_SETTLE`]. A command that died holding a window unacked
+/// (SIGKILL, a closed pipe) has its lock deleted by the broker at once,
+/// but its messages come back to a quorum DLQ through the queue's log
+/// some milliseconds later (measured on 3.10.8 after a `kill -9` of a
+/// `summary` holding 10,000 of 20,000: the depth read 8,000 for 10 to 35
+/// ms, then 20,000): a snapshot taken at once left them out, and a
+/// `purge --yes` right after left them in the DLQ.
+async fn settled_depth(conn: &Connection, dlq: &str) -> Result<u64> {
+    let read = || async {
+        passive_queue(conn, dlq)
+            .await?
+            .map(|c| u64::from(c.ready))
+            .ok_or_else(|| Error::Broker {
+                context: format!("cannot read {dlq}"),
+                message: "the queue does not exist; run `dlqctl provision` on the topology file"
+                    .into(),
+            })
+    };
+    let start = std::time::Instant::now();
+    let mut depth = read().await?;
+    let mut same = 1;
+    while same < SNAPSHOT_SAME && start.elapsed() < SNAPSHOT_SETTLE {
+        tokio::time::sleep(SNAPSHOT_POLL).await;
+        let now = read().await?;
+        same = if now == depth { same + 1 } else { 1 };
+        depth = now;
+    }
+    Ok(depth)
 }
 
 /// How long a finished read waits at most for its returns to show.

@@ -3,9 +3,18 @@
 
 use super::parts::*;
 
-/// The pipeline's automatic redrive policy, and the messages waiting for
-/// a person as this summary counted them.
-fn redrive_facts(policy: &crate::core::topology::Redrive, waiting: Option<u64>) -> Markup {
+/// The pipeline's shared redrive state as the page read it: the state
+/// (`None`: no run yet), or why it could not be read.
+type SharedRedrive = Result<Option<crate::core::dlq::redrive_state::RedriveState>, String>;
+
+/// The pipeline's automatic redrive policy, the messages waiting for a
+/// person as this summary counted them, and the shared state: the wait,
+/// the next look and the last runs.
+fn redrive_facts(
+    policy: &crate::core::topology::Redrive,
+    waiting: Option<u64>,
+    shared: &SharedRedrive,
+) -> Markup {
     use crate::core::values::duration::tier_name;
     html! {
         h2 { "Automatic redrive" }
@@ -19,14 +28,53 @@ fn redrive_facts(policy: &crate::core::topology::Redrive, waiting: Option<u64>) 
             dt { "Health probe" } dd.mono { (opt(policy.health.as_deref())) }
             dt { "Waiting for a person" } dd data-test="waiting" { (opt(waiting.map(|n| n.to_string()).as_deref())) }
         }
-        p.muted { "Every dlqctl work of this pipeline runs it; its runs are in the workers' logs (redrive run) and metrics (dlqctl_redrive_runs_total)." }
+        (redrive_runs(shared))
+        p.muted { "Every dlqctl work of this pipeline runs it when the shared wait has passed; its runs are also in the workers' logs (redrive run) and metrics (dlqctl_redrive_runs_total)." }
+    }
+}
+
+/// The shared wait, the next look and the last runs of the redrive.
+fn redrive_runs(shared: &SharedRedrive) -> Markup {
+    use crate::core::values::duration::tier_name;
+    let now = now_ms();
+    html! {
+        @match shared {
+            Err(why) => p.notice data-test="redrive-state" { "The redrive state could not be read: " (why) },
+            Ok(None) => p.muted data-test="redrive-state" { "No redrive run yet." },
+            Ok(Some(s)) => {
+                dl.facts data-test="redrive-state" {
+                    dt { "Shared wait" } dd data-test="shared-wait" { (tier_name(s.wait_ms)) }
+                    dt { "Next look" } dd data-test="next-look" { (when(s.next_look_at_ms, now)) }
+                }
+                h3 { "Last runs" }
+                table.runs data-test="redrive-runs" {
+                    thead { tr {
+                        th { "When" } th { "Result" } th.num { "Moved" } th { "Canary (sent, back)" }
+                        th.num { "Waiting for a person" } th { "By" } th { "Why" }
+                    } }
+                    tbody {
+                        @for r in &s.runs {
+                            tr {
+                                td { (when(r.at_ms, now)) }
+                                td data-test="run-result" { (r.result.label()) }
+                                td.num { (r.moved) }
+                                td { (opt(r.canary.map(|(s, b)| format!("{s}, {b}")).as_deref())) }
+                                td.num { (opt(r.waiting_for_person.map(|n| n.to_string()).as_deref())) }
+                                td.mono { (r.by) }
+                                td.cut title=(r.why.as_deref().unwrap_or("")) { (opt(r.why.as_deref())) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
 fn summary_page(
     app: &App,
     pipeline: &str,
-    policy: Option<&crate::core::topology::Redrive>,
+    policy: Option<(&crate::core::topology::Redrive, SharedRedrive)>,
     s: &CachedSummary,
 ) -> Markup {
     let r = &s.report;
@@ -44,8 +92,8 @@ fn summary_page(
             dt { "Groups" } dd { (r.groups.len()) }
             dt { "Read" } dd data-test="read-at" { (when(s.at_ms, now)) }
         }
-        @if let Some(policy) = policy {
-            (redrive_facts(policy, r.waiting_for_person))
+        @if let Some((policy, shared)) = &policy {
+            (redrive_facts(policy, r.waiting_for_person, shared))
         }
         h2 { "Groups" }
         @if r.groups.is_empty() {
@@ -89,12 +137,14 @@ pub async fn dlq(State(app): Shared, path: Result<Path<String>, PathRejection>) 
         let Path(pipeline) = path.map_err(bad_path)?;
         let p = app.pipeline(&pipeline)?;
         let s = app.summary(p).await?;
-        Ok(summary_page(
-            &app,
-            &p.name,
-            p.dead_letter.redrive.as_ref(),
-            &s,
-        ))
+        let policy = match p.dead_letter.redrive.as_ref() {
+            Some(policy) => Some((
+                policy,
+                app.redrive_state(p).await.map_err(|e| e.to_string()),
+            )),
+            None => None,
+        };
+        Ok(summary_page(&app, &p.name, policy, &s))
     }
     .await;
     respond(&app, page)

@@ -72,7 +72,7 @@ fn print_report<T: serde::Serialize>(
 /// `dlqctl dlq summary`: groups the DLQ by reason and error fingerprint.
 pub async fn summary(a: &SummaryArgs) -> Result<Outcome> {
     let o = open(&a.target, "summary").await?;
-    let mut bar = Reporter::new("grouped", a.json);
+    let mut bar = Reporter::new("grouped", a.json, a.target.progress);
     let result = dlqctl::ops::dlq::summary_for(
         &o.target,
         &a.select.selector(),
@@ -312,7 +312,7 @@ pub async fn export(a: &ExportArgs) -> Result<Outcome> {
         limit: a.limit,
         remove: a.remove,
     };
-    let mut bar = Reporter::new("exported", a.json || a.output.is_none());
+    let mut bar = Reporter::new("exported", a.json || a.output.is_none(), a.target.progress);
     let result =
         dlqctl::ops::dlq::export::export(&o.target, &opts, sink.as_mut(), &mut |p| bar.update(p))
             .await;
@@ -385,7 +385,11 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         }),
         replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
     };
-    let mut bar = Reporter::new(if a.dry_run { "would move" } else { "moved" }, a.json);
+    let mut bar = Reporter::new(
+        if a.dry_run { "would move" } else { "moved" },
+        a.json,
+        a.target.progress,
+    );
     let result = match &a.from_file {
         Some(path) => {
             dlqctl::ops::dlq::replay::replay_file(
@@ -441,7 +445,11 @@ pub async fn redrive(a: &RedriveArgs) -> Result<Outcome> {
 /// `dlqctl dlq purge`: removes messages with no copy, only with `--yes`.
 pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
     let o = open(&a.target, "purge").await?;
-    let mut bar = Reporter::new(if a.yes { "removed" } else { "counted" }, a.json);
+    let mut bar = Reporter::new(
+        if a.yes { "removed" } else { "counted" },
+        a.json,
+        a.target.progress,
+    );
     let result =
         dlqctl::ops::dlq::purge::purge(&o.target, &a.select.selector(), a.limit, a.yes, &mut |p| {
             bar.update(p)
@@ -453,9 +461,11 @@ pub async fn purge(a: &PurgeArgs) -> Result<Outcome> {
     print_report(a.json, &r, output::text::purge_text)?;
     if !a.yes {
         output::stderr_line(&format!(
-            "nothing removed: {} of {} messages in {} would go; add --yes to remove them (no \
-             copy is kept: `dlqctl dlq export --remove` archives instead)",
-            r.selected, r.snapshot, r.queue
+            "nothing removed: {} of {} in {} would go; add --yes to remove them (no copy is \
+             kept: `dlqctl dlq export --remove` archives instead)",
+            r.selected,
+            dlqctl::core::values::text::count(r.snapshot, "message"),
+            r.queue
         ));
         return Ok(Outcome::Usage);
     }

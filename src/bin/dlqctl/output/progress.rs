@@ -1,6 +1,7 @@
 //! Progress of a long DLQ command on standard error: a bar with the rate
-//! and the ETA on a terminal, plain lines (at most one every 2 s, and the
-//! last) otherwise, nothing with `quiet`.
+//! and the ETA on a terminal; off a terminal nothing, unless asked
+//! (`--progress`: plain lines, at most one every 2 s, and the last);
+//! nothing with `quiet`.
 
 use dlqctl::ops::dlq::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -19,8 +20,8 @@ pub struct Reporter {
 
 impl Reporter {
     /// A reporter for `verb` ("replayed", "exported", ...): a bar when
-    /// standard error is a terminal, plain lines otherwise.
-    pub fn new(verb: &'static str, quiet: bool) -> Self {
+    /// standard error is a terminal, plain lines otherwise when `lines`.
+    pub fn new(verb: &'static str, quiet: bool, lines: bool) -> Self {
         let tty = std::io::stderr().is_terminal();
         let bar = (tty && !quiet).then(|| {
             let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
@@ -35,7 +36,7 @@ impl Reporter {
         Reporter {
             verb,
             bar,
-            plain: !tty && !quiet,
+            plain: !tty && !quiet && lines,
             started: Instant::now(),
             last_line: None,
             last: Progress::default(),

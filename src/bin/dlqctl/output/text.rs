@@ -3,7 +3,7 @@
 use dlqctl::core::check::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
-use dlqctl::core::values::text::escape_controls as esc;
+use dlqctl::core::values::text::{count, escape_controls as esc};
 use dlqctl::ops::dlq::export::ExportReport;
 use dlqctl::ops::dlq::purge::PurgeReport;
 use dlqctl::ops::dlq::replay::{CanaryReport, ReplayReport};
@@ -64,10 +64,10 @@ pub fn plan_text(plan: &Plan) -> String {
         );
     }
     out += &format!(
-        "{} exchanges, {} queues, {} bindings\n",
-        plan.exchanges.len(),
-        plan.queues.len(),
-        plan.bindings.len()
+        "{}, {}, {}\n",
+        count(plan.exchanges.len() as u64, "exchange"),
+        count(plan.queues.len() as u64, "queue"),
+        count(plan.bindings.len() as u64, "binding")
     );
     out
 }
@@ -218,10 +218,10 @@ const CREATED_SHOWN: usize = 20;
 /// [`CREATED_SHOWN`]) and how many were already as wanted.
 pub fn provisioned_text(file: &str, plan: &Plan, report: &Report) -> String {
     let mut out = format!(
-        "{file}: provisioned {} exchanges, {} queues, {} bindings in {:.2}s: {} created, {} unchanged",
-        plan.exchanges.len(),
-        plan.queues.len(),
-        plan.bindings.len(),
+        "{file}: provisioned {}, {}, {} in {:.2}s: {} created, {} unchanged",
+        count(plan.exchanges.len() as u64, "exchange"),
+        count(plan.queues.len() as u64, "queue"),
+        count(plan.bindings.len() as u64, "binding"),
         report.elapsed.as_secs_f64(),
         report.created.len(),
         report.unchanged.len(),
