@@ -20,6 +20,7 @@ mod jsonl;
 mod permissions;
 mod poison;
 mod provision;
+mod readiness;
 mod redrive;
 mod secrets;
 mod serve;
