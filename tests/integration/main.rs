@@ -9,6 +9,7 @@ mod broker_versions;
 mod ci_examples;
 mod cli_io;
 mod cluster;
+mod consumer_timeout;
 mod deploy;
 mod dlq;
 mod dlq_ops;
