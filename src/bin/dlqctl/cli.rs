@@ -567,7 +567,8 @@ pub struct WorkArgs {
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090),
-    /// with /healthz (alive) and /readyz (connected and consuming).
+    /// with /healthz (alive) and /readyz (consuming, and settles not all failing
+    /// for 30 s).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// At start, keep trying to reach the broker this long before giving
