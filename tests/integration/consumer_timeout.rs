@@ -72,7 +72,9 @@ async fn work_refuses_a_handler_timeout_at_or_above_the_queues_consumer_timeout(
         json!({"consumer-timeout": 4000}),
     )
     .await;
-    policy.wait_applied(&f.broker, &[f.pipe.name.clone()]).await;
+    policy
+        .wait_applied(&f.broker, std::slice::from_ref(&f.pipe.name))
+        .await;
 
     let mut w =
         WorkerProc::with_script(&file, &f.pipe.name, &script, &["--handler-timeout", "12s"]);
@@ -109,7 +111,9 @@ async fn work_refuses_a_handler_timeout_at_or_above_the_queues_consumer_timeout(
         json!({"consumer-timeout": 2000}),
     )
     .await;
-    lower.wait_applied(&f.broker, &[f.pipe.name.clone()]).await;
+    lower
+        .wait_applied(&f.broker, std::slice::from_ref(&f.pipe.name))
+        .await;
     let ev = w
         .wait_event(
             "the handler timeout is too long for the queue's consumer timeout, which changed while the worker runs",
