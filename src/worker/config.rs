@@ -45,6 +45,15 @@ pub struct WorkerConfig {
     /// listens, no answer, a name that does not resolve); a refused login
     /// or a missing topology still fails at once.
     pub wait_for_broker: Duration,
+    /// The handler timeout, checked against the main queue's consumer
+    /// timeout: at start a handler timeout at or above it refuses to
+    /// start; while running, every minute, it is logged as an error and
+    /// counted (`None`, the default: not checked).
+    pub handler_timeout: Option<Duration>,
+    /// The management API of each broker address, to read the consumer
+    /// timeout (`--management-url`; empty, the default: each address's
+    /// host, port 15672).
+    pub management_urls: Vec<String>,
 }
 
 impl WorkerConfig {
@@ -65,6 +74,8 @@ impl WorkerConfig {
             max_reconnect_backoff: Duration::from_secs(30),
             redrive: true,
             wait_for_broker: Duration::ZERO,
+            handler_timeout: None,
+            management_urls: Vec::new(),
         }
     }
 }

@@ -372,26 +372,33 @@ impl<H: Handler> DeliveryTask<H> {
         }
     }
 
+    /// Acks `d`; counts the settle as gone through or failed (readiness).
     async fn ack(&self, d: &Delivery) {
         match d.acker.ack(BasicAckOptions::default()).await {
-            Ok(true) => {}
-            Ok(false) => debug!("ack on a closed channel: the broker redelivers the message"),
+            Ok(true) => self.metrics.settle_succeeded(),
+            Ok(false) => {
+                self.metrics.settle_failed();
+                debug!("ack on a closed channel: the broker redelivers the message")
+            }
             Err(e) => {
+                self.metrics.settle_failed();
                 warn!(error = %describe_lapin_error(&e), "ack failed: the broker redelivers the message")
             }
         }
     }
 
+    /// Nacks `d` to its DLX; counts the settle as [`Self::ack`] does.
     async fn nack_to_dlx(&self, d: &Delivery) {
-        if let Err(e) = d
-            .acker
-            .nack(BasicNackOptions {
-                multiple: false,
-                requeue: false,
-            })
-            .await
-        {
-            warn!(error = %describe_lapin_error(&e), "nack failed: the broker redelivers the message");
+        let nacked = d.acker.nack(BasicNackOptions {
+            multiple: false,
+            requeue: false,
+        });
+        match nacked.await {
+            Ok(_) => self.metrics.settle_succeeded(),
+            Err(e) => {
+                self.metrics.settle_failed();
+                warn!(error = %describe_lapin_error(&e), "nack failed: the broker redelivers the message");
+            }
         }
     }
 
@@ -429,8 +436,10 @@ impl<H: Handler> DeliveryTask<H> {
                 Err(Refusal::TooLarge(why)) => break PublishEnd::TooLarge(why),
                 Err(r) => {
                     self.metrics.publish_refusals.inc();
+                    self.metrics.settle_failed();
                     if !refusing {
                         refusing = true;
+                        self.metrics.settle_retry_started();
                         self.shared.refusing.fetch_add(1, Ordering::SeqCst);
                         warn!(queue = %self.cfg.pipeline.name, exchange, routing_key, refusal = %r,
                             "the broker refused a copy; the original stays unacked, no new handler starts, retrying the publish");
@@ -448,6 +457,7 @@ impl<H: Handler> DeliveryTask<H> {
             }
         };
         if refusing {
+            self.metrics.settle_retry_ended();
             self.shared.refusing.fetch_sub(1, Ordering::SeqCst);
             self.shared.unblocked.notify_waiters();
             if result == PublishEnd::Confirmed {

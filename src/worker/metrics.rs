@@ -25,8 +25,30 @@ fn readable_buckets(start: f64, factor: f64, length: u16) -> impl Iterator<Item 
         }
     })
 }
+use crate::core::retry::readiness::{Readiness, SettleWatch};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Instant;
+use tracing::{info, warn};
+
+/// The [`SettleWatch`] of a worker, on the worker's monotonic clock.
+struct SettleState {
+    started: Instant,
+    watch: Mutex<SettleWatch>,
+    /// The stall was logged (and its end is logged once).
+    logged: Mutex<bool>,
+}
+
+impl Default for SettleState {
+    fn default() -> Self {
+        SettleState {
+            started: Instant::now(),
+            watch: Mutex::new(SettleWatch::default()),
+            logged: Mutex::new(false),
+        }
+    }
+}
 
 /// Labels of a decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -90,8 +112,16 @@ pub struct Metrics {
     /// 1 while the circuit breaker is open.
     pub circuit_open: Gauge,
     /// 1 while the worker is connected and has its consumer on the main
-    /// queue (what `/readyz` answers).
+    /// queue.
     pub consuming: Gauge,
+    /// 1 while the worker is ready: what `/readyz` answers (see
+    /// [`Readiness`]). Brought up to date whenever it is read.
+    pub ready: Gauge,
+    /// Looks at the consumer timeout (at start, then every minute) that
+    /// found it not above the handler timeout while the worker ran.
+    pub consumer_timeout_conflicts: Counter,
+    /// Whether settles go through, and since when they fail.
+    settles: SettleState,
     /// Messages that succeeded on their first attempt.
     pub first_attempt_successes: Family<QueueLabels, Counter>,
     /// Dead-letters by reason.
@@ -194,6 +224,19 @@ impl Metrics {
                 "consuming",
                 "1 while the worker is connected and consuming its queue",
             ),
+            ready: registered(
+                r,
+                "ready",
+                "1 while the worker is ready (what /readyz answers): consuming, and settles not \
+                 all failing for 30 s",
+            ),
+            consumer_timeout_conflicts: registered(
+                r,
+                "consumer_timeout_conflicts",
+                "Looks at the queue's consumer timeout that found it not above the handler \
+                 timeout",
+            ),
+            settles: SettleState::default(),
             registry,
         }
     }
@@ -260,6 +303,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
+        self.readiness();
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -372,17 +416,69 @@ pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::Tcp
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// What `/readyz` answers: 200 while the worker is connected and
-/// consuming its queue, else 503 (connecting, waiting for the broker, or
-/// reconnecting after a lost connection).
-pub fn readiness(metrics: &Metrics) -> (u16, &'static str) {
-    if metrics.consuming.get() > 0 {
-        (200, "ready: connected and consuming\n")
-    } else {
-        (
-            503,
-            "not ready: not consuming (connecting to the broker, or reconnecting)\n",
-        )
+/// What `/readyz` answers: 200 while the worker is ready, else 503 (see
+/// [`Readiness`]: not consuming, or every settle failing for 30 s).
+pub fn readiness(metrics: &Metrics) -> (u16, String) {
+    let r = metrics.readiness();
+    (r.http_status(), r.text())
+}
+
+impl Metrics {
+    fn settles_now_ms(&self) -> u64 {
+        self.settles.started.elapsed().as_millis() as u64
+    }
+
+    fn with_watch(&self, f: impl FnOnce(&mut SettleWatch, u64)) {
+        let now = self.settles_now_ms();
+        if let Ok(mut w) = self.settles.watch.lock() {
+            f(&mut w, now);
+        }
+    }
+
+    /// A settle went through (a copy confirmed then acked, an ack, a nack).
+    pub fn settle_succeeded(&self) {
+        self.with_watch(|w, _| w.succeeded());
+        self.readiness();
+    }
+
+    /// A try to settle failed (a refused copy, an ack or nack that did not
+    /// go through).
+    pub fn settle_failed(&self) {
+        self.with_watch(|w, now| w.failed(now));
+        self.readiness();
+    }
+
+    /// A failed settle is tried again (see [`SettleWatch::retry_started`]).
+    pub fn settle_retry_started(&self) {
+        self.with_watch(|w, _| w.retry_started());
+    }
+
+    /// A settle tried again has ended.
+    pub fn settle_retry_ended(&self) {
+        self.with_watch(|w, _| w.retry_ended());
+    }
+
+    /// The worker's readiness now; sets `dlqctl_ready` to it and logs
+    /// when settles start or stop failing for the stall.
+    pub fn readiness(&self) -> Readiness {
+        let now = self.settles_now_ms();
+        let r = match self.settles.watch.lock() {
+            Ok(w) => Readiness::of(self.consuming.get() > 0, &w, now),
+            Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
+        };
+        self.ready.set(i64::from(r.is_ready()));
+        let stalled = matches!(r, Readiness::SettlesFailing { .. });
+        if let Ok(mut logged) = self.settles.logged.lock() {
+            if stalled && !*logged {
+                *logged = true;
+                warn!(stall_s = crate::core::retry::readiness::SETTLE_STALL_MS / 1000,
+                    "not ready: every settle has failed for the stall (copies or acks refused); /readyz answers 503 until one goes through");
+            } else if *logged && r.is_ready() {
+                *logged = false;
+                info!("ready again: a settle went through");
+            }
+        }
+        r
     }
 }
 
@@ -430,7 +526,7 @@ pub async fn serve(
         .route(
             "/",
             get(|| async {
-                "dlqctl work: /metrics (Prometheus), /healthz (alive), /readyz (consuming)\n"
+                "dlqctl work: /metrics (Prometheus), /healthz (alive), /readyz (consuming, settles going through)\n"
             }),
         );
     axum::serve(listener, app)
@@ -471,14 +567,25 @@ mod tests {
     }
 
     #[test]
-    fn ready_only_while_consuming() {
+    fn ready_only_while_consuming_and_the_gauge_says_the_same() {
         let m = Metrics::new();
         assert_eq!(readiness(&m).0, 503);
+        assert!(m.render().contains("dlqctl_ready 0"));
         m.consuming.set(1);
         assert_eq!(readiness(&m).0, 200);
-        assert!(m.render().contains("dlqctl_consuming 1"));
+        let text = m.render();
+        assert!(text.contains("dlqctl_consuming 1"), "{text}");
+        assert!(text.contains("dlqctl_ready 1"), "{text}");
+        // Settles failing for less than the stall keep it ready (the rule
+        // itself: core::retry::readiness).
+        m.settle_retry_started();
+        m.settle_failed();
+        assert_eq!(readiness(&m).0, 200);
+        m.settle_retry_ended();
+        m.settle_succeeded();
         m.consuming.set(0);
         assert_eq!(readiness(&m).0, 503);
+        assert!(m.render().contains("dlqctl_ready 0"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! lost connection).
 
 mod config;
+mod consumer_timeout;
 mod delivery;
 pub mod metrics;
 mod redrive;
@@ -77,6 +78,7 @@ impl<H: Handler> Worker<H> {
             started: Instant::now(),
             address: AtomicUsize::new(0),
             move_on: AtomicBool::new(false),
+            timeout_checked: AtomicBool::new(false),
             warned: Mutex::new(HashSet::new()),
             counters: metrics.queue_counters(&cfg.pipeline.name),
         };
@@ -121,11 +123,19 @@ impl<H: Handler> Worker<H> {
                     stop_redrive.clone(),
                 ))
             });
+        // The consumer timeout is read again every minute beside them.
+        let timeouts = tokio::spawn(consumer_timeout::run_loop(
+            self.cfg.clone(),
+            self.metrics.clone(),
+            self.shared.clone(),
+            stop_redrive.clone(),
+        ));
         let result = self.sessions(shutdown, hurry).await;
         stop_redrive.cancel();
         if let Some(task) = redrive {
             let _ = task.await;
         }
+        let _ = timeouts.await;
         result
     }
 
@@ -210,7 +220,7 @@ impl<H: Handler> Worker<H> {
         hurry: &CancellationToken,
     ) -> Result<SessionEnd> {
         let (conn, at) = self.connect().await?;
-        let (consume, publisher, mut consumer) = self.open(&conn).await?;
+        let (consume, publisher, mut consumer) = self.open(&conn, at).await?;
         self.metrics.consuming.set(1);
         let template = DeliveryTask {
             cfg: self.cfg.clone(),
@@ -286,11 +296,21 @@ impl<H: Handler> Worker<H> {
         Ok((Arc::new(conn), at))
     }
 
-    /// Checks the topology, then opens the consuming channel (with its
-    /// prefetch), the publisher and the consumer.
-    async fn open(&self, conn: &Arc<Connection>) -> Result<(Channel, Arc<Publisher>, Consumer)> {
+    /// Checks the topology (and, the first time, the consumer timeout
+    /// through the management API of address `at`), then opens the
+    /// consuming channel (with its prefetch), the publisher and the
+    /// consumer.
+    async fn open(
+        &self,
+        conn: &Arc<Connection>,
+        at: usize,
+    ) -> Result<(Channel, Arc<Publisher>, Consumer)> {
         let p = &self.cfg.pipeline;
         verify_topology(conn, p).await?;
+        if !self.shared.timeout_checked.load(Ordering::SeqCst) {
+            consumer_timeout::check_at_start(&self.cfg, at).await?;
+            self.shared.timeout_checked.store(true, Ordering::SeqCst);
+        }
         let consume = conn
             .create_channel()
             .await

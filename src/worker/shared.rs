@@ -22,6 +22,9 @@ pub(super) struct Shared {
     pub(super) address: AtomicUsize,
     /// The connection was lost: start at the next address.
     pub(super) move_on: AtomicBool,
+    /// The consumer timeout was checked at start (it is not checked again
+    /// on a reconnection: the worker's own timer reads it every minute).
+    pub(super) timeout_checked: AtomicBool,
     pub(super) warned: Mutex<HashSet<String>>,
     pub(super) counters: QueueCounters,
 }

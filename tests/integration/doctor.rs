@@ -208,7 +208,9 @@ async fn doctor_warns_on_a_short_dlq_retention_and_a_main_queue_without_consumer
 /// The handler timeout read from a running worker's `/metrics`
 /// (`dlqctl_handler_timeout_seconds`): 45 minutes is past the broker's
 /// 30-minute consumer timeout, a fail; the worker is the main queue's
-/// consumer, so that warning is gone.
+/// consumer, so that warning is gone. (A worker that reads the management
+/// API refuses to start with such a timeout; this one cannot read it, so
+/// it warns and starts, and doctor is what catches it.)
 #[tokio::test]
 async fn doctor_reads_the_handler_timeout_from_a_workers_metrics() {
     let (f, file) = provisioned("14d").await;
@@ -217,7 +219,14 @@ async fn doctor_reads_the_handler_timeout_from_a_workers_metrics() {
         &file,
         &f.pipe.name,
         &script,
-        &["--metrics-addr", "127.0.0.1:0", "--handler-timeout", "45m"],
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--handler-timeout",
+            "45m",
+            "--management-url",
+            "http://127.0.0.1:1",
+        ],
     );
     let addr = w.metrics_addr().await;
     w.wait_consuming().await;

@@ -539,7 +539,6 @@ const AMQP_ONLY_TLS_CA_HELP: &str =
 /// `dlqctl work`.
 #[derive(Debug, Args)]
 #[command(mut_arg("url", |a| a.help(WORK_URL_HELP)))]
-#[command(mut_arg("tls_ca", |a| a.help(AMQP_ONLY_TLS_CA_HELP)))]
 pub struct WorkArgs {
     /// The topology file.
     pub file: PathBuf,
@@ -557,6 +556,8 @@ pub struct WorkArgs {
     pub concurrency: u16,
     /// A handler run longer than this is killed and counts as transient
     /// (above 0). With --jsonl: how long a message waits for its answer.
+    /// It must stay under the queue's consumer timeout (times
+    /// ⌈prefetch / concurrency⌉), else `work` refuses to start.
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub handler_timeout: std::time::Duration,
     /// How to dead-letter.
@@ -571,7 +572,8 @@ pub struct WorkArgs {
     #[arg(long, default_value = "30s", value_parser = dlqctl::core::values::duration::parse_cli_duration)]
     pub grace: std::time::Duration,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9090),
-    /// with /healthz (alive) and /readyz (connected and consuming).
+    /// with /healthz (alive) and /readyz (consuming, and settles not all failing
+    /// for 30 s).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// At start, keep trying to reach the broker this long before giving
@@ -598,6 +600,12 @@ pub struct WorkArgs {
     /// (`dead_letter.redrive`) in this worker.
     #[arg(long)]
     pub no_redrive: bool,
+    /// Management API, to read the main queue's consumer timeout at start
+    /// and every minute [default: the AMQP host, port 15672]. Repeatable,
+    /// one per --url, in the same order. When it does not answer, the
+    /// worker warns and starts.
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
     /// The handler program and its arguments (after `--`).

@@ -29,8 +29,7 @@ use std::collections::HashMap;
 /// found on a Monday needs Friday's evidence.
 pub const MIN_DLQ_RETENTION_MS: u64 = 7 * 86_400_000;
 
-/// RabbitMQ's default `consumer_timeout` (30 minutes).
-pub const DEFAULT_CONSUMER_TIMEOUT_MS: u64 = 30 * 60_000;
+pub use crate::core::check::consumer_timeout::DEFAULT_CONSUMER_TIMEOUT_MS;
 
 /// What a retry or dead-letter copy may add to a message (dlqctl's
 /// headers stay under 8 KiB).
@@ -615,63 +614,74 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
     out
 }
 
-/// The handler timeout against the consumer timeout of the main queue.
+/// The handler timeout against the consumer timeout of the main queue
+/// (the rule `dlqctl work` applies at start:
+/// [`crate::core::check::consumer_timeout`]).
 fn timeout_check(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
-    let mut out = Vec::new();
-    if let Some(main) = queues.iter().find(|q| q.role == Role::MainQueue) {
-        let facts = s.queues.get(&main.name);
-        let policy = int_policy(facts, "consumer-timeout");
-        let (ct, source) = match policy {
-            Some(ms) => (ms as u64, "the consumer-timeout of its policy"),
-            None => (
-                DEFAULT_CONSUMER_TIMEOUT_MS,
-                "the broker's default consumer_timeout (a value changed in rabbitmq.conf cannot \
-                 be read through the API)",
+    use crate::core::check::consumer_timeout::{self as ct, Handlers, Verdict};
+    let Some(main) = queues.iter().find(|q| q.role == Role::MainQueue) else {
+        return Vec::new();
+    };
+    let facts = s.queues.get(&main.name);
+    let timeout = ct::consumer_timeout(&ct::Facts {
+        version: s.version.as_deref(),
+        queue_type: facts.and_then(|f| f.kind.as_deref()),
+        argument: int_arg(main, ct::ARGUMENT),
+        policies: facts.and_then(|f| f.policies.as_ref()),
+    });
+    let limit = match &timeout {
+        Some(c) => format!("it must stay under {}, {}", tier_name(c.ms), c.source),
+        None => {
+            "the queue has no consumer timeout (a classic queue on RabbitMQ 4.3 and later)".into()
+        }
+    };
+    let subject = "handler timeout".to_string();
+    let Some(h) = s.handler_timeout.get(p) else {
+        let why = (s.handler_timeout_error.as_deref())
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        return vec![(
+            Area::Limits,
+            Level::Skip,
+            subject,
+            format!("unknown{why}: give --handler-timeout, or --metrics-url of a worker; {limit}"),
+        )];
+    };
+    let one = Handlers {
+        timeout_ms: h.ms,
+        prefetch: 1,
+        concurrency: 1,
+    };
+    let item = match (ct::judge(one, timeout.as_ref()), &timeout) {
+        (Verdict::TooLong(_), Some(c)) => (
+            Level::Fail,
+            format!(
+                "{} ({}) is not under {}, {}: {}, and the message runs twice; lower \
+                 --handler-timeout or {}",
+                tier_name(h.ms),
+                h.source,
+                tier_name(c.ms),
+                c.source,
+                c.model.consequence(),
+                c.source.fix()
             ),
-        };
-        let subject = "handler timeout".to_string();
-        out.push(match s.handler_timeout.get(p) {
-            None => (
-                Area::Limits,
-                Level::Skip,
-                subject,
-                format!(
-                    "unknown{}: give --handler-timeout, or --metrics-url of a worker; it must \
-                     stay under {}, {source}",
-                    s.handler_timeout_error
-                        .as_deref()
-                        .map(|e| format!(" ({e})"))
-                        .unwrap_or_default(),
-                    tier_name(ct)
-                ),
+        ),
+        (_, Some(c)) => (
+            Level::Pass,
+            format!(
+                "{} ({}) is under {}, {}; keep --prefetch × handler time under it too",
+                tier_name(h.ms),
+                h.source,
+                tier_name(c.ms),
+                c.source
             ),
-            Some(h) if h.ms >= ct => (
-                Area::Limits,
-                Level::Fail,
-                subject,
-                format!(
-                    "{} ({}) is not under {}, {source}: the broker closes the channel of a \
-                     handler still running and requeues its messages; lower --handler-timeout \
-                     or raise consumer_timeout",
-                    tier_name(h.ms),
-                    h.source,
-                    tier_name(ct)
-                ),
-            ),
-            Some(h) => (
-                Area::Limits,
-                Level::Pass,
-                subject,
-                format!(
-                    "{} ({}) is under {}, {source}; keep --prefetch × handler time under it too",
-                    tier_name(h.ms),
-                    h.source,
-                    tier_name(ct)
-                ),
-            ),
-        });
-    }
-    out
+        ),
+        (_, None) => (
+            Level::Pass,
+            format!("{} ({}): {limit}", tier_name(h.ms), h.source),
+        ),
+    };
+    vec![(Area::Limits, item.0, subject, item.1)]
 }
 
 /// Quorum members online, per queue.

@@ -359,15 +359,28 @@ fn the_handler_timeout_must_stay_under_the_consumer_timeout() {
         "{}",
         fails[0].2
     );
+    // 3.x closes the channel.
+    assert!(fails[0].2.contains("closes the channel"), "{fails:?}");
     set(&mut s, DEFAULT_CONSUMER_TIMEOUT_MS - 1);
     assert_eq!(worst(&checklist(&p, &s, None)), Level::Pass);
-    // A policy's consumer-timeout replaces the default.
+    // 3.10 has no per-queue consumer timeout: a policy key is not one.
     facts(&mut s, "orders").policies = policy("ct", json!({"consumer-timeout": 60_000}));
+    assert_eq!(worst(&checklist(&p, &s, None)), Level::Pass);
+    // From 3.11.15 a policy's consumer-timeout replaces the default; 4.3
+    // cancels the consumer.
+    s.version = Some("4.3.6".into());
+    facts(&mut s, "orders").kind = Some("quorum".into());
     let fails = with(Level::Fail, &checklist(&p, &s, None));
     assert!(
-        fails[0].2.contains("the consumer-timeout of its policy"),
+        fails[0].2.contains("the `consumer-timeout` of policy `ct`")
+            && fails[0].2.contains("cancels the consumer")
+            && !fails[0].2.contains("closes the channel"),
         "{fails:?}"
     );
+    // A classic queue on 4.3 has none.
+    facts(&mut s, "orders").kind = Some("classic".into());
+    assert_eq!(worst(&checklist(&p, &s, None)), Level::Pass);
+    facts(&mut s, "orders").kind = Some("quorum".into());
     // Unknown: a skip that says how to give it.
     s.handler_timeout.clear();
     let c = checklist(&p, &s, None);

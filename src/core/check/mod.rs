@@ -6,9 +6,12 @@
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
+//! - [`consumer_timeout`]: the queue's consumer timeout against the
+//!   handler timeout (`work` refuses to start, `doctor` fails).
 //! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
 
+pub mod consumer_timeout;
 pub mod doctor;
 pub mod drift;
 pub mod drill;

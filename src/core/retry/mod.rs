@@ -1,6 +1,7 @@
 //! The retry core: deaths and headers → attempt → decision, jitter, the
 //! properties of the copies the worker publishes, and the whole settle
-//! decision for a delivery as data ([`settle`]).
+//! decision for a delivery as data ([`settle`]), and whether settles go
+//! through at all ([`readiness`]).
 //!
 //! Pure: no I/O, no clock, no randomness. The current time and the uniform
 //! random number are parameters, so every rule here is tested without a
@@ -33,6 +34,7 @@ pub mod fit;
 mod headers;
 mod headers_json;
 mod jitter;
+pub mod readiness;
 mod settle;
 #[cfg(test)]
 mod settle_tests;

@@ -28,7 +28,10 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         .into());
     }
     let brokers = super::brokers(&a.connection)?;
+    super::check_management_urls(&a.management_url)?;
     let mut cfg = WorkerConfig::new(pipeline, brokers);
+    cfg.handler_timeout = Some(a.handler_timeout);
+    cfg.management_urls = a.management_url.clone();
     cfg.concurrency = a.concurrency as usize;
     cfg.prefetch = a.prefetch.unwrap_or(a.concurrency);
     cfg.grace = a.grace;
