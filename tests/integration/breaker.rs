@@ -1,0 +1,214 @@
+//! The circuit breaker in an outage longer than the retry tiers: a real
+//! HTTP dependency (`support::dependency`) is down for a few seconds while
+//! messages wait; the tests count the attempts the worker spends on it
+//! while it is down (its calls answered 503), then bring it back and see
+//! every message handled.
+
+use crate::support::dependency::Dependency;
+use crate::support::worker::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// How long the dependency stays down: eight times `open_for`, far longer
+/// than the tiers (200 ms and 500 ms).
+const OUTAGE: Duration = Duration::from_secs(8);
+/// Messages published at the start of the outage.
+const MESSAGES: usize = 10;
+/// Three failures of three calls open the breaker; it stays open 1 s.
+const BREAKER: &str = "{failure_rate: 0.5, window: 20s, min_calls: 3, open_for: 1s}";
+const MIN_CALLS: u64 = 3;
+
+/// What an outage cost.
+struct Outage {
+    /// Calls answered 503: attempts spent while the dependency was down.
+    attempts_down: u64,
+    /// Messages dead-lettered (as `exhausted`) by the end.
+    dead_lettered: u32,
+    /// Health probes answered during the outage.
+    probes_down: u32,
+    /// The worker's log and its metrics page at the end.
+    worker: WorkerProc,
+    metrics: String,
+    dep: Dependency,
+    f: PipeFixture,
+}
+
+/// Runs one outage on a pipeline with tiers 200 ms and 500 ms, three
+/// attempts and the breaker above; with `health`, the pipeline's redrive
+/// policy names the dependency's health URL (the worker runs with
+/// `--no-redrive`: only the breaker uses it).
+async fn outage(prefix: &str, health: bool) -> Outage {
+    let dep = Dependency::start(false).await;
+    let health_url = dep.health();
+    let f = PipeFixture::new(&[200, 500], 3, |p| {
+        p.circuit_breaker = Some(BREAKER.into());
+        if health {
+            p.redrive = Some(format!("{{min_age: 1h, health: {{http: '{health_url}'}}}}"));
+        }
+    })
+    .await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let mut w = WorkerProc::spawn(
+        &file,
+        &f.pipe.name,
+        &[
+            "--http",
+            &dep.hook(),
+            "--concurrency",
+            "1",
+            "--no-redrive",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let addr = w.metrics_addr().await;
+    w.wait_consuming().await;
+    let start = Instant::now();
+    f.publish_numbered(prefix, MESSAGES).await;
+    tokio::time::sleep(OUTAGE.saturating_sub(start.elapsed())).await;
+    let attempts_down: u64 = dep.failures().values().map(|n| u64::from(*n)).sum();
+    let probes_down = dep.probes();
+    dep.set_up(true);
+    // Every message ends handled or in the DLQ.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let dlq = f.broker.message_count(&f.pipe.dlq()).await.unwrap_or(0);
+        if dep.successes().len() + dlq as usize >= MESSAGES {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every message was settled 30 s after the outage: {} handled, {dlq} in the DLQ\n{}",
+            dep.successes().len(),
+            w.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The last success closes nothing more; let the log catch up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("the metrics page")
+        .text()
+        .await
+        .expect("its text");
+    w.stop().await;
+    let dead_lettered = f.broker.message_count(&f.pipe.dlq()).await.unwrap_or(0);
+    eprintln!(
+        "outage of {OUTAGE:?} (health probe: {health}): {attempts_down} attempts spent while \
+         the dependency was down, {probes_down} health probes, {dead_lettered} of {MESSAGES} \
+         messages dead-lettered"
+    );
+    Outage {
+        attempts_down,
+        dead_lettered,
+        probes_down,
+        worker: w,
+        metrics,
+        dep,
+        f,
+    }
+}
+
+/// The breaker's state changes, in order, from its log lines.
+fn transitions(w: &WorkerProc) -> Vec<String> {
+    w.lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|ev| ev["fields"]["circuit"].is_string())
+        .map(|ev| {
+            ev["fields"]["circuit"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Without a health URL: after opening, each `open_for` lets one message
+/// through as a probe, whose failure reopens the breaker at once. The
+/// outage costs the three runs that opened it and about one probe a
+/// second, not `min_calls` runs a second; no message is exhausted; once
+/// the dependency is back a probe closes it and every message is handled
+/// once.
+#[tokio::test]
+async fn in_an_outage_the_breaker_spends_one_probe_per_open_for() {
+    let o = outage("cb-probe-", false).await;
+    let cycles = OUTAGE.as_secs(); // open_for is 1 s
+    assert!(
+        o.attempts_down <= MIN_CALLS + cycles + 1,
+        "{} attempts spent in an outage of {OUTAGE:?}: wanted at most {} ({MIN_CALLS} to open, \
+         then one probe per open_for)\n{}",
+        o.attempts_down,
+        MIN_CALLS + cycles + 1,
+        o.worker.output()
+    );
+    assert_eq!(o.dead_lettered, 0, "{}", o.worker.output());
+    let handled = o.dep.successes();
+    assert_eq!(handled.len(), MESSAGES, "{handled:?}");
+    assert!(handled.values().all(|n| *n == 1), "{handled:?}");
+    let seen = transitions(&o.worker);
+    assert_eq!(seen.first().map(String::as_str), Some("open"), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("closed"), "{seen:?}");
+    // Every open ends in a half-open; every half-open ends open or closed.
+    for pair in seen.windows(2) {
+        let ok = matches!(
+            (pair[0].as_str(), pair[1].as_str()),
+            ("open", "half_open")
+                | ("half_open", "open")
+                | ("half_open", "closed")
+                | ("closed", "open")
+        );
+        assert!(ok, "{pair:?} in {seen:?}");
+    }
+    let q = &o.f.pipe.name;
+    for line in [
+        format!("dlqctl_circuit_state{{queue=\"{q}\"}} 0"),
+        format!("dlqctl_circuit_transitions_total{{queue=\"{q}\",to=\"closed\"}} 1"),
+        "dlqctl_circuit_open 0".to_string(),
+    ] {
+        assert!(o.metrics.contains(&line), "{line} in\n{}", o.metrics);
+    }
+    let opened = seen.iter().filter(|t| *t == "open").count();
+    assert!(
+        o.metrics.contains(&format!(
+            "dlqctl_circuit_transitions_total{{queue=\"{q}\",to=\"open\"}} {opened}"
+        )),
+        "{opened} opens in\n{}",
+        o.metrics
+    );
+}
+
+/// With the pipeline's health URL: once open, the breaker asks the URL
+/// instead of spending a message. The outage costs exactly the three runs
+/// that opened it; the probes answer 503 until the dependency is back,
+/// then a 200 closes it and every message is handled once.
+#[tokio::test]
+async fn with_a_health_url_the_breaker_probes_it_instead_of_a_message() {
+    let o = outage("cb-health-", true).await;
+    assert_eq!(
+        o.attempts_down,
+        MIN_CALLS,
+        "attempts spent in an outage of {OUTAGE:?}: only the runs that opened the breaker\n{}",
+        o.worker.output()
+    );
+    assert!(
+        o.probes_down >= 4,
+        "{} health probes in {OUTAGE:?} with open_for 1s\n{}",
+        o.probes_down,
+        o.worker.output()
+    );
+    assert_eq!(o.dead_lettered, 0, "{}", o.worker.output());
+    let handled = o.dep.successes();
+    assert_eq!(handled.len(), MESSAGES, "{handled:?}");
+    assert!(handled.values().all(|n| *n == 1), "{handled:?}");
+    let seen = transitions(&o.worker);
+    assert_eq!(seen.last().map(String::as_str), Some("closed"), "{seen:?}");
+    let probes = o.worker.events("circuit breaker health probe");
+    assert!(
+        probes
+            .iter()
+            .any(|p| p["answer"].as_str().unwrap_or_default().starts_with("503")),
+        "{probes:#?}"
+    );
+}
