@@ -7,5 +7,6 @@ pub mod dlq;
 pub mod doctor;
 pub mod drill;
 pub mod health;
+pub mod metrics_page;
 pub mod provision;
 pub mod status;

@@ -212,3 +212,121 @@ async fn with_a_health_url_the_breaker_probes_it_instead_of_a_message() {
         "{probes:#?}"
     );
 }
+
+/// While the breaker is open and messages wait, `doctor`, `status` and
+/// `drill`, given the worker's metrics page, say so: doctor warns naming
+/// since when, status shows it (text and JSON), and a drill that times out
+/// names the breaker instead of "no broken step found".
+#[tokio::test]
+async fn doctor_status_and_drill_see_the_open_breaker() {
+    use crate::support::Dlqctl;
+    let dep = Dependency::start(false).await;
+    // Two failures open it, for longer than the test.
+    let f = PipeFixture::new(&[200], 2, |p| {
+        p.circuit_breaker =
+            Some("{failure_rate: 0.5, window: 1m, min_calls: 2, open_for: 10m}".into());
+    })
+    .await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let mut w = WorkerProc::spawn(
+        &file,
+        &f.pipe.name,
+        &["--http", &dep.hook(), "--metrics-addr", "127.0.0.1:0"],
+    );
+    let url = format!("http://{}/metrics", w.metrics_addr().await);
+    w.wait_consuming().await;
+    let q = f.pipe.name.clone();
+
+    // Closed: doctor passes the breaker, status shows it closed.
+    let run = Dlqctl::new("doctor")
+        .arg(&file)
+        .args(["--metrics-url", &url])
+        .run()
+        .await;
+    assert!(
+        run.stdout
+            .contains("  pass  health       circuit breaker: closed since "),
+        "{}",
+        run.output()
+    );
+
+    f.publish_numbered("cb-seen-", 4).await;
+    w.wait_event(
+        "circuit breaker open: pausing consumption",
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+
+    let run = Dlqctl::new("doctor")
+        .arg(&file)
+        .args(["--metrics-url", &url])
+        .run()
+        .await;
+    eprintln!("{}", run.stdout);
+    run.assert_code(0);
+    assert!(
+        run.stdout
+            .contains("  warn  health       circuit breaker: the circuit breaker is open since ")
+            && run
+                .stdout
+                .contains(&format!("messages wait in {q} until it closes")),
+        "{}",
+        run.output()
+    );
+
+    let run = Dlqctl::new("status")
+        .arg(&file)
+        .args(["--metrics-url", &url])
+        .run()
+        .await;
+    run.assert_code(0);
+    assert!(
+        run.stdout
+            .contains(&format!("CIRCUIT {q}: the circuit breaker is open since ")),
+        "{}",
+        run.output()
+    );
+    let run = Dlqctl::new("status")
+        .arg(&file)
+        .args(["--json", "--metrics-url", &url])
+        .run()
+        .await;
+    let doc: Value = serde_json::from_str(&run.stdout).expect("status --json");
+    assert_eq!(doc["pipelines"][0]["circuit"]["state"], "open", "{doc:#}");
+    assert!(
+        doc["pipelines"][0]["circuit"]["since"].is_string(),
+        "{doc:#}"
+    );
+    // Without the page, status says nothing of a breaker.
+    let run = Dlqctl::new("status").arg(&file).run().await;
+    assert!(!run.stdout.contains("CIRCUIT"), "{}", run.output());
+    // An unreadable page is said.
+    let run = Dlqctl::new("status")
+        .arg(&file)
+        .args(["--metrics-url", "http://127.0.0.1:1/metrics"])
+        .run()
+        .await;
+    assert!(
+        run.stdout.contains("circuit breakers unknown (cannot read"),
+        "{}",
+        run.output()
+    );
+
+    let run = Dlqctl::on_queue(&["drill"], &file, &q)
+        .args(["--metrics-url", &url, "--timeout", "3s"])
+        .run()
+        .await;
+    eprintln!("{}", run.stdout);
+    run.assert_code(3);
+    run.assert_stdout_has(&["fail at step `dlq`", "the circuit breaker is open since "]);
+    assert!(
+        !run.stdout.contains("no broken step found"),
+        "{}",
+        run.output()
+    );
+    // Two runs opened it; the other messages and the drill's wait.
+    let spent: u32 = dep.failures().values().sum();
+    assert_eq!(spent, 2, "{}", w.output());
+    w.stop().await;
+}

@@ -8,7 +8,9 @@
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
 //! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
+//! - [`circuit`]: a worker's circuit breaker, read from its metrics page.
 
+pub mod circuit;
 pub mod doctor;
 pub mod drift;
 pub mod drill;

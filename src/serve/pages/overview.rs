@@ -354,6 +354,7 @@ mod tests {
                 queue: q("orders.retry.1m", 0, 0, Some(2), true),
             }],
             dlq,
+            circuit: None,
         };
         let cell = refused_cell(&p(
             q("orders", 0, 0, Some(4), true),
