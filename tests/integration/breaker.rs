@@ -34,10 +34,10 @@ struct Outage {
 }
 
 /// Runs one outage on a pipeline with tiers 200 ms and 500 ms, three
-/// attempts and the breaker above; with `health`, the pipeline's redrive
-/// policy names the dependency's health URL (the worker runs with
-/// `--no-redrive`: only the breaker uses it).
-async fn outage(prefix: &str, health: bool) -> Outage {
+/// attempts and the breaker above, `concurrency` handlers at once; with
+/// `health`, the pipeline's redrive policy names the dependency's health
+/// URL (the worker runs with `--no-redrive`: only the breaker uses it).
+async fn outage(prefix: &str, health: bool, concurrency: u16) -> Outage {
     let dep = Dependency::start(false).await;
     let health_url = dep.health();
     let f = PipeFixture::new(&[200, 500], 3, |p| {
@@ -55,7 +55,7 @@ async fn outage(prefix: &str, health: bool) -> Outage {
             "--http",
             &dep.hook(),
             "--concurrency",
-            "1",
+            &concurrency.to_string(),
             "--no-redrive",
             "--metrics-addr",
             "127.0.0.1:0",
@@ -95,9 +95,9 @@ async fn outage(prefix: &str, health: bool) -> Outage {
     w.stop().await;
     let dead_lettered = f.broker.message_count(&f.pipe.dlq()).await.unwrap_or(0);
     eprintln!(
-        "outage of {OUTAGE:?} (health probe: {health}): {attempts_down} attempts spent while \
-         the dependency was down, {probes_down} health probes, {dead_lettered} of {MESSAGES} \
-         messages dead-lettered"
+        "outage of {OUTAGE:?} (health probe: {health}, concurrency {concurrency}): \
+         {attempts_down} attempts spent while the dependency was down, {probes_down} health \
+         probes, {dead_lettered} of {MESSAGES} messages dead-lettered"
     );
     Outage {
         attempts_down,
@@ -133,7 +133,7 @@ fn transitions(w: &WorkerProc) -> Vec<String> {
 /// once.
 #[tokio::test]
 async fn in_an_outage_the_breaker_spends_one_probe_per_open_for() {
-    let o = outage("cb-probe-", false).await;
+    let o = outage("cb-probe-", false, 1).await;
     let cycles = OUTAGE.as_secs(); // open_for is 1 s
     assert!(
         o.attempts_down <= MIN_CALLS + cycles + 1,
@@ -179,13 +179,34 @@ async fn in_an_outage_the_breaker_spends_one_probe_per_open_for() {
     );
 }
 
+/// With four handlers at once: the runs in flight when it opened finish
+/// (three more at most), then half-open admits one probe and no other
+/// handler while it runs, so the outage still costs about one attempt per
+/// `open_for`, not four.
+#[tokio::test]
+async fn with_four_handlers_half_open_still_runs_one_probe_at_a_time() {
+    let o = outage("cb-four-", false, 4).await;
+    let cycles = OUTAGE.as_secs();
+    let bound = MIN_CALLS + 3 + cycles + 1;
+    assert!(
+        o.attempts_down <= bound,
+        "{} attempts spent in an outage of {OUTAGE:?} with four handlers: wanted at most \
+         {bound}\n{}",
+        o.attempts_down,
+        o.worker.output()
+    );
+    let handled = o.dep.successes();
+    assert_eq!(handled.len() as u32 + o.dead_lettered, MESSAGES as u32);
+    assert!(handled.values().all(|n| *n == 1), "{handled:?}");
+}
+
 /// With the pipeline's health URL: once open, the breaker asks the URL
 /// instead of spending a message. The outage costs exactly the three runs
 /// that opened it; the probes answer 503 until the dependency is back,
 /// then a 200 closes it and every message is handled once.
 #[tokio::test]
 async fn with_a_health_url_the_breaker_probes_it_instead_of_a_message() {
-    let o = outage("cb-health-", true).await;
+    let o = outage("cb-health-", true, 1).await;
     assert_eq!(
         o.attempts_down,
         MIN_CALLS,
