@@ -146,6 +146,7 @@ impl Circuit {
     /// probe.
     pub(super) fn record(&self, ticket: Option<ProbeTicket>, call: Call) {
         let probe = ticket.and_then(|mut t| t.probe.take());
+        let was_probe = probe.is_some();
         let changed = self
             .breaker
             .lock()
@@ -154,7 +155,11 @@ impl Circuit {
         if let Some(t) = changed {
             self.report(t, Some("the probe message failed transiently".to_string()));
         }
-        self.changed.notify_waiters();
+        // Only a probe's result frees the gate; other runs (every message
+        // while closed) need not wake it.
+        if was_probe || changed.is_some() {
+            self.changed.notify_waiters();
+        }
     }
 
     /// Logs a change of state and shows it in the metrics.
