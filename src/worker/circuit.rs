@@ -114,6 +114,27 @@ impl Circuit {
         }
     }
 
+    /// Resolves when an open breaker's `open_for` is over (waiting for it
+    /// to open first): a worker with no message to take still moves it to
+    /// half-open on time, and asks the health URL.
+    pub(super) async fn open_over(&self) {
+        loop {
+            // Made before the look: an opening after it still wakes us.
+            let changed = self.changed.notified();
+            let left = self
+                .breaker
+                .lock()
+                .ok()
+                .and_then(|b| b.open_left(self.now_ms()));
+            match left {
+                Some(ms) => {
+                    return tokio::time::sleep(std::time::Duration::from_millis(ms.max(1))).await
+                }
+                None => changed.await,
+            }
+        }
+    }
+
     /// Asks the health URL with `ticket`'s place: 2xx closes the breaker,
     /// anything else opens it again for `open_for`.
     pub(super) async fn check_health(&self, mut ticket: ProbeTicket) {

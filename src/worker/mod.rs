@@ -345,9 +345,12 @@ impl<H: Handler> Worker<H> {
             if let Err(end) = self.wait_gates_or_loss(shutdown, consume, false).await {
                 return end;
             }
+            // With no message coming, an open breaker still turns
+            // half-open on time (and asks its health URL): look again.
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
                 n = consumer.next() => n,
+                _ = self.open_over() => continue,
             };
             let delivery = match next {
                 Some(Ok(d)) => d,
@@ -367,6 +370,15 @@ impl<H: Handler> Worker<H> {
                 task.process(delivery, probe).await;
                 drop(permit);
             });
+        }
+    }
+
+    /// When the breaker's `open_for` is over; never without a breaker or
+    /// while it is not open.
+    async fn open_over(&self) {
+        match &self.shared.circuit {
+            Some(c) => c.open_over().await,
+            None => std::future::pending().await,
         }
     }
 

@@ -351,3 +351,67 @@ async fn doctor_status_and_drill_see_the_open_breaker() {
     assert_eq!(spent, 2, "{}", w.output());
     w.stop().await;
 }
+
+/// A breaker that opens while the worker waits for a message (more handler
+/// slots than messages, and nothing more to come) still turns half-open
+/// after `open_for` and asks its health URL: once the dependency is back it
+/// closes without any message, and `dlqctl_circuit_open` goes back to 0
+/// (no alert for an idle worker whose dependency recovered).
+#[tokio::test]
+async fn an_idle_worker_probes_and_closes_its_breaker_on_time() {
+    let dep = Dependency::start(false).await;
+    let health_url = dep.health();
+    // One attempt: the failures go to the DLQ, nothing comes back.
+    let f = PipeFixture::new(&[200], 1, |p| {
+        p.circuit_breaker = Some(BREAKER.into());
+        p.redrive = Some(format!("{{min_age: 1h, health: {{http: '{health_url}'}}}}"));
+    })
+    .await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let mut w = WorkerProc::spawn(
+        &file,
+        &f.pipe.name,
+        &[
+            "--http",
+            &dep.hook(),
+            "--concurrency",
+            "4",
+            "--no-redrive",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let addr = w.metrics_addr().await;
+    w.wait_consuming().await;
+    f.publish_numbered("cb-idle-", 3).await;
+    w.wait_event(
+        "circuit breaker open: pausing consumption",
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 3, Duration::from_secs(20))
+        .await;
+    dep.set_up(true);
+    w.wait_event(
+        "circuit breaker closed: resuming consumption",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("the metrics page")
+        .text()
+        .await
+        .expect("its text");
+    w.stop().await;
+    assert!(dep.probes() >= 1);
+    for line in [
+        format!("dlqctl_circuit_state{{queue=\"{}\"}} 0", f.pipe.name),
+        "dlqctl_circuit_open 0".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+}

@@ -342,6 +342,15 @@ impl Breaker {
         }
     }
 
+    /// While open: the ms left of `open_for` at `now` (0 when it is over
+    /// and the next look moves it to half-open); `None` otherwise.
+    pub fn open_left(&self, now: u64) -> Option<u64> {
+        match self.mode {
+            Mode::Open { until } => Some(until.saturating_sub(now)),
+            _ => None,
+        }
+    }
+
     /// The state as last moved (an open breaker whose `open_for` is over
     /// reads open until it is asked again).
     pub fn phase(&self) -> Phase {

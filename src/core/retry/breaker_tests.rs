@@ -358,6 +358,19 @@ fn a_health_check_closes_or_reopens_it() {
 }
 
 #[test]
+fn open_left_counts_down_while_open_only() {
+    let mut b = Breaker::new(cfg());
+    assert_eq!(b.open_left(0), None);
+    open_it(&mut b, 0);
+    assert_eq!(b.open_left(3), Some(300));
+    assert_eq!(b.open_left(300), Some(3));
+    // Over, not yet looked at: 0 until the next look moves it.
+    assert_eq!(b.open_left(1000), Some(0));
+    assert_eq!(b.poll(1000).changed, Some(Transition::HalfOpened));
+    assert_eq!(b.open_left(1000), None);
+}
+
+#[test]
 fn poll_moves_to_half_open_without_taking_a_place() {
     let mut b = Breaker::new(cfg());
     open_it(&mut b, 0);
