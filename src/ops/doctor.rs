@@ -3,7 +3,8 @@
 //! then, where the management API answers for the same broker, the
 //! version, each queue's policies, statistics and quorum members, the DLX's
 //! binding, and the user's permissions; the handler timeout from the
-//! command line or a worker's `/metrics`. Changes nothing.
+//! command line or a worker's `/metrics`, and its circuit breakers from
+//! the same page. Changes nothing.
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
@@ -14,6 +15,7 @@ use crate::core::check::doctor::{
 use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, Role};
 use crate::error::Result;
+use crate::ops::metrics_page::{circuits, fetch_text};
 use lapin::Connection;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -90,11 +92,19 @@ pub async fn doctor(
         handler_timeout: HashMap::new(),
         max_dlq: opts.max_dlq,
         handler_timeout_error: None,
+        circuit: HashMap::new(),
     };
     if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
         from_management(m, &plan, vhost, opts, &mut snapshot).await;
     }
     snapshot.handler_timeout_error = handler_timeouts(&plan, opts, &mut snapshot).await;
+    if let Some(url) = &opts.metrics_url {
+        // A page that cannot be read is already said of the handler timeout.
+        let names = (plan.queues.iter())
+            .filter(|q| q.role == Role::MainQueue)
+            .map(|q| q.pipeline.as_str());
+        snapshot.circuit = circuits(url, names).await.unwrap_or_default();
+    }
     Ok(checklist(&plan, &snapshot, None))
 }
 
@@ -275,24 +285,4 @@ async fn handler_timeouts(plan: &Plan, opts: &DoctorOptions, s: &mut Snapshot) -
             crate::core::check::doctor::HANDLER_TIMEOUT_METRIC
         )
     })
-}
-
-/// GET a text page (5 s timeout); the error is a sentence.
-async fn fetch_text(url: &str) -> std::result::Result<String, String> {
-    let shown = crate::amqp::connection::redact(url);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .map_err(|e| format!("{shown}: {e}"))?;
-    let resp = client
-        .get(url)
-        .send()
-        .await
-        .map_err(|e| format!("cannot read {shown}: {}", e.without_url()))?;
-    if !resp.status().is_success() {
-        return Err(format!("cannot read {shown}: HTTP {}", resp.status()));
-    }
-    resp.text()
-        .await
-        .map_err(|e| format!("cannot read {shown}: {}", e.without_url()))
 }

@@ -180,6 +180,7 @@ async fn steps(
         }
         if Instant::now() >= deadline {
             let (step, why) = diagnose(conn, p, mgmt, vhost).await;
+            let why = with_breaker(why, opts, p).await;
             r.fail(
                 &step,
                 &since,
@@ -449,10 +450,29 @@ async fn diagnose(
             );
         }
     }
-    (
-        "dlq".into(),
-        "no broken step found; raise --timeout, or look at the worker's log".into(),
-    )
+    ("dlq".into(), NO_BROKEN_STEP.into())
+}
+
+/// What [`diagnose`] says when every step it can see holds.
+const NO_BROKEN_STEP: &str = "no broken step found; raise --timeout, or look at the worker's log";
+
+/// `why`, with what the worker's circuit breaker says when `--metrics-url`
+/// shows it open or half-open: instead of "no broken step found", or
+/// after the step found.
+async fn with_breaker(why: String, opts: &DrillOptions, p: &Pipeline) -> String {
+    let Some(url) = &opts.metrics_url else {
+        return why;
+    };
+    let paused = crate::ops::metrics_page::circuits(url, [p.name.as_str()])
+        .await
+        .ok()
+        .and_then(|mut c| c.remove(&p.name))
+        .and_then(|c| c.pause_sentence(&p.name));
+    match paused {
+        None => why,
+        Some(breaker) if why == NO_BROKEN_STEP => breaker,
+        Some(breaker) => format!("{why}; and {breaker}"),
+    }
 }
 
 /// The worker's exhausted dead letters for `queue`.

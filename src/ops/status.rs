@@ -1,10 +1,12 @@
 //! `dlqctl status`: every pipeline's queues with their depths and
 //! consumers, fresh from AMQP, plus what only the management API knows
 //! (unacked messages, a quorum queue's `messages_dlx`, and the policies
-//! that override what the topology asked for).
+//! that override what the topology asked for); with a worker's metrics
+//! page, its circuit breakers.
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
+use crate::core::check::circuit::CircuitReading;
 use crate::core::check::finding::Finding;
 use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
@@ -78,6 +80,10 @@ pub struct PipelineStatus {
     /// The automatic redrive, when the pipeline has a policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redrive: Option<RedriveStatus>,
+    /// The worker's circuit breaker, when `--metrics-url` showed one for
+    /// this pipeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitReading>,
 }
 
 /// A pipeline's automatic redrive as the broker keeps it: its
@@ -109,6 +115,10 @@ pub struct StatusReport {
     /// topology ([`Finding::PolicyOverrides`]): a DLQ whose retention a
     /// policy cuts loses dead letters whatever its depth says.
     pub policy_overrides: Vec<Finding>,
+    /// Why the circuit breakers are unknown, when `--metrics-url` could not
+    /// be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit_unknown: Option<String>,
 }
 
 /// A DLQ over the `--max-dlq` threshold.
@@ -140,6 +150,20 @@ impl StatusReport {
             );
         }
         out
+    }
+
+    /// Fills in each pipeline's circuit breaker from the worker's metrics
+    /// page at `url`, or says why it could not be read.
+    pub async fn read_circuits(&mut self, url: &str) {
+        let names: Vec<String> = self.pipelines.iter().map(|p| p.name.clone()).collect();
+        match crate::ops::metrics_page::circuits(url, names.iter().map(String::as_str)).await {
+            Ok(mut found) => {
+                for p in &mut self.pipelines {
+                    p.circuit = found.remove(&p.name);
+                }
+            }
+            Err(e) => self.circuit_unknown = Some(e),
+        }
     }
 
     /// The DLQs holding more than `max` messages, ready plus unacked.
@@ -190,6 +214,7 @@ pub async fn status(
         missing_exchanges,
         management_unavailable,
         policy_overrides,
+        circuit_unknown: None,
     })
 }
 
@@ -303,6 +328,7 @@ fn pipelines(plan: &Plan, queue: impl Fn(&QueueSpec) -> QueueStatus) -> Vec<Pipe
                 tiers: vec![],
                 dlq: queue(q),
                 redrive: None,
+                circuit: None,
             }),
             Role::RedriveState => {
                 if let Some(p) = pipelines.iter_mut().find(|p| p.name == q.pipeline) {
@@ -368,11 +394,13 @@ mod tests {
                     }],
                     dlq,
                     redrive: None,
+                    circuit: None,
                 })
                 .collect(),
             missing_exchanges: vec![],
             management_unavailable: None,
             policy_overrides: vec![],
+            circuit_unknown: None,
         }
     }
 

@@ -2,11 +2,13 @@
 //! decide ([`crate::core::retry::settle`], pure), and carry the
 //! [`Settlement`] out: ack, publish a copy then ack, or nack.
 
+use super::circuit::ProbeTicket;
 use super::config::WorkerConfig;
 use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
+use crate::core::retry::breaker::Call;
 use crate::core::retry::drill::{drill_step, DrillStep};
 use crate::core::retry::{
     count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
@@ -97,7 +99,9 @@ fn now_unix_ms() -> u64 {
 }
 
 impl<H: Handler> DeliveryTask<H> {
-    pub(super) async fn process(self, d: Delivery) {
+    /// Handles `d`; `probe` is the half-open breaker's ticket when this
+    /// run is its probe (given back unrecorded when no handler runs).
+    pub(super) async fn process(self, d: Delivery, probe: Option<ProbeTicket>) {
         let prepared = self.prepare(&d);
         // A drill message never reaches the handler (core::retry::drill).
         let drill = drill_step(d.properties.headers().as_ref());
@@ -111,9 +115,10 @@ impl<H: Handler> DeliveryTask<H> {
                     DrillStep::Fail => "failed as transient",
                     DrillStep::AckReplayed => "replayed: acked",
                 });
+                drop(probe);
                 Run::drill(step, prepared.attempt, self.cfg.pipeline.retry.max_attempts)
             }
-            None => self.run_handler(&prepared).await,
+            None => self.run_handler(&prepared, probe).await,
         };
         let rules = Rules {
             pipeline: &self.cfg.pipeline,
@@ -225,9 +230,9 @@ impl<H: Handler> DeliveryTask<H> {
     }
 
     /// Step 2: runs the handler, a panic counted as a transient failure,
-    /// and feeds the breaker. Interrupted when the connection is lost
-    /// meanwhile.
-    async fn run_handler(&self, prepared: &Prepared) -> Run {
+    /// and feeds the breaker (with the probe's ticket, when it is the
+    /// probe). Interrupted when the connection is lost meanwhile.
+    async fn run_handler(&self, prepared: &Prepared, probe: Option<ProbeTicket>) -> Run {
         let p = &self.cfg.pipeline;
         let Some(msg) = &prepared.msg else {
             return Run::spent(prepared.attempt, p.retry.max_attempts);
@@ -254,13 +259,15 @@ impl<H: Handler> DeliveryTask<H> {
             .observe(t0.elapsed().as_secs_f64());
         self.metrics.in_flight.dec();
         self.shared.counters.outcome(outcome.label());
-        if let Some(b) = &self.shared.breaker {
-            let transient = matches!(outcome, Outcome::Transient { .. });
-            if let Ok(mut b) = b.lock() {
-                if b.record(self.shared.now_ms(), transient) {
-                    warn!(queue = %p.name, "circuit breaker open: pausing consumption");
-                }
-            }
+        if let Some(c) = &self.shared.circuit {
+            c.record(
+                probe,
+                match outcome {
+                    Outcome::Success => Call::Success,
+                    Outcome::Transient { .. } => Call::Transient,
+                    Outcome::Permanent { .. } => Call::Permanent,
+                },
+            );
         }
         Run::Ran(outcome)
     }

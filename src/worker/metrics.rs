@@ -1,5 +1,6 @@
 //! Prometheus metrics of a worker, in OpenMetrics text.
 
+use crate::core::retry::breaker::Phase;
 use crate::core::retry::{DeadLetterReason, Settlement};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -87,6 +88,15 @@ pub struct RunLabels {
     pub result: String,
 }
 
+/// Labels of a circuit breaker's change of state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// The state it went to: `open`, `half_open`, `closed`.
+    pub to: String,
+}
+
 /// Labels of a pipeline alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
@@ -109,8 +119,17 @@ pub struct Metrics {
     pub reconnects: Counter,
     /// Handler runs in progress.
     pub in_flight: Gauge,
-    /// 1 while the circuit breaker is open.
+    /// 1 while the circuit breaker is not closed (open, or half-open with
+    /// only its probe running): consumption is paused.
     pub circuit_open: Gauge,
+    /// The circuit breaker's state per pipeline: 0 closed, 1 open, 2
+    /// half-open (only with a `circuit_breaker` in the topology).
+    pub circuit_state: Family<QueueLabels, Gauge>,
+    /// Changes of the circuit breaker's state, by the state it went to.
+    pub circuit_transitions: Family<TransitionLabels, Counter>,
+    /// When the circuit breaker took its current state (the worker's start
+    /// while it never changed), in Unix seconds.
+    pub circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// 1 while the worker is connected and has its consumer on the main
     /// queue.
     pub consuming: Gauge,
@@ -218,7 +237,26 @@ impl Metrics {
             publish_refusals: registered(r, "publish_refusals", "Copies the broker refused"),
             reconnects: registered(r, "reconnects", "Reconnections to the broker"),
             in_flight: registered(r, "handlers_in_flight", "Handler runs in progress"),
-            circuit_open: registered(r, "circuit_open", "1 while the circuit breaker is open"),
+            circuit_open: registered(
+                r,
+                "circuit_open",
+                "1 while the circuit breaker is open or half-open (consumption paused)",
+            ),
+            circuit_state: registered(
+                r,
+                "circuit_state",
+                "The circuit breaker's state: 0 closed, 1 open, 2 half-open",
+            ),
+            circuit_transitions: registered(
+                r,
+                "circuit_transitions",
+                "Changes of the circuit breaker's state, by the state it went to",
+            ),
+            circuit_since: registered(
+                r,
+                "circuit_state_since_timestamp_seconds",
+                "Unix time at which the circuit breaker took its current state",
+            ),
             consuming: registered(
                 r,
                 "consuming",
@@ -299,6 +337,27 @@ impl Metrics {
                 queue: queue.to_string(),
             })
             .set(timeout.as_secs_f64());
+    }
+
+    /// Shows `queue`'s circuit breaker in `phase` since `at_unix_s`, and
+    /// counts the change when `changed` (at start every state's counter is
+    /// made at 0).
+    pub fn set_circuit(&self, queue: &str, phase: Phase, at_unix_s: f64, changed: bool) {
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        self.circuit_state.get_or_create(&labels).set(phase.gauge());
+        self.circuit_since.get_or_create(&labels).set(at_unix_s);
+        self.circuit_open.set(i64::from(phase != Phase::Closed));
+        for p in [Phase::Open, Phase::HalfOpen, Phase::Closed] {
+            let c = self.circuit_transitions.get_or_create(&TransitionLabels {
+                queue: queue.to_string(),
+                to: p.label().to_string(),
+            });
+            if changed && p == phase {
+                c.inc();
+            }
+        }
     }
 
     /// The OpenMetrics text exposition.
@@ -642,6 +701,53 @@ mod tests {
                 "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
                 "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
                 "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
+            ],
+        );
+    }
+
+    #[test]
+    fn renders_the_circuit_breakers_state_its_changes_and_since_when() {
+        let m = Metrics::new();
+        m.set_circuit("orders", Phase::Closed, 1000.0, false);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 0",
+                "dlqctl_circuit_open 0",
+                "dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1000.0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"half_open\"} 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"closed\"} 0",
+            ],
+        );
+        m.set_circuit("orders", Phase::Open, 1001.5, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 1",
+                "dlqctl_circuit_open 1",
+                "dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1001.5",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
+            ],
+        );
+        // Half-open still pauses consumption: circuit_open stays 1.
+        m.set_circuit("orders", Phase::HalfOpen, 1016.5, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 2",
+                "dlqctl_circuit_open 1",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"half_open\"} 1",
+            ],
+        );
+        m.set_circuit("orders", Phase::Closed, 1017.0, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 0",
+                "dlqctl_circuit_open 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"closed\"} 1",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
             ],
         );
     }

@@ -11,6 +11,7 @@
 //! messages go back to the queue only when their channel closes (shutdown,
 //! lost connection).
 
+mod circuit;
 mod config;
 mod consumer_timeout;
 mod delivery;
@@ -26,11 +27,11 @@ pub(crate) use verify::verify_topology;
 
 use crate::amqp::publisher::Publisher;
 use crate::core::retry::backoff::Backoff;
-use crate::core::retry::breaker::{Breaker, State as BreakerState};
 use crate::error::describe_lapin_error;
 use crate::error::{Error, Result};
 use crate::handler::Handler;
 use crate::worker::metrics::Metrics;
+use circuit::{ProbeTicket, Step};
 use delivery::DeliveryTask;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
@@ -70,12 +71,7 @@ impl<H: Handler> Worker<H> {
             retry_queues: cfg.pipeline.retry_queues(),
             refusing: AtomicUsize::new(0),
             unblocked: Notify::new(),
-            breaker: cfg
-                .pipeline
-                .circuit_breaker
-                .clone()
-                .map(|c| Mutex::new(Breaker::new(c))),
-            started: Instant::now(),
+            circuit: circuit::Circuit::of(&cfg.pipeline, &metrics),
             address: AtomicUsize::new(0),
             move_on: AtomicBool::new(false),
             timeout_checked: AtomicBool::new(false),
@@ -366,12 +362,15 @@ impl<H: Handler> Worker<H> {
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
                 _ = channel_closed(consume) => return SessionEnd::Lost(CLOSED_WHILE_WAITING.into()),
             };
-            if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
+            if let Err(end) = self.wait_gates_or_loss(shutdown, consume, false).await {
                 return end;
             }
+            // With no message coming, an open breaker still turns
+            // half-open on time (and asks its health URL): look again.
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return SessionEnd::Shutdown,
                 n = consumer.next() => n,
+                _ = self.open_over() => continue,
             };
             let delivery = match next {
                 Some(Ok(d)) => d,
@@ -381,14 +380,25 @@ impl<H: Handler> Worker<H> {
             // Again: a copy may have been refused (or the breaker opened)
             // while we waited for this delivery. On shutdown the delivery,
             // left unacked, returns to the queue when the channel closes.
-            if let Some(end) = self.wait_gates_or_loss(shutdown, consume).await {
-                return end;
-            }
+            // A half-open breaker makes this delivery its probe.
+            let probe = match self.wait_gates_or_loss(shutdown, consume, true).await {
+                Ok(probe) => probe,
+                Err(end) => return end,
+            };
             let task = template.clone();
             tracker.spawn(async move {
-                task.process(delivery).await;
+                task.process(delivery, probe).await;
                 drop(permit);
             });
+        }
+    }
+
+    /// When the breaker's `open_for` is over; never without a breaker or
+    /// while it is not open.
+    async fn open_over(&self) {
+        match &self.shared.circuit {
+            Some(c) => c.open_over().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -398,17 +408,25 @@ impl<H: Handler> Worker<H> {
         &self,
         shutdown: &CancellationToken,
         consume: &Channel,
-    ) -> Option<SessionEnd> {
+        take: bool,
+    ) -> Result<Option<ProbeTicket>, SessionEnd> {
         // The gates first, as for the permit above.
         tokio::select! {
             biased;
-            end = self.wait_gates(shutdown) => end,
-            _ = channel_closed(consume) => Some(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
+            end = self.wait_gates(shutdown, take) => end,
+            _ = channel_closed(consume) => Err(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
         }
     }
 
-    /// Waits while copies are being refused or the breaker is open.
-    async fn wait_gates(&self, shutdown: &CancellationToken) -> Option<SessionEnd> {
+    /// Waits while copies are being refused or the breaker is open, or
+    /// half-open with its probe out; a half-open breaker with a health URL
+    /// asks it here. With `take` (a delivery in hand), returns the probe's
+    /// ticket when that delivery is the half-open breaker's probe.
+    async fn wait_gates(
+        &self,
+        shutdown: &CancellationToken,
+        take: bool,
+    ) -> Result<Option<ProbeTicket>, SessionEnd> {
         loop {
             if self.shared.refusing.load(Ordering::SeqCst) > 0 {
                 let notified = self.shared.unblocked.notified();
@@ -416,28 +434,31 @@ impl<H: Handler> Worker<H> {
                     continue;
                 }
                 tokio::select! {
-                    _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
+                    _ = shutdown.cancelled() => return Err(SessionEnd::Shutdown),
                     _ = notified => continue,
                     _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
                 }
             }
-            let state = match &self.shared.breaker {
-                Some(b) => b
-                    .lock()
-                    .map(|mut b| b.state(self.shared.now_ms()))
-                    .unwrap_or(BreakerState::Closed),
-                None => BreakerState::Closed,
+            let Some(c) = &self.shared.circuit else {
+                return Ok(None);
             };
-            match state {
-                BreakerState::Closed => {
-                    self.metrics.circuit_open.set(0);
-                    return None;
-                }
-                BreakerState::Open { remaining_ms } => {
-                    self.metrics.circuit_open.set(1);
+            // Made before the look, so that a probe coming back between
+            // the look and the wait still wakes it.
+            let changed = c.changed.notified();
+            match c.step(take) {
+                Step::Pass(probe) => return Ok(probe),
+                Step::Health(ticket) => tokio::select! {
+                    _ = shutdown.cancelled() => return Err(SessionEnd::Shutdown),
+                    _ = c.check_health(ticket) => {}
+                },
+                Step::Wait(ms) => {
+                    // Half-open with the probe out: until it comes back
+                    // (looked at each second all the same).
+                    let pause = Duration::from_millis(ms.unwrap_or(1000).max(1));
                     tokio::select! {
-                        _ = shutdown.cancelled() => return Some(SessionEnd::Shutdown),
-                        _ = tokio::time::sleep(Duration::from_millis(remaining_ms.max(1))) => {}
+                        _ = shutdown.cancelled() => return Err(SessionEnd::Shutdown),
+                        _ = changed => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
                 }
             }

@@ -1,11 +1,10 @@
 //! The state every delivery task of a worker shares.
 
-use crate::core::retry::breaker::Breaker;
+use super::circuit::Circuit;
 use crate::worker::metrics::QueueCounters;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tracing::warn;
 
@@ -16,8 +15,8 @@ pub(super) struct Shared {
     /// while this is above zero.
     pub(super) refusing: AtomicUsize,
     pub(super) unblocked: Notify,
-    pub(super) breaker: Option<Mutex<Breaker>>,
-    pub(super) started: Instant,
+    /// The pipeline's circuit breaker, when it has one.
+    pub(super) circuit: Option<Arc<Circuit>>,
     /// The index of the broker address connected to last.
     pub(super) address: AtomicUsize,
     /// The connection was lost: start at the next address.
@@ -30,10 +29,6 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     /// Logs a header warning once per distinct text.
     pub(super) fn warn_once(&self, text: &str) {
         let first = self

@@ -5,6 +5,7 @@
 
 mod alerts;
 mod bad_input;
+mod breaker;
 mod broker_versions;
 mod ci_examples;
 mod cli_io;

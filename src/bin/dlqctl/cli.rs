@@ -427,6 +427,10 @@ pub struct StatusArgs {
     /// Exit 3 when any DLQ holds more than N messages (ready + unacked).
     #[arg(long, value_name = "N")]
     pub max_dlq: Option<u64>,
+    /// A worker's metrics page (`http://HOST:PORT/metrics` of its
+    /// --metrics-addr), to show its circuit breaker's state.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]

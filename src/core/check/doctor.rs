@@ -13,9 +13,11 @@
 //! - limits: a DLQ retention under 7 days warns; a handler timeout not
 //!   under the consumer timeout fails; the broker's message size limit;
 //! - health: quorum members online, `messages_dlx` over two samples, the
-//!   DLX's binding to the DLQ, consumers on the main queue, `--max-dlq`;
+//!   DLX's binding to the DLQ, consumers on the main queue, `--max-dlq`,
+//!   and the worker's circuit breaker (from `--metrics-url`);
 //! - permissions: each command the connecting user could or could not run.
 
+use crate::core::check::circuit::CircuitReading;
 use crate::core::check::finding::Finding;
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
@@ -192,6 +194,9 @@ pub struct Snapshot {
     pub max_dlq: Option<u64>,
     /// Why the handler timeout could not be read from a worker's metrics.
     pub handler_timeout_error: Option<String>,
+    /// Per pipeline: its circuit breaker, as a worker's metrics page shows
+    /// it (only pipelines the page has a breaker for).
+    pub circuit: HashMap<String, CircuitReading>,
 }
 
 /// The whole checklist: the broker's items, then each pipeline of `plan`
@@ -219,6 +224,7 @@ pub fn checklist(plan: &Plan, s: &Snapshot, only: Option<&str>) -> Vec<Check> {
             .chain(policy_checks(&queues, s))
             .chain(limit_checks(&queues, s, p))
             .chain(health_checks(&queues, s, p))
+            .chain(circuit_check(s, p))
             .chain(permission_checks(plan, s, p))
         {
             add(area, level, subject, message);
@@ -612,6 +618,17 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
         }
     }
     out
+}
+
+/// The worker's circuit breaker, when its metrics page was read: a warn
+/// while it is open or half-open (messages wait), else a pass.
+fn circuit_check(s: &Snapshot, p: &str) -> Option<Item> {
+    let c = s.circuit.get(p)?;
+    let subject = "circuit breaker".to_string();
+    Some(match c.pause_sentence(p) {
+        Some(sentence) => (Area::Health, Level::Warn, subject, sentence),
+        None => (Area::Health, Level::Pass, subject, c.describe()),
+    })
 }
 
 /// The handler timeout against the consumer timeout of the main queue

@@ -65,6 +65,7 @@ fn healthy(plan: &Plan) -> Snapshot {
         .into(),
         max_dlq: None,
         handler_timeout_error: None,
+        circuit: HashMap::new(),
     }
 }
 
@@ -507,4 +508,56 @@ fn the_handler_timeout_is_read_from_the_workers_metrics() {
         handler_timeout_from_metrics("dlqctl_handler_timeout_seconds{queue=\"a\\\"b\"} 1", "a\"b"),
         Some(1000)
     );
+}
+
+#[test]
+fn an_open_or_half_open_circuit_breaker_warns_naming_since_when() {
+    use crate::core::check::circuit::circuit_from_metrics;
+    let p = plan();
+    let page = "dlqctl_circuit_state{queue=\"orders\"} 1\n\
+                dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1765098600\n";
+    let now = 1_765_098_660_000;
+    let mut s = healthy(&p);
+    // Without a metrics page, nothing is said of the breaker.
+    assert!(checklist(&p, &s, None)
+        .iter()
+        .all(|c| c.subject != "circuit breaker"));
+    s.circuit.insert(
+        "orders".into(),
+        circuit_from_metrics(page, "orders", now).unwrap(),
+    );
+    let checks = checklist(&p, &s, None);
+    assert_eq!(worst(&checks), Level::Warn);
+    let warned = with(Level::Warn, &checks);
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert_eq!(warned[0].0, Area::Health);
+    assert_eq!(warned[0].1, "circuit breaker");
+    assert!(
+        warned[0]
+            .2
+            .starts_with("the circuit breaker is open since 2025-12-07T09:10:00.000Z (for 1m)"),
+        "{}",
+        warned[0].2
+    );
+    // Half-open warns too.
+    let page = page.replace("} 1\n", "} 2\n");
+    s.circuit.insert(
+        "orders".into(),
+        circuit_from_metrics(&page, "orders", now).unwrap(),
+    );
+    let warned = with(Level::Warn, &checklist(&p, &s, None));
+    assert!(warned[0].2.contains("is half-open since"), "{warned:#?}");
+    // Closed passes, saying since when.
+    let page = page.replace("} 2\n", "} 0\n");
+    s.circuit.insert(
+        "orders".into(),
+        circuit_from_metrics(&page, "orders", now).unwrap(),
+    );
+    let checks = checklist(&p, &s, None);
+    assert_eq!(worst(&checks), Level::Pass);
+    assert!(with(Level::Pass, &checks).contains(&(
+        Area::Health,
+        "circuit breaker".into(),
+        "closed since 2025-12-07T09:10:00.000Z (for 1m)".into()
+    )));
 }

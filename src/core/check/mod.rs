@@ -10,7 +10,9 @@
 //!   handler timeout (`work` refuses to start, `doctor` fails).
 //! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
+//! - [`circuit`]: a worker's circuit breaker, read from its metrics page.
 
+pub mod circuit;
 pub mod consumer_timeout;
 pub mod doctor;
 pub mod drift;

@@ -1,19 +1,135 @@
 //! The circuit breaker: pause consumption while a dependency fails, instead
 //! of burning every message's attempts against it. Pure: time is a
 //! parameter (milliseconds on any monotonic clock).
+//!
+//! Three states (docs/worker.md, "The circuit breaker"):
+//!
+//! - **closed**: handlers run; their results fill a sliding window, and
+//!   once it holds `min_calls` calls with `failure_rate` of them transient
+//!   failures the breaker opens;
+//! - **open** for `open_for`: no handler starts;
+//! - **half-open**: [`Breaker::admit`] hands out at most `half_open_calls`
+//!   [`Probe`]s, and no other call starts. A probe's transient failure
+//!   opens the breaker again at once (no `min_calls` needed); as many
+//!   successes as `half_open_calls` close it with an empty window. A probe
+//!   may also be a health check instead of a message
+//!   ([`Breaker::record_health`]): healthy closes, unhealthy reopens.
+//!
+//! Every change of state is returned as a [`Transition`], for the shell to
+//! log and count.
 
 use crate::core::topology::CircuitBreaker;
 
-/// Whether handlers may run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Normal operation.
+/// The three states, as the worker's `dlqctl_circuit_state` gauge shows
+/// them (0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Handlers run.
     Closed,
-    /// Paused for this many more milliseconds.
-    Open {
-        /// Time left, in ms.
-        remaining_ms: u64,
+    /// No handler starts until `open_for` is over.
+    Open,
+    /// Only probes run.
+    HalfOpen,
+}
+
+impl Phase {
+    /// `closed`, `open`, `half_open`: the `to` label of
+    /// `dlqctl_circuit_transitions_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Closed => "closed",
+            Phase::Open => "open",
+            Phase::HalfOpen => "half_open",
+        }
+    }
+
+    /// The gauge's value: 0 closed, 1 open, 2 half-open.
+    pub fn gauge(self) -> i64 {
+        match self {
+            Phase::Closed => 0,
+            Phase::Open => 1,
+            Phase::HalfOpen => 2,
+        }
+    }
+
+    /// The phase a gauge value shows.
+    pub fn from_gauge(v: f64) -> Option<Phase> {
+        [Phase::Closed, Phase::Open, Phase::HalfOpen]
+            .into_iter()
+            .find(|p| p.gauge() as f64 == v)
+    }
+}
+
+/// A change of state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Closed → open: `failures` of the window's `calls` failed transiently.
+    Opened {
+        /// Calls in the window.
+        calls: u64,
+        /// Transient failures among them.
+        failures: u64,
     },
+    /// Open → half-open: `open_for` is over.
+    HalfOpened,
+    /// Half-open → open: a probe failed (a transient failure, or the health
+    /// check answered unhealthy).
+    Reopened,
+    /// Half-open → closed: the probes succeeded.
+    Closed,
+}
+
+impl Transition {
+    /// The state it leads to.
+    pub fn to(self) -> Phase {
+        match self {
+            Transition::Opened { .. } | Transition::Reopened => Phase::Open,
+            Transition::HalfOpened => Phase::HalfOpen,
+            Transition::Closed => Phase::Closed,
+        }
+    }
+}
+
+/// Whether a call may start now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Closed: start it.
+    Run,
+    /// Half-open: start it as a probe; give the ticket back with its
+    /// result ([`Breaker::record`], [`Breaker::record_health`]) or, when
+    /// it did not run after all, with [`Breaker::release`].
+    Probe(Probe),
+    /// Wait: this many ms (open), or until a probe comes back (`None`:
+    /// half-open with every probe out).
+    Wait(Option<u64>),
+}
+
+/// What [`Breaker::admit`] and [`Breaker::poll`] say.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Whether the call may start.
+    pub gate: Gate,
+    /// The change of state that asking made (open → half-open).
+    pub changed: Option<Transition>,
+}
+
+/// A probe's ticket: which half-open period it was admitted in. Not
+/// `Clone`: each is given back once.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Probe {
+    period: u64,
+}
+
+/// What a handler run says about the dependency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// It succeeded.
+    Success,
+    /// It failed transiently: the dependency may be down.
+    Transient,
+    /// It failed permanently: that says nothing about the dependency.
+    Permanent,
 }
 
 /// How many time buckets the window is cut into.
@@ -28,7 +144,22 @@ struct Bucket {
     failures: u64,
 }
 
-/// Failure-rate breaker over a sliding window of calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Closed,
+    Open {
+        until: u64,
+    },
+    HalfOpen {
+        /// Probes handed out and not yet back.
+        out: u32,
+        /// Probes that succeeded.
+        passed: u32,
+    },
+}
+
+/// Failure-rate breaker over a sliding window of calls, with a half-open
+/// state of a few probes.
 ///
 /// The window is kept as [`BUCKETS`] fixed time buckets of `window / 20`
 /// each (at least 1 ms), so memory does not depend on traffic or on the
@@ -39,7 +170,10 @@ pub struct Breaker {
     cfg: CircuitBreaker,
     width: u64,
     buckets: [Bucket; BUCKETS],
-    open_until: Option<u64>,
+    mode: Mode,
+    /// Counts half-open periods, so that a probe of an earlier one is
+    /// told apart.
+    period: u64,
 }
 
 impl Breaker {
@@ -50,7 +184,8 @@ impl Breaker {
             cfg,
             width,
             buckets: [Bucket::default(); BUCKETS],
-            open_until: None,
+            mode: Mode::Closed,
+            period: 0,
         }
     }
 
@@ -63,13 +198,103 @@ impl Breaker {
             .fold((0, 0), |(c, f), b| (c + b.calls, f + b.failures))
     }
 
-    /// Records one handler run: `transient` when it failed transiently
-    /// (permanent failures say nothing about the dependency). Returns true
-    /// when this call opened the breaker.
-    pub fn record(&mut self, now: u64, transient: bool) -> bool {
-        if self.open_until.is_some_and(|u| now < u) {
-            return false;
+    /// Moves an open breaker whose `open_for` is over to half-open.
+    fn tick(&mut self, now: u64) -> Option<Transition> {
+        match self.mode {
+            Mode::Open { until } if now >= until => {
+                self.mode = Mode::HalfOpen { out: 0, passed: 0 };
+                self.period += 1;
+                Some(Transition::HalfOpened)
+            }
+            _ => None,
         }
+    }
+
+    fn open(&mut self, now: u64) {
+        self.mode = Mode::Open {
+            until: now.saturating_add(self.cfg.open_for),
+        };
+        self.buckets = [Bucket::default(); BUCKETS];
+    }
+
+    fn close(&mut self) -> Transition {
+        self.mode = Mode::Closed;
+        self.buckets = [Bucket::default(); BUCKETS];
+        Transition::Closed
+    }
+
+    /// Asks whether a call may start at `now`, and takes a probe's place
+    /// when half-open.
+    pub fn admit(&mut self, now: u64) -> Admission {
+        self.ask(now, true)
+    }
+
+    /// Like [`Breaker::admit`], without taking a place: half-open with a
+    /// place free is [`Gate::Run`] (a place for a call not yet in hand).
+    pub fn poll(&mut self, now: u64) -> Admission {
+        self.ask(now, false)
+    }
+
+    fn ask(&mut self, now: u64, take: bool) -> Admission {
+        let changed = self.tick(now);
+        let gate = match &mut self.mode {
+            Mode::Closed => Gate::Run,
+            Mode::Open { until } => Gate::Wait(Some(*until - now)),
+            Mode::HalfOpen { out, .. } if *out >= self.cfg.half_open_calls.max(1) => {
+                Gate::Wait(None)
+            }
+            Mode::HalfOpen { out, .. } if take => {
+                *out += 1;
+                Gate::Probe(Probe {
+                    period: self.period,
+                })
+            }
+            Mode::HalfOpen { .. } => Gate::Run,
+        };
+        Admission { gate, changed }
+    }
+
+    /// Records one handler run that ended at `now`, with its ticket when
+    /// it was a probe. Returns the change of state it made.
+    ///
+    /// Closed, a run fills the window and may open the breaker. Open, runs
+    /// that started before it opened say nothing. Half-open, only the
+    /// probes of this period count: a transient failure reopens it, a
+    /// success counts toward closing it, a permanent failure frees the
+    /// probe's place for another.
+    pub fn record(&mut self, now: u64, probe: Option<Probe>, call: Call) -> Option<Transition> {
+        let mine = probe.is_some_and(|p| p.period == self.period);
+        match self.mode {
+            Mode::Closed => self.record_closed(now, call),
+            Mode::Open { .. } => None,
+            Mode::HalfOpen { .. } if !mine => None,
+            Mode::HalfOpen { out, passed } => match call {
+                Call::Transient => {
+                    self.open(now);
+                    Some(Transition::Reopened)
+                }
+                Call::Success if passed + 1 >= self.cfg.half_open_calls.max(1) => {
+                    Some(self.close())
+                }
+                Call::Success => {
+                    self.mode = Mode::HalfOpen {
+                        out: out.saturating_sub(1),
+                        passed: passed + 1,
+                    };
+                    None
+                }
+                Call::Permanent => {
+                    self.mode = Mode::HalfOpen {
+                        out: out.saturating_sub(1),
+                        passed,
+                    };
+                    None
+                }
+            },
+        }
+    }
+
+    fn record_closed(&mut self, now: u64, call: Call) -> Option<Transition> {
         let slice = now / self.width;
         let bucket = &mut self.buckets[(slice % BUCKETS as u64) as usize];
         if bucket.slice != slice {
@@ -79,146 +304,64 @@ impl Breaker {
             };
         }
         bucket.calls += 1;
-        if transient {
+        if call == Call::Transient {
             bucket.failures += 1;
         }
         let (calls, failures) = self.totals(slice);
-        if calls >= u64::from(self.cfg.min_calls)
-            && failures as f64 / calls as f64 >= self.cfg.failure_rate
-        {
-            self.open_until = Some(now.saturating_add(self.cfg.open_for));
-            self.buckets = [Bucket::default(); BUCKETS];
-            return true;
-        }
-        false
+        let over = calls >= u64::from(self.cfg.min_calls)
+            && failures as f64 / calls as f64 >= self.cfg.failure_rate;
+        over.then(|| {
+            self.open(now);
+            Transition::Opened { calls, failures }
+        })
     }
 
-    /// The state at `now`. After `open_for` the breaker closes with an empty
-    /// window: the next `min_calls` runs decide again.
-    pub fn state(&mut self, now: u64) -> State {
-        match self.open_until {
-            Some(u) if now < u => State::Open {
-                remaining_ms: u - now,
-            },
-            Some(_) => {
-                self.open_until = None;
-                State::Closed
+    /// Records a health check made with `probe` instead of a message:
+    /// healthy closes the breaker, unhealthy opens it again for
+    /// `open_for`. A ticket of an earlier period says nothing.
+    pub fn record_health(&mut self, now: u64, probe: Probe, healthy: bool) -> Option<Transition> {
+        if !matches!(self.mode, Mode::HalfOpen { .. }) || probe.period != self.period {
+            return None;
+        }
+        if healthy {
+            Some(self.close())
+        } else {
+            self.open(now);
+            Some(Transition::Reopened)
+        }
+    }
+
+    /// Gives back a probe that did not run a handler (a drill message, a
+    /// message past its attempts, a run the lost connection interrupted):
+    /// its place goes to the next call.
+    pub fn release(&mut self, probe: Probe) {
+        if let Mode::HalfOpen { out, .. } = &mut self.mode {
+            if probe.period == self.period {
+                *out = out.saturating_sub(1);
             }
-            None => State::Closed,
+        }
+    }
+
+    /// While open: the ms left of `open_for` at `now` (0 when it is over
+    /// and the next look moves it to half-open); `None` otherwise.
+    pub fn open_left(&self, now: u64) -> Option<u64> {
+        match self.mode {
+            Mode::Open { until } => Some(until.saturating_sub(now)),
+            _ => None,
+        }
+    }
+
+    /// The state as last moved (an open breaker whose `open_for` is over
+    /// reads open until it is asked again).
+    pub fn phase(&self) -> Phase {
+        match self.mode {
+            Mode::Closed => Phase::Closed,
+            Mode::Open { .. } => Phase::Open,
+            Mode::HalfOpen { .. } => Phase::HalfOpen,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg() -> CircuitBreaker {
-        CircuitBreaker {
-            failure_rate: 0.5,
-            window: 1000,
-            min_calls: 4,
-            open_for: 300,
-        }
-    }
-
-    #[test]
-    fn opens_at_the_failure_rate_once_min_calls_are_seen() {
-        let mut b = Breaker::new(cfg());
-        assert!(!b.record(0, true));
-        assert!(!b.record(1, true));
-        assert!(!b.record(2, true)); // 3 calls < min_calls
-        assert_eq!(b.state(2), State::Closed);
-        assert!(b.record(3, false)); // 3/4 ≥ 0.5
-        assert_eq!(b.state(3), State::Open { remaining_ms: 300 });
-        assert_eq!(b.state(302), State::Open { remaining_ms: 1 });
-        assert_eq!(b.state(303), State::Closed);
-    }
-
-    #[test]
-    fn stays_closed_below_the_rate() {
-        let mut b = Breaker::new(cfg());
-        for t in 0..100 {
-            // one failure in three
-            assert!(!b.record(t, t % 3 == 1), "opened at {t}");
-        }
-        assert_eq!(b.state(100), State::Closed);
-    }
-
-    #[test]
-    fn old_calls_leave_the_window() {
-        let mut b = Breaker::new(cfg());
-        b.record(0, true);
-        b.record(1, true);
-        b.record(2, true);
-        // Long after: the three failures are gone; one failure among four
-        // fresh calls is under the rate.
-        assert!(!b.record(5000, false));
-        assert!(!b.record(5001, false));
-        assert!(!b.record(5002, true));
-        assert!(!b.record(5003, false));
-        assert_eq!(b.state(5003), State::Closed);
-    }
-
-    #[test]
-    fn memory_does_not_grow_with_traffic_or_a_long_window() {
-        let mut b = Breaker::new(CircuitBreaker {
-            failure_rate: 0.5,
-            window: 14 * 24 * 3_600_000, // two weeks
-            min_calls: 10,
-            open_for: 300,
-        });
-        // No heap: its state is a fixed array, whatever the traffic.
-        assert!(!std::mem::needs_drop::<Breaker>());
-        for t in 0..1_000_000u64 {
-            b.record(t, t % 4 == 0);
-        }
-        assert_eq!(b.state(1_000_000), State::Closed);
-        // A failure burst still opens it.
-        for t in 0..3_000_000u64 {
-            if b.record(1_000_000 + t, true) {
-                return;
-            }
-        }
-        panic!("a burst of failures never opened the breaker");
-    }
-
-    #[test]
-    fn calls_leave_the_window_one_bucket_at_a_time() {
-        let mut b = Breaker::new(cfg()); // window 1000 ms: buckets of 50 ms
-        b.record(0, true);
-        b.record(0, true);
-        b.record(0, true);
-        // 999 ms later the failures are still in the window: 3 of 4.
-        assert!(b.record(999, false));
-        let mut b = Breaker::new(cfg());
-        b.record(0, true);
-        b.record(0, true);
-        b.record(0, true);
-        // 1000 ms later their bucket has left the window: 0 of 1.
-        assert!(!b.record(1000, false));
-    }
-
-    #[test]
-    fn permanent_failures_and_successes_do_not_open_it() {
-        let mut b = Breaker::new(cfg());
-        for t in 0..50 {
-            assert!(!b.record(t, false));
-        }
-    }
-
-    #[test]
-    fn after_open_for_a_new_window_decides() {
-        let mut b = Breaker::new(cfg());
-        for t in 0..4 {
-            b.record(t, true);
-        }
-        assert!(matches!(b.state(10), State::Open { .. }));
-        assert_eq!(b.state(400), State::Closed);
-        // The window was cleared: it takes min_calls again to reopen.
-        assert!(!b.record(401, true));
-        assert!(!b.record(402, true));
-        assert!(!b.record(403, true));
-        assert!(b.record(404, true));
-    }
-}
+#[path = "breaker_tests.rs"]
+mod tests;

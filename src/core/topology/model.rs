@@ -213,6 +213,9 @@ pub struct CircuitBreaker {
     pub min_calls: u32,
     /// How long it stays open, in ms.
     pub open_for: u64,
+    /// Probe calls admitted once `open_for` is over (half-open); this many
+    /// successes close it, one transient failure opens it again.
+    pub half_open_calls: u32,
 }
 
 /// One pipeline: a main queue with its retry tiers and its DLQ.

@@ -614,10 +614,52 @@ fn circuit_breaker_defaults_and_bounds() {
     assert_eq!(cb.window, 60_000);
     assert_eq!(cb.min_calls, 20);
     assert_eq!(cb.open_for, 30_000);
+    assert_eq!(cb.half_open_calls, 1);
     assert_one(
         "version: 1\npipelines:\n  - name: a\n    circuit_breaker: {failure_rate: 0}\n",
         "4:37",
         "failure_rate must be above 0",
+    );
+}
+
+#[test]
+fn circuit_breaker_half_open_calls_is_a_count_from_1() {
+    let t = ok("version: 1\npipelines:\n  - name: a\n    circuit_breaker: {half_open_calls: 3}\n");
+    let cb = t.pipelines[0].circuit_breaker.clone().unwrap();
+    assert_eq!(cb.half_open_calls, 3);
+    let t = ok(
+        "version: 1\ndefaults:\n  circuit_breaker: {half_open_calls: 2}\npipelines:\n  - name: a\n",
+    );
+    assert_eq!(
+        t.pipelines[0]
+            .circuit_breaker
+            .as_ref()
+            .unwrap()
+            .half_open_calls,
+        2
+    );
+    for (bad, col, said) in [
+        (
+            "0",
+            "4:40",
+            "circuit_breaker.half_open_calls must be between 1 and 1000, not 0",
+        ),
+        ("1001", "4:40", "must be between 1 and 1000, not 1001"),
+        ("-1", "4:40", "must be between 1 and 1000, not -1"),
+        ("one", "4:40", "circuit_breaker.half_open_calls"),
+        ("1.5", "4:40", "circuit_breaker.half_open_calls"),
+    ] {
+        assert_one(
+            &format!("version: 1\npipelines:\n  - name: a\n    circuit_breaker: {{half_open_calls: {bad}}}\n"),
+            col,
+            said,
+        );
+    }
+    // A misspelt key is named with the keys there are.
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    circuit_breaker: {half_open: 1}\n",
+        "4:23",
+        "half_open_calls",
     );
 }
 

@@ -21,8 +21,7 @@ use crate::core::topology::{Pipeline, Redrive};
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
-/// How long the health probe may take.
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::ops::health::probe;
 
 /// What one redrive run did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -382,22 +381,5 @@ async fn locked(
         (RunResult::CanaryFailed, why) => (result, why),
         (_, Some(why)) => (RunResult::Failed, Some(why)),
         (_, None) => (result, None),
-    }
-}
-
-/// `GET url`: healthy on a 2xx answer. Returns what it answered (`200
-/// OK`, `503 Service Unavailable`, or the error).
-async fn probe(url: &str) -> (bool, String) {
-    let client = match reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(HEALTH_TIMEOUT)
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => return (false, format!("no HTTP client: {e}")),
-    };
-    match client.get(url).send().await {
-        Ok(r) => (r.status().is_success(), r.status().to_string()),
-        Err(e) => (false, crate::handler::http::error_chain(e.without_url())),
     }
 }

@@ -355,6 +355,7 @@ mod tests {
             }],
             dlq,
             redrive: None,
+            circuit: None,
         };
         let cell = refused_cell(&p(
             q("orders", 0, 0, Some(4), true),

@@ -37,6 +37,8 @@ pub struct Pipe {
     pub dlq_ttl: Option<&'static str>,
     /// `dead_letter.redrive`, as YAML flow text (`{min_age: 1s}`).
     pub redrive: Option<String>,
+    /// `circuit_breaker`, as YAML flow text (`{min_calls: 3}`).
+    pub circuit_breaker: Option<String>,
 }
 
 impl Pipe {
@@ -52,6 +54,7 @@ impl Pipe {
             dlq_max_length: None,
             dlq_ttl: None,
             redrive: None,
+            circuit_breaker: None,
         }
     }
 
@@ -92,6 +95,9 @@ impl Pipe {
                 "    dead_letter: {{ {} }}\n",
                 dead_letter.join(", ")
             ));
+        }
+        if let Some(cb) = &self.circuit_breaker {
+            y.push_str(&format!("    circuit_breaker: {cb}\n"));
         }
         y
     }

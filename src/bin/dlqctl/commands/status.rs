@@ -16,7 +16,10 @@ pub async fn status(a: &StatusArgs) -> Result<Outcome> {
         super::connect_with_management(&a.connection, &a.management_url, "dlqctl status").await?;
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
     dlqctl::amqp::connection::close(&conn).await;
-    let report = result?;
+    let mut report = result?;
+    if let Some(url) = &a.metrics_url {
+        report.read_circuits(url).await;
+    }
     let missing = report.missing();
     let over = a.max_dlq.map(|n| report.dlqs_over(n)).unwrap_or_default();
     let outcome = if missing.is_empty() && over.is_empty() && report.policy_overrides.is_empty() {

@@ -66,6 +66,7 @@ pub fn status_json(
         "missing_exchanges": report.missing_exchanges,
         "management_unavailable": report.management_unavailable,
         "policy_overrides": report.policy_overrides,
+        "circuit_unknown": report.circuit_unknown,
     });
     document(&v)
 }

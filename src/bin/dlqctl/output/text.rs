@@ -271,6 +271,25 @@ const STATUS_HEAD: [&str; 7] = [
     "HELD-FOR-DLX",
 ];
 
+/// The circuit breakers `status --metrics-url` read: `CIRCUIT` lines for
+/// those open or half-open, a plain line for those closed, or why none
+/// could be read.
+fn circuit_lines(report: &StatusReport) -> String {
+    let mut out = String::new();
+    for p in &report.pipelines {
+        if let Some(c) = &p.circuit {
+            out += &match c.pause_sentence(&p.name) {
+                Some(paused) => format!("CIRCUIT {}: {paused}\n", p.name),
+                None => format!("circuit breaker of {}: {}\n", p.name, c.describe()),
+            };
+        }
+    }
+    if let Some(why) = &report.circuit_unknown {
+        out += &format!("circuit breakers unknown ({why})\n");
+    }
+    out
+}
+
 /// `status` as a table: a row per queue, then what is missing, what is
 /// over the threshold and what is unknown.
 pub fn status_text(
@@ -367,7 +386,7 @@ pub fn status_text(
             );
         }
     }
-    out
+    out + &circuit_lines(report)
 }
 
 /// `dlq peek` as text: a block per message, its body cut to `width`.

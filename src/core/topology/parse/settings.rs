@@ -274,13 +274,20 @@ impl Cx {
         let m = self.map(
             n,
             "circuit_breaker",
-            &["failure_rate", "window", "min_calls", "open_for"],
+            &[
+                "failure_rate",
+                "window",
+                "min_calls",
+                "open_for",
+                "half_open_calls",
+            ],
         )?;
         let mut cb = CircuitBreaker {
             failure_rate: 0.5,
             window: 60_000,
             min_calls: 20,
             open_for: 30_000,
+            half_open_calls: 1,
         };
         let mut ok = true;
         for (k, v) in m {
@@ -307,6 +314,12 @@ impl Cx {
                     Some(o) => cb.open_for = o,
                     None => ok = false,
                 },
+                "half_open_calls" => {
+                    match self.int_in(v, "circuit_breaker.half_open_calls", 1, 1000) {
+                        Some(c) => cb.half_open_calls = c as u32,
+                        None => ok = false,
+                    }
+                }
                 _ => {}
             }
         }
