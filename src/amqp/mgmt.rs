@@ -434,6 +434,7 @@ fn applied(
         effective: as_definition(effective)?,
         policy_definition: None,
         operator_definition: None,
+        notes: vec![],
     })
 }
 

@@ -3,6 +3,8 @@
 //!
 //! - [`finding`]: one finding about one object.
 //! - [`drift`]: reading the broker's refusals: which argument differs.
+//! - [`effective`]: which policy and operator policy apply to a queue,
+//!   from their definitions.
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
@@ -12,6 +14,7 @@
 pub mod doctor;
 pub mod drift;
 pub mod drill;
+pub mod effective;
 pub mod finding;
 pub mod permissions;
 pub mod policy;

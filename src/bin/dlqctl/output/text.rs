@@ -130,12 +130,20 @@ pub fn check_text(file: &str, report: &Report) -> String {
 pub fn check_headline(file: &str, report: &Report) -> (String, String) {
     let differences = report.findings.iter().filter(|f| f.is_difference()).count();
     let info = report.findings.iter().filter(|f| f.is_info()).count();
-    let unverified = report.findings.len() - differences - info;
+    let warnings = report.findings.iter().filter(|f| f.is_warning()).count();
+    let unverified = report.findings.len() - differences - info - warnings;
     let headline = if differences > 0 {
         format!("{file}: the broker differs from the topology ({differences} finding(s)):")
     } else if unverified > 0 {
         format!(
             "{file}: no difference in the {} objects checked in {:.2}s, but {unverified} could not be verified:",
+            report.ok,
+            report.elapsed.as_secs_f64()
+        )
+    } else if warnings > 0 {
+        format!(
+            "{file}: the broker matches the topology ({} objects checked in {:.2}s), with \
+             {warnings} warning(s) on its policies:",
             report.ok,
             report.elapsed.as_secs_f64()
         )
