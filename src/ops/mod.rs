@@ -5,5 +5,6 @@
 pub mod dlq;
 pub mod doctor;
 pub mod drill;
+pub(crate) mod policies;
 pub mod provision;
 pub mod status;

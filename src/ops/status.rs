@@ -91,6 +91,11 @@ pub struct StatusReport {
     /// topology ([`Finding::PolicyOverrides`]): a DLQ whose retention a
     /// policy cuts loses dead letters whatever its depth says.
     pub policy_overrides: Vec<Finding>,
+    /// Warnings on how the policies were worked out: a tie of priorities,
+    /// the definitions and a queue's own report disagreeing, policies read
+    /// from the queues' reports (possibly a few seconds old) because the
+    /// definitions could not be read.
+    pub policy_warnings: Vec<Finding>,
 }
 
 /// A DLQ over the `--max-dlq` threshold.
@@ -148,20 +153,24 @@ pub async fn status(
     let missing_exchanges = missing_exchanges(conn, plan).await?;
     let (stats, management_unavailable) = listed_queues(conn, mgmt, vhost).await;
     let known = management_unavailable.is_none();
-    let policy_overrides = match mgmt {
-        Some(m) if known => crate::ops::provision::policies_of(m, plan, vhost, &stats)
-            .await
-            .into_iter()
-            .filter(|f| matches!(f, Finding::PolicyOverrides { .. }))
-            .collect(),
+    let policy_findings = match mgmt {
+        Some(m) if known => {
+            let view = crate::ops::policies::PolicyView::read(m, vhost).await;
+            crate::ops::provision::policies_of(&view, plan, &stats)
+        }
         _ => vec![],
     };
+    let (policy_overrides, policy_warnings) = policy_findings
+        .into_iter()
+        .filter(|f| matches!(f, Finding::PolicyOverrides { .. }) || f.is_warning())
+        .partition(|f| !f.is_warning());
     let queue = |spec: &QueueSpec| queue_status(spec, &counts, &stats, known);
     Ok(StatusReport {
         pipelines: pipelines(plan, queue),
         missing_exchanges,
         management_unavailable,
         policy_overrides,
+        policy_warnings,
     })
 }
 
@@ -334,6 +343,7 @@ mod tests {
             missing_exchanges: vec![],
             management_unavailable: None,
             policy_overrides: vec![],
+            policy_warnings: vec![],
         }
     }
 

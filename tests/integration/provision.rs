@@ -1100,6 +1100,81 @@ async fn check_fails_on_a_drop_head_overflow_policy() {
     );
 }
 
+/// Waits until the management API has reported every queue's policy
+/// fields (empty ones too): from then on a policy change shows there only
+/// with the queues' next statistics, seconds later.
+async fn wait_reported(b: &Broker, queues: &[String]) {
+    let start = Instant::now();
+    for q in queues {
+        loop {
+            let raw = b.mgmt.queue(q).await.map(|i| i.raw).unwrap_or_default();
+            if !raw["effective_policy_definition"].is_null() {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{q}: {raw:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Issue 38, finding 3: a policy and an operator policy set a moment ago
+/// are seen at once by `--check`, `doctor` and `status`, which work them
+/// out from the policy definitions; the queues' own fields, refreshed only
+/// with their statistics, still show nothing for seconds (what the
+/// commands read before, passing with exit 0).
+#[tokio::test]
+async fn check_doctor_and_status_see_a_policy_set_a_moment_ago() {
+    let (b, c, _dir, file) = provisioned().await;
+    wait_reported(&b, &planned_queues(&file)).await;
+    let (dlq, main) = (c.name("orders-failed"), c.name("orders"));
+    let ttl = json!({"message-ttl": 1000});
+    let op = PolicyGuard::set(&c, Kind::Operator, "ttl", "orders-failed$", ttl).await;
+    let op_set_at = Instant::now();
+    let dh = json!({"overflow": "drop-head"});
+    let p = PolicyGuard::set(&c, Kind::Policy, "dh", "orders$", dh).await;
+    // All three start within a second of the policies (they run at once).
+    assert!(op_set_at.elapsed() < Duration::from_secs(1));
+    let (check, doctor, status) = tokio::join!(
+        provision(&file, &["--check"]),
+        Dlqctl::new("doctor").arg(&file).run(),
+        Dlqctl::new("status").arg(&file).run()
+    );
+    check.assert_code(3);
+    let on_dlq = format!(
+        "queue {dlq}: operator policy `{}` overrides message-ttl: effective 1000, wanted 3600000",
+        op.name
+    );
+    let on_main = format!(
+        "queue {main}: policy `{}` overrides overflow: effective \"drop-head\", wanted \"reject-publish\"",
+        p.name
+    );
+    for line in [&on_dlq, &on_main] {
+        assert!(
+            check.stdout.contains(line.as_str()),
+            "no `{line}` in\n{}",
+            check.output()
+        );
+        assert!(
+            status.stdout.contains(&format!("POLICY {line}")),
+            "no `{line}` in\n{}",
+            status.output()
+        );
+    }
+    doctor.assert_code(3);
+    for (q, name) in [(&dlq, &op.name), (&main, &p.name)] {
+        assert!(
+            doctor
+                .stdout
+                .lines()
+                .any(|l| l.starts_with("  fail  policies")
+                    && l.contains(&format!("queue {q}: "))
+                    && l.contains(&format!("`{name}`"))),
+            "doctor does not fail {q} naming {name}:\n{}",
+            doctor.output()
+        );
+    }
+}
+
 /// A policy whose keys change nothing the contract relies on is listed as
 /// information and the check passes. (On 3.10 a policy holding
 /// `queue-leader-locator` applies to quorum queues only, on 4.3 to every

@@ -399,7 +399,9 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
             let subject = format!("queue {}", q.name);
             // The finding's text without the queue, which is the subject.
             let text = f.to_string();
-            let text = text.strip_prefix("info: ").unwrap_or(&text);
+            let text = (text.strip_prefix("info: "))
+                .or_else(|| text.strip_prefix("warning: "))
+                .unwrap_or(&text);
             let text = text
                 .strip_prefix(&format!("{subject}: "))
                 .unwrap_or(text)
@@ -418,6 +420,9 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
                          match this queue",
                     );
                     out.push((Area::Policies, Level::Fail, subject, message));
+                }
+                Finding::PolicyWarning { .. } => {
+                    out.push((Area::Policies, Level::Warn, subject, text))
                 }
                 _ => out.push((Area::Policies, Level::Pass, subject, text)),
             }

@@ -182,6 +182,26 @@ fn a_drop_head_policy_on_quorum_queues_fails_and_says_dead_lettering_is_at_most_
 }
 
 #[test]
+fn a_note_on_how_policies_were_worked_out_is_a_warning() {
+    let p = plan();
+    let mut s = healthy(&p);
+    facts(&mut s, "orders").policies = Some(AppliedPolicies {
+        notes: vec!["policies `a`, `b` match it with the same priority".into()],
+        ..AppliedPolicies::default()
+    });
+    let c = checklist(&p, &s, None);
+    assert_eq!(worst(&c), Level::Warn);
+    assert_eq!(
+        with(Level::Warn, &c),
+        vec![(
+            Area::Policies,
+            "queue orders".into(),
+            "policies `a`, `b` match it with the same priority".into()
+        )]
+    );
+}
+
+#[test]
 fn a_key_that_changes_nothing_passes_and_names_the_policy() {
     let p = plan();
     let mut s = healthy(&p);

@@ -66,6 +66,7 @@ pub fn status_json(
         "missing_exchanges": report.missing_exchanges,
         "management_unavailable": report.management_unavailable,
         "policy_overrides": report.policy_overrides,
+        "policy_warnings": report.policy_warnings,
     });
     document(&v)
 }

@@ -322,7 +322,11 @@ pub fn status_text(
              --max-dlq counts ready messages only\n"
         );
     }
-    for f in &report.policy_overrides {
+    for f in report
+        .policy_overrides
+        .iter()
+        .chain(&report.policy_warnings)
+    {
         out += &format!("POLICY {f}\n");
     }
     if !report.policy_overrides.is_empty() {
