@@ -552,3 +552,65 @@ async fn a_killed_drill_leaves_one_message_that_the_next_drill_removes() {
     assert_eq!(script.calls().len(), 0);
     w.stop().await;
 }
+
+/// Issue 38, finding 6: `--timeout` bounds publish → DLQ the same way for
+/// every value. The drill message takes well over 100 ms to walk two tiers
+/// (each copy waits 200 ms in its tier); with `--timeout 100ms` the drill
+/// used to look at 0 s, sleep a second, find it at 1.02 s and pass, while
+/// `--timeout 1ms` failed. Both fail now, at the deadline; the next drill
+/// removes what they left and passes.
+#[tokio::test]
+async fn drill_fails_every_timeout_shorter_than_the_trip() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    for timeout in ["100ms", "1ms", "300ms"] {
+        let run = drill(
+            &file,
+            &f.pipe.name,
+            &["--timeout", timeout, "--format", "json"],
+        )
+        .await;
+        run.assert_code(3);
+        let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+        assert_eq!(doc["failed"], "dlq", "--timeout {timeout}: {doc:#}");
+        let last = doc["steps"].as_array().and_then(|s| s.last()).cloned();
+        let detail = last
+            .as_ref()
+            .map(|s| s["detail"].to_string())
+            .unwrap_or_default();
+        assert!(detail.contains(&format!("after {timeout}")), "{detail}");
+        // The verdict came at the deadline, not a second later.
+        let took = last.map(|s| s["took_ms"].as_u64().unwrap_or(u64::MAX));
+        assert!(took < Some(1000), "--timeout {timeout}: {doc:#}");
+    }
+    let run = drill(&file, &f.pipe.name, &[]).await;
+    run.assert_code(0);
+    assert_eq!(f.broker.message_count(&f.pipe.dlq()).await, Some(0));
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}
+
+/// Issue 38, finding 6: a drill whose message the DLQ loses to a policy
+/// (a short `message-ttl` with `dead-letter-exchange: amq.fanout`, which
+/// routes nowhere) names the policy, as `doctor` does, instead of "no
+/// broken step found; raise --timeout". The policy is seen from its
+/// definition at once, not seconds later from the queue's statistics.
+#[tokio::test]
+async fn drill_names_a_dlq_policy_that_loses_the_message() {
+    let (f, file, script, mut w, _url) = drilled().await;
+    let dlq = f.pipe.dlq();
+    let lose = json!({"message-ttl": 100, "dead-letter-exchange": "amq.fanout"});
+    let p = PolicyGuard::set(&f.cleanup, Kind::Policy, "lose", "orders\\.dlq$", lose).await;
+    let run = drill(&file, &f.pipe.name, &["--timeout", "3s"]).await;
+    run.assert_code(3);
+    run.assert_stdout_has(&[
+        "fail at step `dlq`",
+        &format!("queue {dlq}: policy `{}` overrides", p.name),
+    ]);
+    assert!(
+        !run.stdout.contains("no broken step found"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(script.calls().len(), 0);
+    w.stop().await;
+}

@@ -52,6 +52,28 @@ pub fn expected_tiers(p: &Pipeline) -> Vec<String> {
         .collect()
 }
 
+/// How often a drill looks for its message in the DLQ.
+pub const LOOK_EVERY_MS: u64 = 1000;
+
+/// How long to wait before the next look for the drill message in the DLQ,
+/// `elapsed_ms` after it was published, when `--timeout` is `timeout_ms`:
+/// every [`LOOK_EVERY_MS`], and one last look exactly at the deadline;
+/// `None` once a look at or past the deadline found nothing (the drill
+/// fails). So a drill with a timeout of 100 ms looks at 0 and at 100 ms,
+/// never at 1 s: whatever the timeout, a message that arrives after it
+/// is a failure.
+pub fn next_look(elapsed_ms: u64, timeout_ms: u64) -> Option<u64> {
+    (elapsed_ms < timeout_ms).then(|| LOOK_EVERY_MS.min(timeout_ms - elapsed_ms))
+}
+
+/// Whether a drill message found by a look that started `look_ms` after
+/// the publish arrived in time: the look started at or before the
+/// deadline. A look that started later (the process was slow) does not
+/// count, so the verdict never depends on how late it came.
+pub fn in_time(look_ms: u64, timeout_ms: u64) -> bool {
+    look_ms <= timeout_ms
+}
+
 /// One step of the timeline.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
@@ -150,6 +172,38 @@ mod tests {
         let headers =
             pipeline("    exchange: {name: in, type: headers, bindings: [{arguments: {k: v}}]}\n");
         assert_eq!(drill_route(&headers), ("".into(), "orders".into()));
+    }
+
+    #[test]
+    fn looks_come_every_second_and_last_at_the_deadline() {
+        // Each look's time, as a drill that never finds its message makes
+        // them (each look taking no time).
+        let looks = |timeout: u64| {
+            let mut at = vec![0];
+            while let Some(wait) = next_look(*at.last().unwrap(), timeout) {
+                at.push(at.last().unwrap() + wait);
+            }
+            at
+        };
+        assert_eq!(looks(1), vec![0, 1]);
+        assert_eq!(looks(100), vec![0, 100]);
+        assert_eq!(looks(1000), vec![0, 1000]);
+        assert_eq!(looks(2500), vec![0, 1000, 2000, 2500]);
+        // A look that took long: the next one is still at the deadline.
+        assert_eq!(next_look(90, 100), Some(10));
+        assert_eq!(next_look(100, 100), None);
+        assert_eq!(next_look(1020, 100), None);
+    }
+
+    #[test]
+    fn a_message_found_by_a_look_after_the_deadline_is_late_whatever_the_timeout() {
+        for timeout in [1, 100, 1000, 120_000] {
+            assert!(in_time(0, timeout));
+            assert!(in_time(timeout, timeout));
+            assert!(!in_time(timeout + 1, timeout), "timeout {timeout}");
+        }
+        // The case: 100 ms, found at 1.02 s.
+        assert!(!in_time(1020, 100));
     }
 
     #[test]
