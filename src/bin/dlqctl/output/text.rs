@@ -112,6 +112,23 @@ fn unverified_cause(reason: &str) -> &str {
     }
 }
 
+/// `status`'s lines on policies: each override and warning, then a count
+/// of the overrides.
+fn policy_lines(report: &StatusReport) -> String {
+    let mut out = String::new();
+    let overrides = &report.policy_overrides;
+    for f in overrides.iter().chain(&report.policy_warnings) {
+        out += &format!("POLICY {f}\n");
+    }
+    if !overrides.is_empty() {
+        out += &format!(
+            "{} policy key(s) override the topology: see `dlqctl provision --check`\n",
+            overrides.len()
+        );
+    }
+    out
+}
+
 /// The hint printed after drift.
 pub const DRIFT_HINT: &str = "hint: RabbitMQ cannot change a queue's arguments or an exchange's type in place. \
 Migrate: create the new object under another name (or delete and recreate it), after moving its messages \
@@ -322,19 +339,7 @@ pub fn status_text(
              --max-dlq counts ready messages only\n"
         );
     }
-    for f in report
-        .policy_overrides
-        .iter()
-        .chain(&report.policy_warnings)
-    {
-        out += &format!("POLICY {f}\n");
-    }
-    if !report.policy_overrides.is_empty() {
-        out += &format!(
-            "{} policy key(s) override the topology: see `dlqctl provision --check`\n",
-            report.policy_overrides.len()
-        );
-    }
+    out += &policy_lines(report);
     if !missing.is_empty() {
         out += &format!(
             "{} object(s) missing: run `dlqctl provision` on the file (see `provision --check`)\n",
