@@ -614,3 +614,29 @@ async fn drill_names_a_dlq_policy_that_loses_the_message() {
     assert_eq!(script.calls().len(), 0);
     w.stop().await;
 }
+
+/// Issue 38, finding 11: a policy that gives the DLQ a dead-letter route
+/// back into its own pipeline (here the default exchange with the main
+/// queue's name) is a fail naming the policy and the path: its expired
+/// messages would be dropped by RabbitMQ's cycle rule or handed to the
+/// worker again.
+#[tokio::test]
+async fn doctor_fails_on_a_dlq_policy_that_dead_letters_back_into_the_pipeline() {
+    let (f, file) = provisioned("14d").await;
+    let (dlq, main) = (f.pipe.dlq(), f.pipe.name.clone());
+    let back = json!({"dead-letter-exchange": "", "dead-letter-routing-key": main});
+    let p = PolicyGuard::set(&f.cleanup, Kind::Policy, "loop", "orders\\.dlq$", back).await;
+    let run = doctor(&file, &[]).await;
+    run.assert_code(3);
+    let wanted = format!(
+        "  fail  policies     dead-letter cycle of {dlq}: policy `{}` dead-letters it back into \
+         its own pipeline when its messages expire (after 14d): {dlq} → exchange \"\" [{main}] → \
+         queue {main}",
+        p.name
+    );
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with(&wanted)),
+        "no `{wanted}` in\n{}",
+        run.output()
+    );
+}

@@ -16,6 +16,7 @@
 //!   DLX's binding to the DLQ, consumers on the main queue, `--max-dlq`;
 //! - permissions: each command the connecting user could or could not run.
 
+use crate::core::check::cycle::dead_letter_cycle;
 use crate::core::check::finding::Finding;
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
@@ -217,6 +218,7 @@ pub fn checklist(plan: &Plan, s: &Snapshot, only: Option<&str>) -> Vec<Check> {
         for (area, level, subject, message) in object_checks(plan, p, &queues, s)
             .into_iter()
             .chain(policy_checks(&queues, s))
+            .chain(cycle_checks(plan, &queues, s))
             .chain(limit_checks(&queues, s, p))
             .chain(health_checks(&queues, s, p))
             .chain(permission_checks(plan, s, p))
@@ -452,6 +454,26 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
         ));
     }
     out
+}
+
+/// A DLQ whose dead-letter exchange (from a policy, or an argument)
+/// routes back into its own pipeline ([`dead_letter_cycle`]): a fail
+/// naming what set it and the path.
+fn cycle_checks(plan: &Plan, queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
+    queues
+        .iter()
+        .filter(|q| q.role == Role::DeadLetterQueue)
+        .filter_map(|q| {
+            let facts = s.queues.get(&q.name).filter(|f| f.exists)?;
+            let c = dead_letter_cycle(plan, q, facts.policies.as_ref())?;
+            Some((
+                Area::Policies,
+                Level::Fail,
+                format!("dead-letter cycle of {}", q.name),
+                c.message(),
+            ))
+        })
+        .collect()
 }
 
 fn plural(n: usize) -> &'static str {

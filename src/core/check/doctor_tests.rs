@@ -202,6 +202,33 @@ fn a_note_on_how_policies_were_worked_out_is_a_warning() {
 }
 
 #[test]
+fn a_dlq_policy_that_dead_letters_back_into_the_pipeline_fails_with_its_path() {
+    let p = plan();
+    let mut s = healthy(&p);
+    facts(&mut s, "orders.dlq").policies = policy(
+        "loop",
+        json!({"dead-letter-exchange": "", "dead-letter-routing-key": "orders"}),
+    );
+    let c = checklist(&p, &s, None);
+    let cycle: Vec<_> = with(Level::Fail, &c)
+        .into_iter()
+        .filter(|f| f.1 == "dead-letter cycle of orders.dlq")
+        .collect();
+    assert_eq!(cycle.len(), 1, "{c:#?}");
+    let m = &cycle[0].2;
+    assert!(m.starts_with("policy `loop` dead-letters it back"), "{m}");
+    assert!(
+        m.contains("orders.dlq → exchange \"\" [orders] → queue orders"),
+        "{m}"
+    );
+    // Without the policy: no such item.
+    let s = healthy(&p);
+    assert!(!checklist(&p, &s, None)
+        .iter()
+        .any(|i| i.subject.starts_with("dead-letter cycle")));
+}
+
+#[test]
 fn a_key_that_changes_nothing_passes_and_names_the_policy() {
     let p = plan();
     let mut s = healthy(&p);

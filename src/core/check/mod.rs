@@ -7,10 +7,12 @@
 //!   from their definitions.
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
+//! - [`cycle`]: a DLQ that dead-letters back into its own pipeline.
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
 //! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
 
+pub mod cycle;
 pub mod doctor;
 pub mod drift;
 pub mod drill;
