@@ -15,7 +15,8 @@ use crate::amqp::declare::passive_queue;
 use crate::amqp::mgmt::Management;
 use crate::amqp::publisher::Publisher;
 use crate::core::check::drill::{
-    drill_route, expected_tiers, in_time, next_look, tier_steps, Step,
+    drill_route, expected_tiers, in_time, next_look, publish_retry, routable_wait_ms, tier_steps,
+    Step,
 };
 use crate::core::check::finding::Finding;
 use crate::core::check::policy::policy_findings;
@@ -86,6 +87,9 @@ impl DrillReport {
         self.failed = Some(name.into());
     }
 }
+
+/// The drill message's body.
+const DRILL_BODY: &[u8] = b"dlqctl drill: a synthetic message";
 
 fn now_unix_ms() -> u64 {
     SystemTime::now()
@@ -166,7 +170,12 @@ async fn steps(
         Some(u) => Some(dead_letters(u, &p.name).await.unwrap_or(0.0)),
         None => None,
     };
-    let Some((published_ms, mut since)) = publish_step(conn, p, id, r).await? else {
+    let version = match mgmt {
+        Some(m) => m.version().await.ok().flatten(),
+        None => None,
+    };
+    let routable_wait = routable_wait_ms(version.as_deref());
+    let Some((published_ms, mut since)) = publish_step(conn, p, id, routable_wait, r).await? else {
         return Ok(());
     };
 
@@ -271,6 +280,7 @@ async fn publish_step(
     conn: &Arc<Connection>,
     p: &Pipeline,
     id: &str,
+    routable_wait: u64,
     r: &mut DrillReport,
 ) -> Result<Option<(u64, Instant)>> {
     let mut since = Instant::now();
@@ -315,14 +325,33 @@ async fn publish_step(
     } else {
         format!("exchange {exchange} [{key}]")
     };
-    if let Err(refusal) = publisher
-        .publish(&exchange, &key, b"dlqctl drill: a synthetic message", props)
+    // A node may not route to objects declared a moment ago yet (Khepri,
+    // 4.2+): publish again for a bounded while ([`publish_retry`]).
+    let (mut attempt, mut waited) = (1, 0);
+    while let Err(refusal) = publisher
+        .publish(&exchange, &key, DRILL_BODY, props.clone())
         .await
     {
-        r.fail("published", &since, format!("through {route}: {refusal}"));
-        return Ok(None);
+        let Some(wait) = publish_retry(&refusal, attempt, waited, routable_wait) else {
+            let retried = match waited {
+                0 => String::new(),
+                w => format!(" (published again for {}: still refused)", tier_name(w)),
+            };
+            r.fail(
+                "published",
+                &since,
+                format!("through {route}: {refusal}{retried}"),
+            );
+            return Ok(None);
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        (attempt, waited) = (attempt + 1, waited + wait);
     }
-    r.ok("published", &mut since, format!("through {route}"));
+    let again = match attempt {
+        1 => String::new(),
+        n => format!(" (routed at attempt {n}, after {})", tier_name(waited)),
+    };
+    r.ok("published", &mut since, format!("through {route}{again}"));
     Ok(Some((published_ms, since)))
 }
 

@@ -8,6 +8,7 @@
 //! dead-letters it as `exhausted`, and acks it once the drill replays it.
 
 use crate::core::handling::outcome::Outcome;
+use crate::core::retry::confirm::Refusal;
 use crate::core::retry::{decide, Decision};
 use crate::core::topology::{ExchangeType, Pipeline};
 use crate::core::values::duration::tier_name;
@@ -72,6 +73,55 @@ pub fn next_look(elapsed_ms: u64, timeout_ms: u64) -> Option<u64> {
 /// count, so the verdict never depends on how late it came.
 pub fn in_time(look_ms: u64, timeout_ms: u64) -> bool {
     look_ms <= timeout_ms
+}
+
+/// How long a drill keeps publishing its message when a node cannot route
+/// it yet, on brokers where that can happen.
+pub const ROUTABLE_WAIT_MS: u64 = 3000;
+
+/// The bound of [`publish_retry`] for a broker of `version`
+/// (`rabbitmq_version`; `None`: unknown). From 4.2 the metadata store is
+/// Khepri by default (4.3 has no other): a declare is confirmed once a
+/// majority of nodes have it, so the node a drill publishes through may
+/// not route to a new exchange, queue or binding yet; a publish can come
+/// back unroutable or meet a 404 for a moment. Before 4.2 (Mnesia) a
+/// declare is on every node when it is confirmed: no wait. Unknown: the
+/// wait, which costs only a failing drill's time.
+pub fn routable_wait_ms(version: Option<&str>) -> u64 {
+    let mm = version.and_then(|v| {
+        let mut parts = v.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        Some((major, minor))
+    });
+    match mm {
+        Some(v) if v < (4, 2) => 0,
+        _ => ROUTABLE_WAIT_MS,
+    }
+}
+
+/// Whether to publish the drill message again after `refusal`, and after
+/// how long: only a refusal a node that does not have the objects yet
+/// gives (returned unroutable, or a 404 on the exchange), `attempt` (1 for
+/// the first publish) waits 100 ms, 200 ms, 400 ms... while `waited_ms`
+/// stays under `bound_ms` ([`routable_wait_ms`]); `None`: give up and
+/// report the refusal.
+pub fn publish_retry(
+    refusal: &Refusal,
+    attempt: u32,
+    waited_ms: u64,
+    bound_ms: u64,
+) -> Option<u64> {
+    let transient = match refusal {
+        Refusal::Returned(_) => true,
+        Refusal::Channel(text) => text.contains("NOT_FOUND") || text.contains("404"),
+        Refusal::Nacked | Refusal::Timeout | Refusal::TooLarge(_) => false,
+    };
+    if !transient || waited_ms >= bound_ms {
+        return None;
+    }
+    let step = 100u64.saturating_mul(1 << attempt.clamp(1, 8).saturating_sub(1));
+    Some(step.min(bound_ms - waited_ms))
 }
 
 /// One step of the timeline.
@@ -204,6 +254,49 @@ mod tests {
         }
         // The case: 100 ms, found at 1.02 s.
         assert!(!in_time(1020, 100));
+    }
+
+    #[test]
+    fn only_khepri_brokers_wait_for_routability() {
+        assert_eq!(routable_wait_ms(Some("3.10.8")), 0);
+        assert_eq!(routable_wait_ms(Some("3.13.7")), 0);
+        assert_eq!(routable_wait_ms(Some("4.1.4")), 0);
+        assert_eq!(routable_wait_ms(Some("4.2.0")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("4.3.6")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("5")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(None), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("nonsense")), ROUTABLE_WAIT_MS);
+    }
+
+    #[test]
+    fn a_publish_not_routable_yet_is_retried_within_the_bound_and_others_never() {
+        let returned = Refusal::Returned("312 NO_ROUTE".into());
+        let missing = Refusal::Channel("NOT_FOUND - no exchange 'orders-in' in vhost '/'".into());
+        // The waits double and stop at the bound.
+        let mut waited = 0;
+        let mut waits = vec![];
+        let mut attempt = 1;
+        while let Some(w) = publish_retry(&returned, attempt, waited, 3000) {
+            waits.push(w);
+            waited += w;
+            attempt += 1;
+        }
+        assert_eq!(waits, vec![100, 200, 400, 800, 1500]);
+        assert_eq!(waited, 3000);
+        assert_eq!(publish_retry(&missing, 1, 0, 3000), Some(100));
+        // No bound (Mnesia): the first refusal is the verdict.
+        assert_eq!(publish_retry(&returned, 1, 0, 0), None);
+        // A refusal no wait can cure.
+        for r in [
+            Refusal::Nacked,
+            Refusal::Timeout,
+            Refusal::TooLarge("size".into()),
+            Refusal::Channel("406 PRECONDITION_FAILED".into()),
+        ] {
+            assert_eq!(publish_retry(&r, 1, 0, 3000), None, "{r:?}");
+        }
+        // A large attempt number does not overflow.
+        assert_eq!(publish_retry(&returned, 60, 0, 3000), Some(3000));
     }
 
     #[test]
