@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 /// What the command line gives a drill.
 #[derive(Debug, Clone)]
 pub struct DrillOptions {
-    /// How long the message may take to reach the DLQ, and the replayed
-    /// copy to be acked.
+    /// How long the message may take from its publish to the DLQ; found
+    /// only after it, the drill fails.
     pub timeout: Duration,
     /// A worker's metrics page, to see its dead-letter counter go up.
     pub metrics_url: Option<String>,
