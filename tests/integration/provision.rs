@@ -1191,6 +1191,32 @@ async fn check_doctor_and_status_see_a_policy_set_a_moment_ago() {
     }
 }
 
+/// Two policies of the same priority match a queue: which one the broker
+/// applies is undefined. `--check` warns naming both, and still exits 0
+/// when neither changes what the topology relies on.
+#[tokio::test]
+async fn check_warns_on_a_tie_of_priorities() {
+    let (_b, c, _dir, file) = provisioned().await;
+    let locator = json!({"queue-leader-locator": "balanced"});
+    let one = PolicyGuard::set(&c, Kind::Policy, "ll1", "orders$", locator.clone()).await;
+    let two = PolicyGuard::set(&c, Kind::Policy, "ll2", "orders$", locator).await;
+    let run = provision(&file, &["--check"]).await;
+    run.assert_code(0);
+    let tie = format!(
+        "warning: queue {}: policies `{}`, `{}` match it with the same priority (999): which one \
+         the broker applies is undefined",
+        c.name("orders"),
+        one.name,
+        two.name
+    );
+    assert!(run.stdout.contains(&tie), "no `{tie}` in\n{}", run.output());
+    assert!(
+        run.stdout.contains("with 1 warning(s) on its policies"),
+        "{}",
+        run.output()
+    );
+}
+
 /// A policy whose keys change nothing the contract relies on is listed as
 /// information and the check passes. (On 3.10 a policy holding
 /// `queue-leader-locator` applies to quorum queues only, on 4.3 to every
