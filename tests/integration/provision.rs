@@ -1217,6 +1217,93 @@ async fn check_warns_on_a_tie_of_priorities() {
     );
 }
 
+/// A management API in front of the real one that refuses the policy
+/// definitions (HTTP 403, as for a user without permissions in the vhost)
+/// and passes every other GET through; its base URL.
+async fn api_refusing_policy_definitions() -> String {
+    use axum::body::Body;
+    use axum::http::{header, Request, Response, StatusCode};
+    let upstream = management_url();
+    let app = axum::Router::new().fallback(move |req: Request<Body>| {
+        let upstream = upstream.clone();
+        async move {
+            let path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            if path.starts_with("/api/policies/") || path.starts_with("/api/operator-policies/") {
+                return Response::builder()
+                    .status(StatusCode::FORBIDDEN)
+                    .body(Body::from("{\"error\":\"not_authorised\"}"))
+                    .unwrap();
+            }
+            let mut r = reqwest::Client::new().get(format!("{upstream}{path}"));
+            if let Some(auth) = req.headers().get(header::AUTHORIZATION) {
+                r = r.header(header::AUTHORIZATION, auth.as_bytes());
+            }
+            let resp = r.send().await.expect("the real management API");
+            let status = resp.status().as_u16();
+            let body = resp.bytes().await.unwrap_or_default();
+            Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body))
+                .unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// Issue 38, finding 3: when the policy definitions cannot be read (403),
+/// `--check` and `doctor` fall back to each queue's own report, and say it
+/// may be a few seconds old.
+#[tokio::test]
+async fn without_the_definitions_policies_come_from_the_queues_marked_possibly_old() {
+    let (b, c, _dir, file) = provisioned().await;
+    let p = PolicyGuard::set(
+        &c,
+        Kind::Policy,
+        "dh",
+        "orders$",
+        json!({"overflow": "drop-head"}),
+    )
+    .await;
+    let main = c.name("orders");
+    p.wait_applied(&b, std::slice::from_ref(&main)).await;
+    let api = api_refusing_policy_definitions().await;
+    let run = provision(&file, &["--check", "--management-url", &api]).await;
+    run.assert_code(3);
+    let old = format!(
+        "warning: queue {main}: policies read from the queue's statistics (the policy definitions \
+         could not be read), possibly a few seconds old"
+    );
+    let overrides = format!("queue {main}: policy `{}` overrides overflow", p.name);
+    for line in [&old, &overrides] {
+        assert!(
+            run.stdout.contains(line.as_str()),
+            "no `{line}` in\n{}",
+            run.output()
+        );
+    }
+    let run = Dlqctl::new("doctor")
+        .arg(&file)
+        .args(["--management-url", &api])
+        .run()
+        .await;
+    run.assert_code(3);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("  warn  policies") && l.contains("possibly a few seconds old")),
+        "{}",
+        run.output()
+    );
+}
+
 /// A policy whose keys change nothing the contract relies on is listed as
 /// information and the check passes. (On 3.10 a policy holding
 /// `queue-leader-locator` applies to quorum queues only, on 4.3 to every
