@@ -91,6 +91,7 @@ pub async fn doctor(
         handler_timeout: HashMap::new(),
         max_dlq: opts.max_dlq,
         handler_timeout_error: None,
+        policies_from_queue_view: None,
     };
     if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
         from_management(m, &plan, vhost, opts, &mut snapshot).await;
@@ -139,6 +140,7 @@ async fn from_management(
         Err(e) => Err(PermissionsUnknown::Refused(e.to_string())),
     };
     let view = PolicyView::read(m, vhost).await;
+    s.policies_from_queue_view = view.fallback_note();
     let wait = if view.has_definitions() {
         Duration::ZERO
     } else {

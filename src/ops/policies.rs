@@ -3,11 +3,12 @@
 //! definitions (current at once) by [`crate::core::check::effective`],
 //! compared with each queue's own report (refreshed only with its
 //! statistics, seconds later). When the definitions cannot be read (a
-//! user without the `policymaker` or `administrator` tag), the queue's
-//! report is used and marked as possibly a few seconds old.
+//! user without permissions in the vhost nor the `administrator` tag gets
+//! HTTP 403), the queues' reports are used, with one warning that they may
+//! be a few seconds old.
 
 use crate::amqp::mgmt::Management;
-use crate::core::check::effective::{from_queue_view, resolve_against, PolicySet};
+use crate::core::check::effective::{queue_view_note, resolve_against, PolicySet};
 use crate::core::check::policy::AppliedPolicies;
 use crate::core::topology::plan::QueueSpec;
 use crate::core::topology::ArgValue;
@@ -21,7 +22,14 @@ impl PolicyView {
     pub(crate) async fn read(m: &Management, vhost: &str) -> PolicyView {
         PolicyView(m.policy_set(vhost).await.map_err(|e| {
             tracing::debug!(error = %e, "cannot read the policy definitions");
-            e.to_string()
+            match e.to_string() {
+                s if s.contains("HTTP 403") || s.contains("HTTP 401") => format!(
+                    "the management API refused them: reading them needs permissions in the \
+                     vhost or the `administrator` tag ({})",
+                    s.split(": the management API refused").next().unwrap_or(&s)
+                ),
+                s => s,
+            }
         }))
     }
 
@@ -34,6 +42,9 @@ impl PolicyView {
     /// What applies to `queue` (its type `kind` as the broker lists it,
     /// else as planned), given its own report `reported`; `None` only when
     /// the definitions are unreadable and the queue has not reported yet.
+    /// In that fallback the queue's report is taken as it is: the warning
+    /// that it may be a few seconds old is given once
+    /// ([`PolicyView::fallback_note`]).
     pub(crate) fn applied(
         &self,
         queue: &QueueSpec,
@@ -47,8 +58,14 @@ impl PolicyView {
                 set,
                 reported,
             )),
-            Err(why) => reported.map(|r| from_queue_view(r, why)),
+            Err(_) => reported.cloned(),
         }
+    }
+
+    /// The warning to give once when the policies come from the queues'
+    /// own fields (the definitions could not be read); `None` otherwise.
+    pub(crate) fn fallback_note(&self) -> Option<String> {
+        self.0.as_ref().err().map(|why| queue_view_note(why))
     }
 }
 

@@ -304,6 +304,14 @@ pub(crate) fn policies_of(
     listed: &HashMap<String, ListedQueue>,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    let any_listed = plan.queues.iter().any(|q| listed.contains_key(&q.name));
+    if let (Some(note), true) = (view.fallback_note(), any_listed) {
+        out.push(Finding::PolicyWarning {
+            object: ObjectKind::Queue,
+            name: format!("(policies of the {} queues)", plan.queues.len()),
+            note,
+        });
+    }
     for q in &plan.queues {
         // Not listed: missing, which the AMQP check reports.
         let Some(l) = listed.get(&q.name) else {

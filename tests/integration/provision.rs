@@ -1277,28 +1277,42 @@ async fn without_the_definitions_policies_come_from_the_queues_marked_possibly_o
     let api = api_refusing_policy_definitions().await;
     let run = provision(&file, &["--check", "--management-url", &api]).await;
     run.assert_code(3);
-    let old = format!(
-        "warning: queue {main}: policies read from the queue's statistics (the policy definitions \
-         could not be read), possibly a few seconds old"
-    );
+    let old = "warning: queue (policies of the 7 queues): policies read from the queues' \
+               statistics (the policy definitions could not be read), possibly a few seconds old";
     let overrides = format!("queue {main}: policy `{}` overrides overflow", p.name);
-    for line in [&old, &overrides] {
+    for line in [old, &overrides] {
         assert!(
-            run.stdout.contains(line.as_str()),
+            run.stdout.contains(line),
             "no `{line}` in\n{}",
             run.output()
         );
     }
+    // Once, not once per queue; and the reason says what the user lacks.
+    assert_eq!(
+        run.stdout.matches("possibly a few seconds old").count(),
+        1,
+        "{}",
+        run.output()
+    );
+    assert!(
+        run.stdout.contains("permissions in the vhost"),
+        "{}",
+        run.output()
+    );
     let run = Dlqctl::new("doctor")
         .arg(&file)
         .args(["--management-url", &api])
         .run()
         .await;
     run.assert_code(3);
+    let warned: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("possibly a few seconds old"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", run.output());
     assert!(
-        run.stdout
-            .lines()
-            .any(|l| l.starts_with("  warn  policies") && l.contains("possibly a few seconds old")),
+        warned[0].starts_with("  warn  broker       policies: "),
         "{}",
         run.output()
     );

@@ -193,6 +193,9 @@ pub struct Snapshot {
     pub max_dlq: Option<u64>,
     /// Why the handler timeout could not be read from a worker's metrics.
     pub handler_timeout_error: Option<String>,
+    /// Set when the policies were read from the queues' own, possibly
+    /// older, fields because their definitions could not be: the warning.
+    pub policies_from_queue_view: Option<String>,
 }
 
 /// The whole checklist: the broker's items, then each pipeline of `plan`
@@ -307,6 +310,9 @@ fn broker_checks(s: &Snapshot) -> Vec<Check> {
             format!("{why}; its policies and statistics are not this broker's"),
         ),
     });
+    if let Some(note) = &s.policies_from_queue_view {
+        out.push(item(Level::Warn, "policies", note.clone()));
+    }
     out
 }
 

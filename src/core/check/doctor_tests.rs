@@ -65,6 +65,7 @@ fn healthy(plan: &Plan) -> Snapshot {
         .into(),
         max_dlq: None,
         handler_timeout_error: None,
+        policies_from_queue_view: None,
     }
 }
 
@@ -226,6 +227,19 @@ fn a_dlq_policy_that_dead_letters_back_into_the_pipeline_fails_with_its_path() {
     assert!(!checklist(&p, &s, None)
         .iter()
         .any(|i| i.subject.starts_with("dead-letter cycle")));
+}
+
+#[test]
+fn policies_read_from_the_queues_are_one_broker_warning() {
+    let p = plan();
+    let mut s = healthy(&p);
+    s.policies_from_queue_view = Some("possibly a few seconds old".into());
+    let c = checklist(&p, &s, None);
+    let warns: Vec<&Check> = c.iter().filter(|i| i.level == Level::Warn).collect();
+    assert_eq!(warns.len(), 1, "{c:#?}");
+    assert_eq!(warns[0].pipeline, None);
+    assert_eq!(warns[0].subject, "policies");
+    assert_eq!(warns[0].message, "possibly a few seconds old");
 }
 
 #[test]

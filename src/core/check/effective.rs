@@ -7,8 +7,8 @@
 //! queue's statistics: a policy set a few seconds ago does not show there
 //! yet. The definitions are current at once, so dlqctl resolves from them
 //! and reads the queue's fields only to compare ([`resolve_against`]) or
-//! when the definitions cannot be read (403 for a user whose tags do not
-//! allow it: [`from_queue_view`]).
+//! when the definitions cannot be read (403 for a user without access to
+//! the vhost: then with [`queue_view_note`]).
 //!
 //! RabbitMQ's rules (`rabbit_policy`, 3.10 to 4.3), followed here:
 //! - a policy matches a queue when its `apply-to` is `all`, `queues`, or
@@ -375,18 +375,16 @@ fn effective_preferring(
     }
 }
 
-/// The note that marks policies read from the queue's own fields.
-pub const QUEUE_VIEW_NOTE: &str = "policies read from the queue's statistics (the policy \
+/// The start of the warning on policies read from the queues' own fields.
+pub const QUEUE_VIEW_NOTE: &str = "policies read from the queues' statistics (the policy \
 definitions could not be read), possibly a few seconds old: a policy set or changed just before \
 may not show yet";
 
-/// The policies of a queue from its own reported fields (`reported`),
-/// when the definitions cannot be read: marked as possibly a few seconds
-/// old.
-pub fn from_queue_view(reported: &AppliedPolicies, why: &str) -> AppliedPolicies {
-    let mut a = reported.clone();
-    a.notes.push(format!("{QUEUE_VIEW_NOTE} ({why})"));
-    a
+/// The warning, given once for all queues, when their policies come from
+/// their own reported fields because the definitions could not be read
+/// (`why`).
+pub fn queue_view_note(why: &str) -> String {
+    format!("{QUEUE_VIEW_NOTE} ({why})")
 }
 
 /// What applies to `queue`, from the definitions of `set`, compared with
