@@ -275,8 +275,9 @@ impl Management {
     /// The vhost's policies and operator policies, with their patterns,
     /// `apply-to` and priorities, and the broker's version: what
     /// [`crate::core::check::effective`] needs to tell which apply to a
-    /// queue. Reading them needs more than the `monitoring` tag
-    /// (`policymaker` or `administrator`): a refusal is an error the caller
+    /// queue. Reading them needs permissions in the vhost or the
+    /// `administrator` tag (a `monitoring` user without permissions there
+    /// lists queues but gets 403 here): a refusal is an error the caller
     /// answers by reading the queues' own, possibly older, reports.
     pub(crate) async fn policy_set(&self, vhost: &str) -> Result<PolicySet> {
         #[derive(serde::Deserialize)]
