@@ -2,11 +2,11 @@
 //! tell: bindings, the messages a quorum queue holds for its DLX, and the
 //! policies that apply to each queue.
 
+use crate::core::check::effective::{PolicyDefinition, PolicySet};
 use crate::core::check::policy::AppliedPolicies;
 use crate::core::check::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// A management API endpoint with credentials.
@@ -232,7 +232,7 @@ impl Management {
 
     /// Every queue of the vhost, with its depth where the statistics have
     /// it, its type, and the policies that apply to it (without their own
-    /// definitions: see [`Management::policy_definitions`]).
+    /// definitions: see [`Management::policy_set`]).
     pub(crate) async fn list_queues(&self, vhost: &str) -> Result<Vec<ListedQueue>> {
         #[derive(serde::Deserialize)]
         struct Row {
@@ -272,31 +272,45 @@ impl Management {
             .collect())
     }
 
-    /// The definitions of the vhost's policies and operator policies, by
-    /// name. Reading them may need more than the `monitoring` tag: a
-    /// refusal is an error the caller may ignore (policies are then named
-    /// without telling which of two set a key).
-    pub(crate) async fn policy_definitions(&self, vhost: &str) -> Result<PolicyDefinitions> {
+    /// The vhost's policies and operator policies, with their patterns,
+    /// `apply-to` and priorities, and the broker's version: what
+    /// [`crate::core::check::effective`] needs to tell which apply to a
+    /// queue. Reading them needs permissions in the vhost or the
+    /// `administrator` tag (a `monitoring` user without permissions there
+    /// lists queues but gets 403 here): a refusal is an error the caller
+    /// answers by reading the queues' own, possibly older, reports.
+    pub(crate) async fn policy_set(&self, vhost: &str) -> Result<PolicySet> {
         #[derive(serde::Deserialize)]
         struct Row {
             name: String,
             #[serde(default)]
+            pattern: String,
+            #[serde(rename = "apply-to", default)]
+            apply_to: Option<String>,
+            #[serde(default)]
+            priority: Option<f64>,
+            #[serde(default)]
             definition: serde_json::Value,
         }
-        let by_name = |rows: Vec<Row>| {
+        let defs = |rows: Vec<Row>| {
             rows.into_iter()
-                .map(|r| {
-                    (
-                        r.name,
-                        as_definition(Some(r.definition)).unwrap_or_default(),
-                    )
+                .map(|r| PolicyDefinition {
+                    name: r.name,
+                    pattern: r.pattern,
+                    apply_to: r.apply_to.unwrap_or_else(|| "all".into()),
+                    priority: r.priority.unwrap_or(0.0),
+                    definition: as_definition(Some(r.definition)).unwrap_or_default(),
                 })
-                .collect()
+                .collect::<Vec<_>>()
         };
-        Ok(PolicyDefinitions {
-            policies: by_name(self.list(&["policies", vhost]).await?),
-            operator_policies: by_name(self.list(&["operator-policies", vhost]).await?),
-        })
+        let policies = defs(self.list(&["policies", vhost]).await?);
+        let operator_policies = defs(self.list(&["operator-policies", vhost]).await?);
+        let version = self.version().await.ok().flatten();
+        Ok(PolicySet::new(
+            policies,
+            operator_policies,
+            version.as_deref(),
+        ))
     }
 
     /// Every binding of the vhost.
@@ -386,27 +400,6 @@ impl Management {
     }
 }
 
-/// Policy definitions by name.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PolicyDefinitions {
-    /// Plain policies.
-    pub policies: HashMap<String, serde_json::Map<String, serde_json::Value>>,
-    /// Operator policies.
-    pub operator_policies: HashMap<String, serde_json::Map<String, serde_json::Value>>,
-}
-
-impl PolicyDefinitions {
-    /// Fills in the definitions of the policies `applied` names.
-    pub(crate) fn complete(&self, applied: &mut AppliedPolicies) {
-        if let Some(p) = &applied.policy {
-            applied.policy_definition = self.policies.get(p).cloned();
-        }
-        if let Some(o) = &applied.operator_policy {
-            applied.operator_definition = self.operator_policies.get(o).cloned();
-        }
-    }
-}
-
 /// A definition as the API prints it: an object, or `[]` for an empty one
 /// (an empty Erlang list); `None` for anything else (`null`: not reported
 /// yet).
@@ -434,6 +427,7 @@ fn applied(
         effective: as_definition(effective)?,
         policy_definition: None,
         operator_definition: None,
+        notes: vec![],
     })
 }
 

@@ -16,6 +16,7 @@ use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, Role};
 use crate::error::Result;
 use crate::ops::metrics_page::{circuits, fetch_text};
+use crate::ops::policies::PolicyView;
 use lapin::Connection;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ pub struct DoctorOptions {
     /// only when the first shows messages held.
     pub sample_gap: Duration,
     /// How long to wait for the management API to report the policies of
-    /// a queue just created.
+    /// a queue just created, when the policy definitions cannot be read.
     pub policy_wait: Duration,
 }
 
@@ -93,6 +94,7 @@ pub async fn doctor(
         max_dlq: opts.max_dlq,
         handler_timeout_error: None,
         circuit: HashMap::new(),
+        policies_from_queue_view: None,
     };
     if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
         from_management(m, &plan, vhost, opts, &mut snapshot).await;
@@ -147,22 +149,23 @@ async fn from_management(
         Ok(None) => Err(PermissionsUnknown::NoneInVhost(s.user.clone())),
         Err(e) => Err(PermissionsUnknown::Refused(e.to_string())),
     };
-    let listed = listing(m, plan, vhost, opts.policy_wait).await;
+    let view = PolicyView::read(m, vhost).await;
+    s.policies_from_queue_view = view.fallback_note();
+    let wait = if view.has_definitions() {
+        Duration::ZERO
+    } else {
+        opts.policy_wait
+    };
+    let listed = listing(m, plan, vhost, wait).await;
     if let Some(listed) = &listed {
-        let definitions = m.policy_definitions(vhost).await.ok();
-        for (name, facts) in s.queues.iter_mut() {
-            let Some(l) = listed.get(name) else {
+        for q in &plan.queues {
+            let (Some(l), Some(facts)) = (listed.get(&q.name), s.queues.get_mut(&q.name)) else {
                 continue;
             };
             facts.kind = l.kind.clone();
             facts.messages = l.messages;
             facts.messages_dlx = l.messages_dlx.into_iter().collect();
-            facts.policies = l.policies.clone().map(|mut a| {
-                if let Some(d) = &definitions {
-                    d.complete(&mut a);
-                }
-                a
-            });
+            facts.policies = view.applied(q, l.kind.as_deref(), l.policies.as_ref());
         }
     }
     for q in &plan.queues {

@@ -14,12 +14,20 @@
 use crate::amqp::declare::passive_queue;
 use crate::amqp::mgmt::Management;
 use crate::amqp::publisher::Publisher;
-use crate::core::check::drill::{drill_route, expected_tiers, tier_steps, Step};
+use crate::core::check::drill::{
+    drill_route, expected_tiers, in_time, next_look, publish_retry, routable_wait_ms, tier_steps,
+    Step,
+};
+use crate::core::check::finding::Finding;
+use crate::core::check::policy::policy_findings;
 use crate::core::dlq::select::Selector;
 use crate::core::retry::drill::{DRILL_ERROR, DRILL_HEADER};
+use crate::core::topology::plan::Role;
 use crate::core::topology::Pipeline;
+use crate::core::values::duration::tier_name;
 use crate::error::Result;
 use crate::ops::dlq::{ReadOptions, Target};
+use crate::ops::policies::PolicyView;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection};
 use std::sync::Arc;
@@ -29,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 /// What the command line gives a drill.
 #[derive(Debug, Clone)]
 pub struct DrillOptions {
-    /// How long the message may take to reach the DLQ, and the replayed
-    /// copy to be acked.
+    /// How long the message may take from its publish to the DLQ; found
+    /// only after it, the drill fails.
     pub timeout: Duration,
     /// A worker's metrics page, to see its dead-letter counter go up.
     pub metrics_url: Option<String>,
@@ -79,6 +87,9 @@ impl DrillReport {
         self.failed = Some(name.into());
     }
 }
+
+/// The drill message's body.
+const DRILL_BODY: &[u8] = b"dlqctl drill: a synthetic message";
 
 fn now_unix_ms() -> u64 {
     SystemTime::now()
@@ -159,7 +170,12 @@ async fn steps(
         Some(u) => Some(dead_letters(u, &p.name).await.unwrap_or(0.0)),
         None => None,
     };
-    let Some((published_ms, mut since)) = publish_step(conn, p, id, r).await? else {
+    let version = match mgmt {
+        Some(m) => m.version().await.ok().flatten(),
+        None => None,
+    };
+    let routable_wait = routable_wait_ms(version.as_deref());
+    let Some((published_ms, mut since)) = publish_step(conn, p, id, routable_wait, r).await? else {
         return Ok(());
     };
 
@@ -168,32 +184,8 @@ async fn steps(
         headers: vec![(DRILL_HEADER.to_string(), id.to_string())],
         ..Selector::default()
     };
-    let deadline = Instant::now() + opts.timeout;
-    let found = loop {
-        if opts.cancel.is_cancelled() {
-            r.fail("dlq", &since, "cancelled");
-            return Ok(());
-        }
-        let peek = crate::ops::dlq::peek(target, &mine, 1).await?;
-        if let Some(m) = peek.messages.into_iter().next() {
-            break m;
-        }
-        if Instant::now() >= deadline {
-            let (step, why) = diagnose(conn, p, mgmt, vhost).await;
-            let why = with_breaker(why, opts, p).await;
-            r.fail(
-                &step,
-                &since,
-                format!(
-                    "not in {} after {}s: {why}",
-                    p.dead_letter.queue,
-                    opts.timeout.as_secs()
-                ),
-            );
-            return Ok(());
-        }
-        // Each look reads the DLQ up to the drill message (at its tail).
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let Some(found) = to_dlq(conn, p, mgmt, vhost, target, &mine, opts, &since, r).await? else {
+        return Ok(());
     };
     let tiers = expected_tiers(p);
     let d = &found.described;
@@ -226,12 +218,70 @@ async fn steps(
     after_dlq(p, target, &mine, id, opts, before, since, r).await
 }
 
+/// Looks for the drill message in the DLQ until `--timeout` after the
+/// publish (`since`): every second and once more at the deadline
+/// ([`next_look`]); found by a look that started after it, it is late
+/// ([`in_time`]), the same for every timeout. `Ok(None)` when the step
+/// failed (recorded in `r`, with the likeliest broken step).
+#[allow(clippy::too_many_arguments)]
+async fn to_dlq(
+    conn: &Arc<Connection>,
+    p: &Pipeline,
+    mgmt: Option<&Management>,
+    vhost: &str,
+    target: &Target,
+    mine: &Selector,
+    opts: &DrillOptions,
+    since: &Instant,
+    r: &mut DrillReport,
+) -> Result<Option<crate::ops::dlq::PeekedMessage>> {
+    let timeout_ms = opts.timeout.as_millis() as u64;
+    let timeout = tier_name(timeout_ms);
+    loop {
+        if opts.cancel.is_cancelled() {
+            r.fail("dlq", since, "cancelled");
+            return Ok(None);
+        }
+        let look_ms = since.elapsed().as_millis() as u64;
+        let peek = crate::ops::dlq::peek(target, mine, 1).await?;
+        if let Some(m) = peek.messages.into_iter().next() {
+            if in_time(look_ms, timeout_ms) {
+                return Ok(Some(m));
+            }
+            r.fail(
+                "dlq",
+                since,
+                format!(
+                    "in {} only after {:.2}s, past --timeout {timeout}",
+                    p.dead_letter.queue,
+                    look_ms as f64 / 1000.0
+                ),
+            );
+            return Ok(None);
+        }
+        let elapsed = since.elapsed().as_millis() as u64;
+        let Some(wait) = next_look(elapsed, timeout_ms) else {
+            let (step, why) = diagnose(conn, p, mgmt, vhost).await;
+            let why = with_breaker(why, opts, p).await;
+            r.fail(
+                &step,
+                since,
+                format!("not in {} after {timeout}: {why}", p.dead_letter.queue),
+            );
+            return Ok(None);
+        };
+        // Each look reads the DLQ up to the drill message (at its tail).
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
 /// The first steps: a consumer on the main queue, then the drill message
 /// published through the pipeline's route. `Ok(None)` when one failed.
 async fn publish_step(
     conn: &Arc<Connection>,
     p: &Pipeline,
     id: &str,
+    routable_wait: u64,
     r: &mut DrillReport,
 ) -> Result<Option<(u64, Instant)>> {
     let mut since = Instant::now();
@@ -276,14 +326,33 @@ async fn publish_step(
     } else {
         format!("exchange {exchange} [{key}]")
     };
-    if let Err(refusal) = publisher
-        .publish(&exchange, &key, b"dlqctl drill: a synthetic message", props)
+    // A node may not route to objects declared a moment ago yet (Khepri,
+    // 4.2+): publish again for a bounded while ([`publish_retry`]).
+    let (mut attempt, mut waited) = (1, 0);
+    while let Err(refusal) = publisher
+        .publish(&exchange, &key, DRILL_BODY, props.clone())
         .await
     {
-        r.fail("published", &since, format!("through {route}: {refusal}"));
-        return Ok(None);
+        let Some(wait) = publish_retry(&refusal, attempt, waited, routable_wait) else {
+            let retried = match waited {
+                0 => String::new(),
+                w => format!(" (published again for {}: still refused)", tier_name(w)),
+            };
+            r.fail(
+                "published",
+                &since,
+                format!("through {route}: {refusal}{retried}"),
+            );
+            return Ok(None);
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        (attempt, waited) = (attempt + 1, waited + wait);
     }
-    r.ok("published", &mut since, format!("through {route}"));
+    let again = match attempt {
+        1 => String::new(),
+        n => format!(" (routed at attempt {n}, after {})", tier_name(waited)),
+    };
+    r.ok("published", &mut since, format!("through {route}{again}"));
     Ok(Some((published_ms, since)))
 }
 
@@ -450,6 +519,9 @@ async fn diagnose(
             );
         }
     }
+    if let Some(cause) = policy_cause(m, p, vhost).await {
+        return cause;
+    }
     ("dlq".into(), NO_BROKEN_STEP.into())
 }
 
@@ -473,6 +545,46 @@ async fn with_breaker(why: String, opts: &DrillOptions, p: &Pipeline) -> String 
         Some(breaker) if why == NO_BROKEN_STEP => breaker,
         Some(breaker) => format!("{why}; and {breaker}"),
     }
+}
+
+/// The first policy or operator policy that makes a queue of the pipeline
+/// differ from its topology, as `doctor` finds it (worked out from the
+/// policy definitions: [`PolicyView`]), with the step it breaks: a tier,
+/// else the DLQ (a TTL or a dead-letter exchange on the DLQ loses the
+/// message before a look finds it).
+async fn policy_cause(m: &Management, p: &Pipeline, vhost: &str) -> Option<(String, String)> {
+    let view = PolicyView::read(m, vhost).await;
+    let listed = m.list_queues(vhost).await.ok()?;
+    let plan = crate::core::topology::plan::pipeline_plan(p);
+    let mut queues: Vec<_> = plan.queues.iter().collect();
+    // The DLQ first: the step a drill fails at.
+    queues.sort_by_key(|q| q.role != Role::DeadLetterQueue);
+    for q in queues {
+        let Some(l) = listed.iter().find(|l| l.name == q.name) else {
+            continue;
+        };
+        let kind = l.kind.as_deref();
+        let Some(applied) = view.applied(q, kind, l.policies.as_ref()) else {
+            continue;
+        };
+        let kind = kind.unwrap_or(crate::ops::policies::planned_type(q));
+        let found = policy_findings(q, kind, &applied);
+        let Some(f) = found
+            .iter()
+            .find(|f| matches!(f, Finding::PolicyOverrides { .. }))
+        else {
+            continue;
+        };
+        let step = match (q.role, q.name.rsplit_once(".retry.")) {
+            (Role::RetryQueue, Some((_, tier))) => format!("tier {tier}"),
+            _ => "dlq".to_string(),
+        };
+        return Some((
+            step,
+            format!("{f}; remove the key from the policy or narrow its pattern"),
+        ));
+    }
+    None
 }
 
 /// The worker's exhausted dead letters for `queue`.

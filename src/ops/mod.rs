@@ -8,5 +8,6 @@ pub mod doctor;
 pub mod drill;
 pub mod health;
 pub mod metrics_page;
+pub(crate) mod policies;
 pub mod provision;
 pub mod status;

@@ -10,16 +10,16 @@ use crate::core::check::finding::{binding_name, Finding, ObjectKind};
 use crate::core::check::policy::policy_findings;
 use crate::core::check::stale::{args_match, stale_objects, ListedQueue};
 use crate::core::topology::plan::Plan;
-use crate::core::topology::ArgValue;
 use crate::error::Result;
+use crate::ops::policies::{planned_type, PolicyView};
 use lapin::Connection;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How long `--check` waits for the management API to report the policies
-/// of a queue: its statistics fill them in a few seconds after the queue is
-/// created (or a policy changes). Past it, the queue's policies are
-/// reported as unverified.
+/// of a queue when the policy definitions cannot be read: its statistics
+/// fill them in a few seconds after the queue is created (or a policy
+/// changes). Past it, the queue's policies are reported as unverified.
 pub(crate) const POLICY_REPORT_WAIT: Duration = Duration::from_secs(10);
 
 /// How many declarations run at once, each on its own channel.
@@ -266,84 +266,69 @@ async fn stale(conn: &Connection, m: &Management, plan: &Plan, vhost: &str) -> V
 }
 
 /// The policies and operator policies of every planned queue that exists:
-/// what overrides the plan, and what changes nothing (information). Waits
-/// up to `wait` for the statistics of queues whose policies are not
-/// reported yet; those still unreported are unverified. A management API
-/// that fails is one unverified finding, not one per queue.
+/// what overrides the plan, and what changes nothing (information), worked
+/// out from the policy definitions ([`PolicyView`]). Only when those cannot
+/// be read does it wait up to `wait` for the statistics of queues whose
+/// policies are not reported yet; those still unreported are unverified. A
+/// management API that fails is one unverified finding, not one per queue.
 pub(crate) async fn check_policies(
     m: &Management,
     plan: &Plan,
     vhost: &str,
     wait: Duration,
 ) -> Vec<Finding> {
+    let view = PolicyView::read(m, vhost).await;
     let start = Instant::now();
     loop {
         let listed: HashMap<String, ListedQueue> = match m.list_queues(vhost).await {
             Ok(list) => list.into_iter().map(|q| (q.name.clone(), q)).collect(),
             Err(e) => return vec![policies_unverified(plan, e.to_string())],
         };
-        let pending = plan
-            .queues
-            .iter()
-            .any(|q| listed.get(&q.name).is_some_and(|l| l.policies.is_none()));
+        let pending = !view.has_definitions()
+            && plan
+                .queues
+                .iter()
+                .any(|q| listed.get(&q.name).is_some_and(|l| l.policies.is_none()));
         if !pending || start.elapsed() >= wait {
-            return policies_of(m, plan, vhost, &listed).await;
+            return policies_of(&view, plan, &listed);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 /// The policy findings of the planned queues in `listed` (the management
-/// API's listing), in plan order. The policies' own definitions are read
-/// only when a queue has both a policy and an operator policy, to name the
-/// one that set each key.
-pub(crate) async fn policies_of(
-    m: &Management,
+/// API's listing), in plan order, from `view`.
+pub(crate) fn policies_of(
+    view: &PolicyView,
     plan: &Plan,
-    vhost: &str,
     listed: &HashMap<String, ListedQueue>,
 ) -> Vec<Finding> {
-    let both = listed.values().any(|l| {
-        l.policies
-            .as_ref()
-            .is_some_and(|a| a.policy.is_some() && a.operator_policy.is_some())
-    });
-    let definitions = if both {
-        match m.policy_definitions(vhost).await {
-            Ok(d) => Some(d),
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot read the policies' definitions");
-                None
-            }
-        }
-    } else {
-        None
-    };
     let mut out = Vec::new();
+    let any_listed = plan.queues.iter().any(|q| listed.contains_key(&q.name));
+    if let (Some(note), true) = (view.fallback_note(), any_listed) {
+        out.push(Finding::PolicyWarning {
+            object: ObjectKind::Queue,
+            name: format!("(policies of the {} queues)", plan.queues.len()),
+            note,
+        });
+    }
     for q in &plan.queues {
         // Not listed: missing, which the AMQP check reports.
         let Some(l) = listed.get(&q.name) else {
             continue;
         };
-        let Some(applied) = &l.policies else {
+        let Some(applied) = view.applied(q, l.kind.as_deref(), l.policies.as_ref()) else {
             out.push(Finding::Unverified {
                 object: ObjectKind::Queue,
                 name: q.name.clone(),
-                reason: "the management API has not reported its policies yet (a queue just \
-                         created shows them within seconds: check again)"
+                reason: "the management API has not reported its policies yet, and the policy \
+                         definitions could not be read (a queue just created shows them within \
+                         seconds: check again)"
                     .into(),
             });
             continue;
         };
-        let mut applied = applied.clone();
-        if let Some(d) = &definitions {
-            d.complete(&mut applied);
-        }
-        let planned_type = match q.arguments.get("x-queue-type") {
-            Some(ArgValue::Str(t)) => t.as_str(),
-            _ => "classic",
-        };
-        let kind = l.kind.as_deref().unwrap_or(planned_type);
+        let kind = l.kind.as_deref().unwrap_or(planned_type(q));
         out.extend(policy_findings(q, kind, &applied));
     }
     out

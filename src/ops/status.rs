@@ -119,6 +119,11 @@ pub struct StatusReport {
     /// be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit_unknown: Option<String>,
+    /// Warnings on how the policies were worked out: a tie of priorities,
+    /// the definitions and a queue's own report disagreeing, policies read
+    /// from the queues' reports (possibly a few seconds old) because the
+    /// definitions could not be read.
+    pub policy_warnings: Vec<Finding>,
 }
 
 /// A DLQ over the `--max-dlq` threshold.
@@ -191,14 +196,17 @@ pub async fn status(
     let missing_exchanges = missing_exchanges(conn, plan).await?;
     let (stats, management_unavailable) = listed_queues(conn, mgmt, vhost).await;
     let known = management_unavailable.is_none();
-    let policy_overrides = match mgmt {
-        Some(m) if known => crate::ops::provision::policies_of(m, plan, vhost, &stats)
-            .await
-            .into_iter()
-            .filter(|f| matches!(f, Finding::PolicyOverrides { .. }))
-            .collect(),
+    let policy_findings = match mgmt {
+        Some(m) if known => {
+            let view = crate::ops::policies::PolicyView::read(m, vhost).await;
+            crate::ops::provision::policies_of(&view, plan, &stats)
+        }
         _ => vec![],
     };
+    let (policy_overrides, policy_warnings) = policy_findings
+        .into_iter()
+        .filter(|f| matches!(f, Finding::PolicyOverrides { .. }) || f.is_warning())
+        .partition(|f| !f.is_warning());
     let queue = |spec: &QueueSpec| queue_status(spec, &counts, &stats, known);
     let mut pipelines = pipelines(plan, queue);
     for r in pipelines.iter_mut().filter_map(|p| p.redrive.as_mut()) {
@@ -215,6 +223,7 @@ pub async fn status(
         management_unavailable,
         policy_overrides,
         circuit_unknown: None,
+        policy_warnings,
     })
 }
 
@@ -401,6 +410,7 @@ mod tests {
             management_unavailable: None,
             policy_overrides: vec![],
             circuit_unknown: None,
+            policy_warnings: vec![],
         }
     }
 

@@ -37,12 +37,13 @@ struct QueueView {
     policies: Option<AppliedPolicies>,
 }
 
-/// The policies that apply to `queue`, as `dlqctl doctor` reads them today:
-/// the queue's own view (`policy`, `operator_policy`,
-/// `effective_policy_definition`, refreshed with its statistics, so a few
-/// seconds late), completed with the definitions of the policies it names.
-/// The one place to change when policies are resolved from their
-/// definitions instead. Also returns the queue's document.
+/// The policies that apply to `queue`, as `provision --check` and `doctor`
+/// work them out: from the policy definitions (current at once:
+/// [`crate::core::check::effective`]), checked against the queue's own
+/// view (`policy`, `operator_policy`, `effective_policy_definition`,
+/// refreshed with its statistics, so a few seconds late), which is the
+/// fallback when the definitions cannot be read. Also returns the queue's
+/// document.
 async fn queue_policies(
     m: &Management,
     vhost: &str,
@@ -65,24 +66,25 @@ async fn queue_policies(
         serde_json::Value::Array(a) if a.is_empty() => Some(serde_json::Map::new()),
         _ => None,
     };
-    let Some(effective) = effective else {
-        return Ok((None, doc));
-    };
-    let mut applied = AppliedPolicies {
+    let reported = effective.map(|effective| AppliedPolicies {
         policy: name("policy"),
         operator_policy: name("operator_policy"),
         effective,
         policy_definition: None,
         operator_definition: None,
+        notes: vec![],
+    });
+    let kind = doc["type"].as_str().unwrap_or("classic");
+    let applied = match m.policy_set(vhost).await {
+        Ok(set) => Some(crate::core::check::effective::resolve_against(
+            queue,
+            kind,
+            &set,
+            reported.as_ref(),
+        )),
+        Err(_) => reported,
     };
-    if applied.policy.is_some() || applied.operator_policy.is_some() {
-        // Naming which of two sets the key needs the definitions; a user
-        // who may not read them still gets the value.
-        if let Ok(d) = m.policy_definitions(vhost).await {
-            d.complete(&mut applied);
-        }
-    }
-    Ok((Some(applied), doc))
+    Ok((applied, doc))
 }
 
 async fn read(m: &Management, vhost: &str, queue: &str) -> Result<QueueView> {

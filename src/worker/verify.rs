@@ -47,7 +47,8 @@ fn judge<'f>(pipeline: &str, findings: &'f [Finding]) -> Result<Vec<&'f Finding>
             Finding::Unverified { .. }
             | Finding::NotInTopology { .. }
             | Finding::PolicyOverrides { .. }
-            | Finding::PolicyInfo { .. } => {}
+            | Finding::PolicyInfo { .. }
+            | Finding::PolicyWarning { .. } => {}
         }
     }
     if !missing.is_empty() {

@@ -483,7 +483,8 @@ pub struct DrillArgs {
     /// The pipeline (its main queue's name).
     #[arg(long)]
     pub queue: String,
-    /// How long the message may take to reach the DLQ.
+    /// How long the message may take from its publish to the DLQ (checked
+    /// at the deadline: arriving later is a failure).
     #[arg(long, value_name = "D", default_value = "60s", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
     pub timeout: std::time::Duration,
     /// A worker's metrics page, to see its dead-letter counter go up.

@@ -296,6 +296,7 @@ mod tests {
             effective: effective.as_object().cloned().unwrap_or_default(),
             policy_definition: None,
             operator_definition: None,
+            notes: vec![],
         }
     }
 

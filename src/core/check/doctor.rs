@@ -18,6 +18,7 @@
 //! - permissions: each command the connecting user could or could not run.
 
 use crate::core::check::circuit::CircuitReading;
+use crate::core::check::cycle::dead_letter_cycle;
 use crate::core::check::finding::Finding;
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
@@ -197,6 +198,9 @@ pub struct Snapshot {
     /// Per pipeline: its circuit breaker, as a worker's metrics page shows
     /// it (only pipelines the page has a breaker for).
     pub circuit: HashMap<String, CircuitReading>,
+    /// Set when the policies were read from the queues' own, possibly
+    /// older, fields because their definitions could not be: the warning.
+    pub policies_from_queue_view: Option<String>,
 }
 
 /// The whole checklist: the broker's items, then each pipeline of `plan`
@@ -222,6 +226,7 @@ pub fn checklist(plan: &Plan, s: &Snapshot, only: Option<&str>) -> Vec<Check> {
         for (area, level, subject, message) in object_checks(plan, p, &queues, s)
             .into_iter()
             .chain(policy_checks(&queues, s))
+            .chain(cycle_checks(plan, &queues, s))
             .chain(limit_checks(&queues, s, p))
             .chain(health_checks(&queues, s, p))
             .chain(circuit_check(s, p))
@@ -311,6 +316,9 @@ fn broker_checks(s: &Snapshot) -> Vec<Check> {
             format!("{why}; its policies and statistics are not this broker's"),
         ),
     });
+    if let Some(note) = &s.policies_from_queue_view {
+        out.push(item(Level::Warn, "policies", note.clone()));
+    }
     out
 }
 
@@ -405,7 +413,9 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
             let subject = format!("queue {}", q.name);
             // The finding's text without the queue, which is the subject.
             let text = f.to_string();
-            let text = text.strip_prefix("info: ").unwrap_or(&text);
+            let text = (text.strip_prefix("info: "))
+                .or_else(|| text.strip_prefix("warning: "))
+                .unwrap_or(&text);
             let text = text
                 .strip_prefix(&format!("{subject}: "))
                 .unwrap_or(text)
@@ -424,6 +434,9 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
                          match this queue",
                     );
                     out.push((Area::Policies, Level::Fail, subject, message));
+                }
+                Finding::PolicyWarning { .. } => {
+                    out.push((Area::Policies, Level::Warn, subject, text))
                 }
                 _ => out.push((Area::Policies, Level::Pass, subject, text)),
             }
@@ -453,6 +466,26 @@ fn policy_checks(queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
         ));
     }
     out
+}
+
+/// A DLQ whose dead-letter exchange (from a policy, or an argument)
+/// routes back into its own pipeline ([`dead_letter_cycle`]): a fail
+/// naming what set it and the path.
+fn cycle_checks(plan: &Plan, queues: &[&QueueSpec], s: &Snapshot) -> Vec<Item> {
+    queues
+        .iter()
+        .filter(|q| q.role == Role::DeadLetterQueue)
+        .filter_map(|q| {
+            let facts = s.queues.get(&q.name).filter(|f| f.exists)?;
+            let c = dead_letter_cycle(plan, q, facts.policies.as_ref())?;
+            Some((
+                Area::Policies,
+                Level::Fail,
+                format!("dead-letter cycle of {}", q.name),
+                c.message(),
+            ))
+        })
+        .collect()
 }
 
 fn plural(n: usize) -> &'static str {

@@ -66,6 +66,7 @@ fn healthy(plan: &Plan) -> Snapshot {
         max_dlq: None,
         handler_timeout_error: None,
         circuit: HashMap::new(),
+        policies_from_queue_view: None,
     }
 }
 
@@ -180,6 +181,66 @@ fn a_drop_head_policy_on_quorum_queues_fails_and_says_dead_lettering_is_at_most_
     assert!(c.iter().any(|i| i.area == Area::Policies
         && i.level == Level::Pass
         && i.message == "no policy or operator policy applies to 2 queues"));
+}
+
+#[test]
+fn a_note_on_how_policies_were_worked_out_is_a_warning() {
+    let p = plan();
+    let mut s = healthy(&p);
+    facts(&mut s, "orders").policies = Some(AppliedPolicies {
+        notes: vec!["policies `a`, `b` match it with the same priority".into()],
+        ..AppliedPolicies::default()
+    });
+    let c = checklist(&p, &s, None);
+    assert_eq!(worst(&c), Level::Warn);
+    assert_eq!(
+        with(Level::Warn, &c),
+        vec![(
+            Area::Policies,
+            "queue orders".into(),
+            "policies `a`, `b` match it with the same priority".into()
+        )]
+    );
+}
+
+#[test]
+fn a_dlq_policy_that_dead_letters_back_into_the_pipeline_fails_with_its_path() {
+    let p = plan();
+    let mut s = healthy(&p);
+    facts(&mut s, "orders.dlq").policies = policy(
+        "loop",
+        json!({"dead-letter-exchange": "", "dead-letter-routing-key": "orders"}),
+    );
+    let c = checklist(&p, &s, None);
+    let cycle: Vec<_> = with(Level::Fail, &c)
+        .into_iter()
+        .filter(|f| f.1 == "dead-letter cycle of orders.dlq")
+        .collect();
+    assert_eq!(cycle.len(), 1, "{c:#?}");
+    let m = &cycle[0].2;
+    assert!(m.starts_with("policy `loop` dead-letters it back"), "{m}");
+    assert!(
+        m.contains("orders.dlq → exchange \"\" [orders] → queue orders"),
+        "{m}"
+    );
+    // Without the policy: no such item.
+    let s = healthy(&p);
+    assert!(!checklist(&p, &s, None)
+        .iter()
+        .any(|i| i.subject.starts_with("dead-letter cycle")));
+}
+
+#[test]
+fn policies_read_from_the_queues_are_one_broker_warning() {
+    let p = plan();
+    let mut s = healthy(&p);
+    s.policies_from_queue_view = Some("possibly a few seconds old".into());
+    let c = checklist(&p, &s, None);
+    let warns: Vec<&Check> = c.iter().filter(|i| i.level == Level::Warn).collect();
+    assert_eq!(warns.len(), 1, "{c:#?}");
+    assert_eq!(warns[0].pipeline, None);
+    assert_eq!(warns[0].subject, "policies");
+    assert_eq!(warns[0].message, "possibly a few seconds old");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! dead-letters it as `exhausted`, and acks it once the drill replays it.
 
 use crate::core::handling::outcome::Outcome;
+use crate::core::retry::confirm::Refusal;
 use crate::core::retry::{decide, Decision};
 use crate::core::topology::{ExchangeType, Pipeline};
 use crate::core::values::duration::tier_name;
@@ -50,6 +51,83 @@ pub fn expected_tiers(p: &Pipeline) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// How often a drill looks for its message in the DLQ.
+pub const LOOK_EVERY_MS: u64 = 1000;
+
+/// How long to wait before the next look for the drill message in the DLQ,
+/// `elapsed_ms` after it was published, when `--timeout` is `timeout_ms`:
+/// every [`LOOK_EVERY_MS`], and one last look exactly at the deadline;
+/// `None` once a look at or past the deadline found nothing (the drill
+/// fails). So a drill with a timeout of 100 ms looks at 0 and at 100 ms,
+/// never at 1 s: whatever the timeout, a message that arrives after it
+/// is a failure.
+pub fn next_look(elapsed_ms: u64, timeout_ms: u64) -> Option<u64> {
+    (elapsed_ms < timeout_ms).then(|| LOOK_EVERY_MS.min(timeout_ms - elapsed_ms))
+}
+
+/// How late a look may start after the deadline and still count as the
+/// look at the deadline: a timer wakes a few milliseconds after the time
+/// it was set for.
+pub const LOOK_SLACK_MS: u64 = 50;
+
+/// Whether a drill message found by a look that started `look_ms` after
+/// the publish arrived in time: the look started by the deadline, give or
+/// take [`LOOK_SLACK_MS`] for the timer. A look that started later (the
+/// process stalled) cannot tell when the message came: it is late. The
+/// same rule for every timeout.
+pub fn in_time(look_ms: u64, timeout_ms: u64) -> bool {
+    look_ms <= timeout_ms.saturating_add(LOOK_SLACK_MS)
+}
+
+/// How long a drill keeps publishing its message when a node cannot route
+/// it yet, on brokers where that can happen.
+pub const ROUTABLE_WAIT_MS: u64 = 3000;
+
+/// The bound of [`publish_retry`] for a broker of `version`
+/// (`rabbitmq_version`; `None`: unknown). From 4.2 the metadata store is
+/// Khepri by default (4.3 has no other): a declare is confirmed once a
+/// majority of nodes have it, so the node a drill publishes through may
+/// not route to a new exchange, queue or binding yet; a publish can come
+/// back unroutable or meet a 404 for a moment. Before 4.2 (Mnesia) a
+/// declare is on every node when it is confirmed: no wait. Unknown: the
+/// wait, which costs only a failing drill's time.
+pub fn routable_wait_ms(version: Option<&str>) -> u64 {
+    let mm = version.and_then(|v| {
+        let mut parts = v.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        Some((major, minor))
+    });
+    match mm {
+        Some(v) if v < (4, 2) => 0,
+        _ => ROUTABLE_WAIT_MS,
+    }
+}
+
+/// Whether to publish the drill message again after `refusal`, and after
+/// how long: only a refusal a node that does not have the objects yet
+/// gives (returned unroutable, or a 404 on the exchange), `attempt` (1 for
+/// the first publish) waits 100 ms, 200 ms, 400 ms... while `waited_ms`
+/// stays under `bound_ms` ([`routable_wait_ms`]); `None`: give up and
+/// report the refusal.
+pub fn publish_retry(
+    refusal: &Refusal,
+    attempt: u32,
+    waited_ms: u64,
+    bound_ms: u64,
+) -> Option<u64> {
+    let transient = match refusal {
+        Refusal::Returned(_) => true,
+        Refusal::Channel(text) => text.contains("NOT_FOUND") || text.contains("404"),
+        Refusal::Nacked | Refusal::Timeout | Refusal::TooLarge(_) => false,
+    };
+    if !transient || waited_ms >= bound_ms {
+        return None;
+    }
+    let step = 100u64.saturating_mul(1 << attempt.clamp(1, 8).saturating_sub(1));
+    Some(step.min(bound_ms - waited_ms))
 }
 
 /// One step of the timeline.
@@ -150,6 +228,87 @@ mod tests {
         let headers =
             pipeline("    exchange: {name: in, type: headers, bindings: [{arguments: {k: v}}]}\n");
         assert_eq!(drill_route(&headers), ("".into(), "orders".into()));
+    }
+
+    #[test]
+    fn looks_come_every_second_and_last_at_the_deadline() {
+        // Each look's time, as a drill that never finds its message makes
+        // them (each look taking no time).
+        let looks = |timeout: u64| {
+            let mut at = vec![0];
+            while let Some(wait) = next_look(*at.last().unwrap(), timeout) {
+                at.push(at.last().unwrap() + wait);
+            }
+            at
+        };
+        assert_eq!(looks(1), vec![0, 1]);
+        assert_eq!(looks(100), vec![0, 100]);
+        assert_eq!(looks(1000), vec![0, 1000]);
+        assert_eq!(looks(2500), vec![0, 1000, 2000, 2500]);
+        // A look that took long: the next one is still at the deadline.
+        assert_eq!(next_look(90, 100), Some(10));
+        assert_eq!(next_look(100, 100), None);
+        assert_eq!(next_look(1020, 100), None);
+    }
+
+    #[test]
+    fn a_message_found_by_a_look_after_the_deadline_is_late_whatever_the_timeout() {
+        for timeout in [1, 100, 1000, 120_000] {
+            assert!(in_time(0, timeout));
+            assert!(in_time(timeout, timeout));
+            // The look at the deadline, woken a little late.
+            assert!(in_time(timeout + LOOK_SLACK_MS, timeout));
+            assert!(
+                !in_time(timeout + LOOK_SLACK_MS + 1, timeout),
+                "timeout {timeout}"
+            );
+        }
+        // The case: 100 ms, found at 1.02 s.
+        assert!(!in_time(1020, 100));
+        assert!(in_time(u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn only_khepri_brokers_wait_for_routability() {
+        assert_eq!(routable_wait_ms(Some("3.10.8")), 0);
+        assert_eq!(routable_wait_ms(Some("3.13.7")), 0);
+        assert_eq!(routable_wait_ms(Some("4.1.4")), 0);
+        assert_eq!(routable_wait_ms(Some("4.2.0")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("4.3.6")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("5")), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(None), ROUTABLE_WAIT_MS);
+        assert_eq!(routable_wait_ms(Some("nonsense")), ROUTABLE_WAIT_MS);
+    }
+
+    #[test]
+    fn a_publish_not_routable_yet_is_retried_within_the_bound_and_others_never() {
+        let returned = Refusal::Returned("312 NO_ROUTE".into());
+        let missing = Refusal::Channel("NOT_FOUND - no exchange 'orders-in' in vhost '/'".into());
+        // The waits double and stop at the bound.
+        let mut waited = 0;
+        let mut waits = vec![];
+        let mut attempt = 1;
+        while let Some(w) = publish_retry(&returned, attempt, waited, 3000) {
+            waits.push(w);
+            waited += w;
+            attempt += 1;
+        }
+        assert_eq!(waits, vec![100, 200, 400, 800, 1500]);
+        assert_eq!(waited, 3000);
+        assert_eq!(publish_retry(&missing, 1, 0, 3000), Some(100));
+        // No bound (Mnesia): the first refusal is the verdict.
+        assert_eq!(publish_retry(&returned, 1, 0, 0), None);
+        // A refusal no wait can cure.
+        for r in [
+            Refusal::Nacked,
+            Refusal::Timeout,
+            Refusal::TooLarge("size".into()),
+            Refusal::Channel("406 PRECONDITION_FAILED".into()),
+        ] {
+            assert_eq!(publish_retry(&r, 1, 0, 3000), None, "{r:?}");
+        }
+        // A large attempt number does not overflow.
+        assert_eq!(publish_retry(&returned, 60, 0, 3000), Some(3000));
     }
 
     #[test]

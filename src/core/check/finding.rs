@@ -109,6 +109,17 @@ pub enum Finding {
         /// Why it changes nothing.
         note: String,
     },
+    /// A warning on how the policies of a queue were worked out: a tie of
+    /// priorities, two views that disagree, a view possibly a few seconds
+    /// old (neither a difference nor information).
+    PolicyWarning {
+        /// Object kind (a queue).
+        object: ObjectKind,
+        /// Object name.
+        name: String,
+        /// The warning.
+        note: String,
+    },
     /// The broker refused the operation for another reason (permissions...).
     Failed {
         /// Object kind.
@@ -134,6 +145,7 @@ impl Finding {
             | Finding::NotInTopology { name, .. }
             | Finding::PolicyOverrides { name, .. }
             | Finding::PolicyInfo { name, .. }
+            | Finding::PolicyWarning { name, .. }
             | Finding::Failed { name, .. } => name,
         }
     }
@@ -143,8 +155,13 @@ impl Finding {
     pub fn is_difference(&self) -> bool {
         !matches!(
             self,
-            Finding::Unverified { .. } | Finding::PolicyInfo { .. }
+            Finding::Unverified { .. } | Finding::PolicyInfo { .. } | Finding::PolicyWarning { .. }
         )
+    }
+
+    /// True for a warning on how policies were worked out.
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Finding::PolicyWarning { .. })
     }
 
     /// True for information that is neither a difference nor unverified.
@@ -221,6 +238,9 @@ impl std::fmt::Display for Finding {
                 object.as_str(),
                 policy_kind.as_str()
             ),
+            Finding::PolicyWarning { object, name, note } => {
+                write!(f, "warning: {} {name}: {note}", object.as_str())
+            }
             Finding::Failed {
                 object,
                 name,

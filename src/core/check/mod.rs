@@ -3,8 +3,11 @@
 //!
 //! - [`finding`]: one finding about one object.
 //! - [`drift`]: reading the broker's refusals: which argument differs.
+//! - [`effective`]: which policy and operator policy apply to a queue,
+//!   from their definitions.
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
+//! - [`cycle`]: a DLQ that dead-letters back into its own pipeline.
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
 //! - [`consumer_timeout`]: the queue's consumer timeout against the
 //!   handler timeout (`work` refuses to start, `doctor` fails).
@@ -14,9 +17,11 @@
 
 pub mod circuit;
 pub mod consumer_timeout;
+pub mod cycle;
 pub mod doctor;
 pub mod drift;
 pub mod drill;
+pub mod effective;
 pub mod finding;
 pub mod permissions;
 pub mod policy;

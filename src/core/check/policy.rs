@@ -47,6 +47,10 @@ pub struct AppliedPolicies {
     pub policy_definition: Option<Map<String, Value>>,
     /// The operator policy's own definition, when it could be read.
     pub operator_definition: Option<Map<String, Value>>,
+    /// Warnings on how these were worked out: a tie of priorities, the
+    /// definitions and the queue's own report disagreeing, a report
+    /// possibly a few seconds old (see [`crate::core::check::effective`]).
+    pub notes: Vec<String>,
 }
 
 /// The start of the note on a limit the topology does not set.
@@ -184,13 +188,22 @@ fn source(applied: &AppliedPolicies, key: &str) -> (PolicyKind, String) {
 /// Every key of the policies applied to `queue` (of broker type
 /// `queue_type`), as a [`Finding::PolicyOverrides`] when it makes the queue
 /// differ from the plan and a [`Finding::PolicyInfo`] otherwise, in the
-/// definition's key order.
+/// definition's key order; each of the applied policies' notes first, as a
+/// [`Finding::PolicyWarning`].
 pub fn policy_findings(
     queue: &QueueSpec,
     queue_type: &str,
     applied: &AppliedPolicies,
 ) -> Vec<Finding> {
-    let mut out = Vec::new();
+    let mut out: Vec<Finding> = applied
+        .notes
+        .iter()
+        .map(|note| Finding::PolicyWarning {
+            object: ObjectKind::Queue,
+            name: queue.name.clone(),
+            note: note.clone(),
+        })
+        .collect();
     for (key, pol) in &applied.effective {
         let (policy_kind, policy) = source(applied, key);
         let wanted = queue.arguments.get(&format!("x-{key}")).map(arg_json);
@@ -470,6 +483,7 @@ mod tests {
             effective: def(json!({"message-ttl": 1000, "overflow": "drop-head"})),
             policy_definition: Some(def(json!({"message-ttl": 5000, "overflow": "drop-head"}))),
             operator_definition: Some(def(json!({"message-ttl": 1000}))),
+            notes: vec![],
         };
         let main = queue(&[
             ("x-queue-type", ArgValue::Str("quorum".into())),
@@ -498,5 +512,15 @@ mod tests {
         a.policy_definition = None;
         a.operator_definition = None;
         assert_eq!(names(&a)[0], (PolicyKind::Either, "plain or op".into()));
+    }
+
+    #[test]
+    fn notes_come_first_as_warnings_that_are_not_differences() {
+        let mut a = only_policy("ll", json!({"queue-leader-locator": "balanced"}));
+        a.notes = vec!["a tie".into()];
+        let f = policy_findings(&dlq_quorum(), "quorum", &a);
+        assert_eq!(f.len(), 2);
+        assert!(f[0].is_warning() && !f[0].is_difference() && !f[0].is_info());
+        assert_eq!(f[0].to_string(), "warning: queue orders.dlq: a tie");
     }
 }

@@ -21,6 +21,10 @@ pub const UNVERIFIED_TITLE: &str = "dlqctl unverified";
 /// The title of an annotation for a policy key listed as information.
 pub const POLICY_INFO_TITLE: &str = "dlqctl policy";
 
+/// The title of an annotation for a warning on how policies were worked
+/// out (a tie of priorities, two views that disagree).
+pub const POLICY_WARNING_TITLE: &str = "dlqctl policy warning";
+
 /// How GitHub shows an annotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -201,6 +205,7 @@ fn object_of(f: &Finding) -> (ObjectKind, &str) {
         | Finding::NotInTopology { object, name, .. }
         | Finding::PolicyOverrides { object, name, .. }
         | Finding::PolicyInfo { object, name, .. }
+        | Finding::PolicyWarning { object, name, .. }
         | Finding::Failed { object, name, .. } => (*object, name),
     }
 }
@@ -219,6 +224,8 @@ pub fn annotations(file: &str, findings: &[Finding], lines: &PipelineLines<'_>) 
             (Level::Error, DRIFT_TITLE)
         } else if f.is_info() {
             (Level::Notice, POLICY_INFO_TITLE)
+        } else if f.is_warning() {
+            (Level::Warning, POLICY_WARNING_TITLE)
         } else {
             (Level::Warning, UNVERIFIED_TITLE)
         };

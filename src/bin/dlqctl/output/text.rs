@@ -113,6 +113,23 @@ fn unverified_cause(reason: &str) -> &str {
     }
 }
 
+/// `status`'s lines on policies: each override and warning, then a count
+/// of the overrides.
+fn policy_lines(report: &StatusReport) -> String {
+    let mut out = String::new();
+    let overrides = &report.policy_overrides;
+    for f in overrides.iter().chain(&report.policy_warnings) {
+        out += &format!("POLICY {f}\n");
+    }
+    if !overrides.is_empty() {
+        out += &format!(
+            "{} policy key(s) override the topology: see `dlqctl provision --check`\n",
+            overrides.len()
+        );
+    }
+    out
+}
+
 /// The hint printed after drift.
 pub const DRIFT_HINT: &str = "hint: RabbitMQ cannot change a queue's arguments or an exchange's type in place. \
 Migrate: create the new object under another name (or delete and recreate it), after moving its messages \
@@ -131,12 +148,20 @@ pub fn check_text(file: &str, report: &Report) -> String {
 pub fn check_headline(file: &str, report: &Report) -> (String, String) {
     let differences = report.findings.iter().filter(|f| f.is_difference()).count();
     let info = report.findings.iter().filter(|f| f.is_info()).count();
-    let unverified = report.findings.len() - differences - info;
+    let warnings = report.findings.iter().filter(|f| f.is_warning()).count();
+    let unverified = report.findings.len() - differences - info - warnings;
     let headline = if differences > 0 {
         format!("{file}: the broker differs from the topology ({differences} finding(s)):")
     } else if unverified > 0 {
         format!(
             "{file}: no difference in the {} objects checked in {:.2}s, but {unverified} could not be verified:",
+            report.ok,
+            report.elapsed.as_secs_f64()
+        )
+    } else if warnings > 0 {
+        format!(
+            "{file}: the broker matches the topology ({} objects checked in {:.2}s), with \
+             {warnings} warning(s) on its policies:",
             report.ok,
             report.elapsed.as_secs_f64()
         )
@@ -363,15 +388,7 @@ pub fn status_text(
              --max-dlq counts ready messages only\n"
         );
     }
-    for f in &report.policy_overrides {
-        out += &format!("POLICY {f}\n");
-    }
-    if !report.policy_overrides.is_empty() {
-        out += &format!(
-            "{} policy key(s) override the topology: see `dlqctl provision --check`\n",
-            report.policy_overrides.len()
-        );
-    }
+    out += &policy_lines(report);
     if !missing.is_empty() {
         out += &format!(
             "{} object(s) missing: run `dlqctl provision` on the file (see `provision --check`)\n",
