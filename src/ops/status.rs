@@ -115,6 +115,10 @@ pub struct StatusReport {
     /// topology ([`Finding::PolicyOverrides`]): a DLQ whose retention a
     /// policy cuts loses dead letters whatever its depth says.
     pub policy_overrides: Vec<Finding>,
+    /// The readiness of each worker whose metrics page was read
+    /// (`--metrics-url`): what its `/readyz` answers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerReadiness>,
     /// Why the circuit breakers are unknown, when `--metrics-url` could not
     /// be read.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +128,15 @@ pub struct StatusReport {
     /// from the queues' reports (possibly a few seconds old) because the
     /// definitions could not be read.
     pub policy_warnings: Vec<Finding>,
+}
+
+/// A worker's readiness as its metrics page shows it (`dlqctl_ready`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerReadiness {
+    /// The page read (credentials hidden).
+    pub url: String,
+    /// Ready: consuming, and its settles not all failing for 30 s.
+    pub ready: bool,
 }
 
 /// A DLQ over the `--max-dlq` threshold.
@@ -157,14 +170,26 @@ impl StatusReport {
         out
     }
 
-    /// Fills in each pipeline's circuit breaker from the worker's metrics
-    /// page at `url`, or says why it could not be read.
+    /// Fills in each pipeline's circuit breaker and the worker's
+    /// readiness from the worker's metrics page at `url`, or says why it
+    /// could not be read. Called once per page: a breaker already read
+    /// from another worker's page is kept when it is the more paused one.
     pub async fn read_circuits(&mut self, url: &str) {
         let names: Vec<String> = self.pipelines.iter().map(|p| p.name.clone()).collect();
-        match crate::ops::metrics_page::circuits(url, names.iter().map(String::as_str)).await {
-            Ok(mut found) => {
+        match crate::ops::metrics_page::worker_page(url, names.iter().map(String::as_str)).await {
+            Ok(mut page) => {
                 for p in &mut self.pipelines {
-                    p.circuit = found.remove(&p.name);
+                    if let Some(c) = page.circuits.remove(&p.name) {
+                        if p.circuit.as_ref().is_none_or(|old| !old.paused()) {
+                            p.circuit = Some(c);
+                        }
+                    }
+                }
+                if let Some(ready) = page.ready {
+                    self.workers.push(WorkerReadiness {
+                        url: crate::ops::metrics_page::shown(url),
+                        ready,
+                    });
                 }
             }
             Err(e) => self.circuit_unknown = Some(e),
@@ -223,6 +248,7 @@ pub async fn status(
         management_unavailable,
         policy_overrides,
         circuit_unknown: None,
+        workers: vec![],
         policy_warnings,
     })
 }
@@ -410,6 +436,7 @@ mod tests {
             management_unavailable: None,
             policy_overrides: vec![],
             circuit_unknown: None,
+            workers: vec![],
             policy_warnings: vec![],
         }
     }

@@ -83,19 +83,22 @@ pub enum Health {
 }
 
 /// The health of a pipeline whose DLQ holds `dlq_total` (ready plus
-/// unacked) and whose queues hold `held_for_dlx` refused dead letters.
-/// Thresholds are "more than", as `dlqctl status --max-dlq` counts them.
+/// unacked), whose queues hold `held_for_dlx` refused dead letters, and
+/// whose worker's circuit breaker is `paused` (open or half-open, as a
+/// `--metrics-url` page shows it: messages wait). Thresholds are "more
+/// than", as `dlqctl status --max-dlq` counts them.
 pub fn health(
     all_exist: bool,
     dlq_total: u64,
     held_for_dlx: u64,
+    paused: bool,
     warn: Option<u64>,
     max: Option<u64>,
 ) -> Health {
     let by_depth = level(dlq_total as f64, warn, max);
     if !all_exist {
         Health::Alert
-    } else if held_for_dlx > 0 {
+    } else if held_for_dlx > 0 || paused {
         by_depth.max(Health::Warning)
     } else {
         by_depth
@@ -149,13 +152,25 @@ mod tests {
 
     #[test]
     fn health_is_strictly_over_each_threshold() {
-        assert_eq!(health(true, 5, 0, Some(5), Some(10)), Health::Healthy);
-        assert_eq!(health(true, 6, 0, Some(5), Some(10)), Health::Warning);
-        assert_eq!(health(true, 10, 0, Some(5), Some(10)), Health::Warning);
-        assert_eq!(health(true, 11, 0, Some(5), Some(10)), Health::Alert);
-        assert_eq!(health(true, 11, 0, None, None), Health::Healthy);
-        assert_eq!(health(true, 0, 1, None, None), Health::Warning);
-        assert_eq!(health(false, 0, 0, None, None), Health::Alert);
-        assert_eq!(health(true, 1, 0, None, Some(0)), Health::Alert);
+        assert_eq!(
+            health(true, 5, 0, false, Some(5), Some(10)),
+            Health::Healthy
+        );
+        assert_eq!(
+            health(true, 6, 0, false, Some(5), Some(10)),
+            Health::Warning
+        );
+        assert_eq!(
+            health(true, 10, 0, false, Some(5), Some(10)),
+            Health::Warning
+        );
+        assert_eq!(health(true, 11, 0, false, Some(5), Some(10)), Health::Alert);
+        assert_eq!(health(true, 11, 0, false, None, None), Health::Healthy);
+        assert_eq!(health(true, 0, 1, false, None, None), Health::Warning);
+        assert_eq!(health(false, 0, 0, false, None, None), Health::Alert);
+        // A paused circuit breaker: messages wait, at least a warning.
+        assert_eq!(health(true, 0, 0, true, None, None), Health::Warning);
+        assert_eq!(health(true, 11, 0, true, Some(5), Some(10)), Health::Alert);
+        assert_eq!(health(true, 1, 0, false, None, Some(0)), Health::Alert);
     }
 }

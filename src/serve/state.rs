@@ -58,6 +58,9 @@ pub struct ServeOptions {
     pub allow_hosts: Vec<String>,
     /// The DLQ read window of each read and job (`--window`).
     pub window: u32,
+    /// Workers' metrics pages (`--metrics-url`): their circuit breakers
+    /// and readiness.
+    pub metrics_urls: Vec<String>,
 }
 
 /// The connection kept for status reads, with its broker's management API.
@@ -121,6 +124,10 @@ pub struct Overview {
     pub missing: Vec<String>,
     /// Why unacked counts and `messages_dlx` are unknown, when they are.
     pub management_unavailable: Option<String>,
+    /// The readiness of each worker whose metrics page was read.
+    pub workers: Vec<crate::ops::status::WorkerReadiness>,
+    /// Why a worker's metrics page could not be read, when one could not.
+    pub circuit_unknown: Option<String>,
     /// `--warn-dlq`.
     pub warn_dlq: Option<u64>,
     /// `--max-dlq`.
@@ -244,7 +251,11 @@ impl App {
         if result.is_err() {
             self.drop_status_conn().await;
         }
-        result
+        let mut report = result?;
+        for url in &self.opts.metrics_urls {
+            report.read_circuits(url).await;
+        }
+        Ok(report)
     }
 
     /// The ready messages of `queue` now (`None`: it does not exist).
@@ -281,11 +292,13 @@ impl App {
                     .chain(std::iter::once(&p.dlq));
                 let all_exist = queues.clone().all(|q| q.exists);
                 let held: u64 = queues.filter_map(|q| q.messages_dlx).sum();
+                let paused = p.circuit.as_ref().is_some_and(|c| c.paused());
                 PipelineView {
                     health: history::health(
                         all_exist,
                         p.dlq.total(),
                         held,
+                        paused,
                         self.opts.warn_dlq,
                         self.opts.max_dlq,
                     ),
@@ -302,6 +315,8 @@ impl App {
             pipelines,
             missing,
             management_unavailable: report.management_unavailable,
+            workers: report.workers,
+            circuit_unknown: report.circuit_unknown,
             warn_dlq: self.opts.warn_dlq,
             max_dlq: self.opts.max_dlq,
             sample_every_ms: self.opts.sample_every.as_millis() as u64,

@@ -383,10 +383,11 @@ impl<H: Handler> DeliveryTask<H> {
     async fn ack(&self, d: &Delivery) {
         match d.acker.ack(BasicAckOptions::default()).await {
             Ok(true) => self.metrics.settle_succeeded(),
-            Ok(false) => {
-                self.metrics.settle_failed();
-                debug!("ack on a closed channel: the broker redelivers the message")
-            }
+            // The channel closed under the handler (a lost connection):
+            // not a refusal, and readiness counts the lost connection as
+            // not consuming, so it is not counted as a failed settle (two
+            // such losses 31 s apart made an idle, consuming worker 503).
+            Ok(false) => debug!("ack on a closed channel: the broker redelivers the message"),
             Err(e) => {
                 self.metrics.settle_failed();
                 warn!(error = %describe_lapin_error(&e), "ack failed: the broker redelivers the message")

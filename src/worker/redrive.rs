@@ -37,9 +37,12 @@ pub(crate) async fn run_loop(
     let mut own_wait = policy.every;
     let mut warned_unshared = false;
     loop {
+        // Workers of a pipeline follow one due time: a little jitter
+        // keeps them from all taking the lock at the same moment.
+        let jitter = rand::random::<u64>() % (wait / 10).clamp(1, 1000);
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(wait + jitter)) => {}
         }
         let turn = once(&cfg, own_wait, &stop).await;
         let finished = matches!(&turn, Ok(Turn::NotDue { .. }))
@@ -62,9 +65,14 @@ pub(crate) async fn run_loop(
             Ok(Turn::Ran(r)) => {
                 metrics.record_redrive(&r);
                 log_run(&r);
-                if let (Some(why), false) = (&r.shared_unavailable, warned_unshared) {
-                    warn!(queue = %queue, why = %why, "the redrive wait is this worker's own, not the pipeline's");
-                    warned_unshared = true;
+                match (&r.shared, &r.shared_unavailable, warned_unshared) {
+                    (None, Some(why), false) => {
+                        warn!(queue = %queue, why = %why, "the redrive wait is this worker's own, not the pipeline's");
+                        warned_unshared = true;
+                    }
+                    // Shared again: a later loss is warned again.
+                    (Some(_), _, true) => warned_unshared = false,
+                    _ => {}
                 }
                 own_wait = r.next_wait_ms;
                 wait = match &r.shared {

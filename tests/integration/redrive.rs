@@ -800,3 +800,50 @@ async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
         "{t}"
     );
 }
+
+/// Two worker processes redriving a DLQ that holds a drill message left
+/// behind among real ones: the real ones go back and are handled once,
+/// the drill message stays in the DLQ, untouched by either worker's runs,
+/// uncounted, and never reaches the handler.
+#[tokio::test]
+async fn two_workers_redrive_the_real_messages_and_leave_a_drill_message() {
+    let dep = Dependency::start(true).await;
+    let mut msgs = exhausted("fleet-real", 6);
+    let (body, p) = dead_redriven("drill-left", "exhausted", None);
+    let mut h: FieldTable = p.headers().clone().unwrap_or_default();
+    h.insert(
+        "dlqctl-drill".into(),
+        lapin::types::AMQPValue::LongString("d-7".into()),
+    );
+    msgs.insert(0, (body, p.with_headers(h)));
+    let (f, file) = redriving("{min_age: 1s, every: 1s, canary: 0, rate: 100/s}", msgs).await;
+    let args = ["--http", &dep.hook(), "--concurrency", "2"];
+    let mut a = WorkerProc::spawn(&file, &f.pipe.name, &args);
+    let mut b = WorkerProc::spawn(&file, &f.pipe.name, &args);
+    dep.wait_successes(6, Duration::from_secs(30), || {
+        format!("{}\n{}", a.output(), b.output())
+    })
+    .await;
+    // A few more looks by both, with only the drill message left.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.stop().await;
+    b.stop().await;
+    let runs: Vec<Value> = a
+        .events("redrive run")
+        .into_iter()
+        .chain(b.events("redrive run"))
+        .collect();
+    let moved: u64 = runs.iter().filter_map(|r| r["moved"].as_u64()).sum();
+    assert_eq!(moved, 6, "only the real messages move: {runs:#?}");
+    assert!(
+        runs.iter()
+            .all(|r| r["waiting_for_person"].as_u64().unwrap_or(0) == 0),
+        "a drill message is not waiting for a person: {runs:#?}"
+    );
+    let handled = dep.successes();
+    assert_eq!(handled.len(), 6, "{handled:?}");
+    assert!(handled.values().all(|n| *n == 1), "{handled:?}");
+    assert!(!handled.contains_key("drill-left") && dep.failures().is_empty());
+    let left = drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(ids(&left), set(&["drill-left"]));
+}

@@ -187,6 +187,12 @@ pub struct ServeArgs {
     /// Repeatable.
     #[arg(long, value_name = "NAME")]
     pub allow_host: Vec<String>,
+    /// A worker's metrics page (`dlqctl work --metrics-addr`; repeatable,
+    /// one per worker): the overview then shows each pipeline's circuit
+    /// breaker (a paused one makes the pipeline a warning) and every worker
+    /// that is not ready.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Vec<String>,
     /// Kept messages each DLQ read holds unacked at most (as the DLQ
     /// commands' --window).
     #[arg(long, value_name = "N", default_value_t = dlqctl::ops::dlq::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=60_000))]

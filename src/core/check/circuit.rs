@@ -90,6 +90,20 @@ fn sample(text: &str, metric: &str, pipeline: &str) -> Option<f64> {
     })
 }
 
+/// The worker's readiness gauge (1 ready, 0 not: what `/readyz` answers).
+pub const READY_METRIC: &str = "dlqctl_ready";
+
+/// Whether the worker whose metrics page is `text` is ready (`dlqctl_ready`,
+/// a gauge without labels: one worker, one page); `None` when the page
+/// has no such gauge (a worker older than this dlqctl).
+pub fn ready_from_metrics(text: &str) -> Option<bool> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(READY_METRIC)?.strip_prefix(' ')?;
+        let v: f64 = value.split_whitespace().next()?.parse().ok()?;
+        v.is_finite().then_some(v >= 1.0)
+    })
+}
+
 /// `pipeline`'s breaker on a worker's metrics page `text`, read at
 /// `now_unix_ms`; `None` when the page has no breaker for it (no
 /// `circuit_breaker` in the topology, or a worker older than this dlqctl).
@@ -125,6 +139,20 @@ dlqctl_circuit_state_since_timestamp_seconds{queue=\"refunds\"} 0.0
 dlqctl_circuit_open 1
 ";
     const NOW: u64 = 1_765_098_645_900;
+
+    #[test]
+    fn reads_the_workers_readiness() {
+        assert_eq!(ready_from_metrics("dlqctl_ready 1\n"), Some(true));
+        assert_eq!(
+            ready_from_metrics("# TYPE dlqctl_ready gauge\ndlqctl_ready 0\n"),
+            Some(false)
+        );
+        assert_eq!(ready_from_metrics(PAGE), None);
+        assert_eq!(
+            ready_from_metrics("dlqctl_ready_x 1\ndlqctl_ready nan\n"),
+            None
+        );
+    }
 
     #[test]
     fn reads_each_pipelines_state_and_since_when() {

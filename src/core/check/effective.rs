@@ -52,6 +52,9 @@ pub struct PolicyDefinition {
     pub definition: Map<String, Value>,
 }
 
+/// The most memory one policy pattern's automaton may take, in bytes.
+const DFA_SIZE_LIMIT: usize = 2 << 20;
+
 /// A policy with its pattern compiled (`Err`: it cannot be evaluated here).
 #[derive(Debug, Clone)]
 struct Compiled {
@@ -64,6 +67,14 @@ impl Compiled {
         // As RabbitMQ runs it (Erlang's `re` without `unicode`): on the
         // bytes of the name; the empty pattern matches every name.
         let regex = Regex::builder()
+            // A pattern such as `.*a.{20}` would build millions of
+            // states: past these limits it is one that cannot be
+            // evaluated here (the queues' own report is used for it).
+            .dense(
+                regex_automata::dfa::dense::Config::new()
+                    .dfa_size_limit(Some(DFA_SIZE_LIMIT))
+                    .determinize_size_limit(Some(DFA_SIZE_LIMIT)),
+            )
             .syntax(
                 regex_automata::util::syntax::Config::new()
                     .unicode(false)

@@ -368,6 +368,25 @@ fn the_definitions_win_over_a_stale_queue_view_and_the_difference_is_said() {
 }
 
 #[test]
+fn a_pattern_whose_automaton_would_be_huge_cannot_be_evaluated_and_does_not_blow_up() {
+    // `.*a.{20}` needs about 2^20 states as a full DFA.
+    let started = std::time::Instant::now();
+    let s = set(
+        vec![def(
+            "huge",
+            ".*a.{20}",
+            "all",
+            5.0,
+            json!({"message-ttl": 1}),
+        )],
+        vec![],
+    );
+    let e = effective_policy("q", "classic", &s);
+    assert_eq!(e.undecided, vec!["huge".to_string()]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
 fn a_pattern_that_cannot_be_evaluated_keeps_the_queue_view() {
     // A look-ahead: PCRE has it, this matcher does not.
     let s = set(

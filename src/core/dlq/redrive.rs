@@ -203,13 +203,14 @@ impl RunResult {
 /// How long to wait before the next look, in ms, after a run that came
 /// to `result` when the wait before it was `previous_ms`: twice as long
 /// after a failed canary (at most an hour, or `every` when that is
-/// longer), `every` again after any other result.
+/// longer); the same after a run that failed on an error (a lost
+/// connection says nothing of the dependency, and must not undo the
+/// backoff); `every` again after any other result.
 pub fn next_wait(every_ms: u64, previous_ms: u64, result: RunResult) -> u64 {
+    let cap = MAX_WAIT_MS.max(every_ms);
     match result {
-        RunResult::CanaryFailed => previous_ms
-            .max(every_ms)
-            .saturating_mul(2)
-            .min(MAX_WAIT_MS.max(every_ms)),
+        RunResult::CanaryFailed => previous_ms.max(every_ms).saturating_mul(2).min(cap),
+        RunResult::Failed => previous_ms.max(every_ms).min(cap),
         _ => every_ms,
     }
 }
@@ -559,10 +560,12 @@ mod tests {
                 let before = w;
                 w = next_wait(every, w, r);
                 assert!(w >= every && w <= MAX_WAIT_MS.max(every), "{every} {w}");
-                if r == RunResult::CanaryFailed {
-                    assert!(w >= before.min(MAX_WAIT_MS.max(every)));
-                } else {
-                    assert_eq!(w, every);
+                match r {
+                    RunResult::CanaryFailed => {
+                        assert!(w >= before.min(MAX_WAIT_MS.max(every)))
+                    }
+                    RunResult::Failed => assert_eq!(w, before.max(every)),
+                    _ => assert_eq!(w, every),
                 }
             }
         }
@@ -583,10 +586,12 @@ mod tests {
             RunResult::NothingEligible,
             RunResult::Unhealthy,
             RunResult::Busy,
-            RunResult::Failed,
         ] {
             assert_eq!(next_wait(every, 3_600_000, r), every, "{r:?}");
         }
+        // A run stopped by an error keeps the wait it had.
+        assert_eq!(next_wait(every, 480_000, RunResult::Failed), 480_000);
+        assert_eq!(next_wait(every, 0, RunResult::Failed), every);
         // `every` longer than an hour: it is the floor and the cap.
         assert_eq!(
             next_wait(7_200_000, 7_200_000, RunResult::CanaryFailed),

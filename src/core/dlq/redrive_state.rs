@@ -18,6 +18,10 @@ pub const STATE_VERSION: u32 = 1;
 /// How many runs the state keeps, newest first.
 pub const HISTORY: usize = 10;
 
+/// How far a due time may lie beyond the wait that set it before it is
+/// taken for a clock that is off: a minute.
+pub const CLOCK_SLACK_MS: u64 = 60_000;
+
 /// The longest `why` a run record keeps, in bytes.
 pub const WHY_MAX: usize = 256;
 
@@ -94,12 +98,20 @@ impl RedriveState {
     }
 
     /// How long until the next look is due at `now_ms` (0: due now). A
-    /// due time further ahead than the longest wait (a clock far off, or
-    /// a hand-written message) counts as the longest wait from now.
+    /// writer's clock sets the due time a wait after its run, so a due time
+    /// further ahead than the wait itself (plus [`CLOCK_SLACK_MS`]) comes
+    /// from a clock far ahead of this one, or a hand-written message: it
+    /// counts as due now, and the run that follows writes the state again
+    /// on this clock (capping it instead would hold every look back by the
+    /// cap again and again).
     pub fn remaining_ms(&self, every_ms: u64, now_ms: u64) -> u64 {
-        self.next_look_at_ms
-            .saturating_sub(now_ms)
-            .min(MAX_WAIT_MS.max(every_ms))
+        let left = self.next_look_at_ms.saturating_sub(now_ms);
+        let longest = self.wait_ms.max(every_ms).min(MAX_WAIT_MS.max(every_ms));
+        if left > longest.saturating_add(CLOCK_SLACK_MS) {
+            0
+        } else {
+            left
+        }
     }
 
     /// The last run, if any.
@@ -210,6 +222,9 @@ mod tests {
         assert_eq!(s.wait_ms, 16_000);
         let busy = s.after(every, run(RunResult::Busy), NOW + 9000);
         assert_eq!(busy, s, "busy writes nothing");
+        let failed = s.after(every, run(RunResult::Failed), NOW + 20_000);
+        assert_eq!(failed.wait_ms, 16_000, "an error keeps the backoff");
+        assert_eq!(failed.next_look_at_ms, NOW + 36_000);
         for r in [RunResult::Moved, RunResult::NothingEligible] {
             let after = s.after(every, run(r), NOW + 30_000);
             assert_eq!(after.wait_ms, every, "{r:?}");
@@ -242,11 +257,19 @@ mod tests {
     }
 
     #[test]
-    fn a_due_time_far_ahead_counts_as_the_longest_wait() {
+    fn a_due_time_further_ahead_than_its_wait_is_a_clock_off_and_due_now() {
         let mut s = RedriveState::fresh(4000, NOW);
-        s.next_look_at_ms = u64::MAX;
-        assert_eq!(s.remaining_ms(4000, NOW), MAX_WAIT_MS);
-        assert_eq!(s.remaining_ms(2 * MAX_WAIT_MS, NOW), 2 * MAX_WAIT_MS);
+        s.wait_ms = 16_000;
+        // Within the wait and the slack: waited for.
+        s.next_look_at_ms = NOW + 16_000 + CLOCK_SLACK_MS;
+        assert_eq!(s.remaining_ms(4000, NOW), 16_000 + CLOCK_SLACK_MS);
+        // A writer a day ahead, or a hand-written message: due now, at
+        // every look (not held back by a cap again and again).
+        for ahead in [16_000 + CLOCK_SLACK_MS + 1, 86_400_000, u64::MAX - NOW] {
+            s.next_look_at_ms = NOW + ahead;
+            assert_eq!(s.remaining_ms(4000, NOW), 0, "{ahead}");
+            assert_eq!(s.remaining_ms(4000, NOW + 3_600_000), 0, "{ahead}");
+        }
     }
 
     #[test]

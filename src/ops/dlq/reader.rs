@@ -685,7 +685,7 @@ async fn wait_for_returns(conn: Arc<Connection>, dlq: String, expected: u64) {
 /// is then).
 const SNAPSHOT_POLL: Duration = Duration::from_millis(50);
 const SNAPSHOT_SAME: u32 = 4;
-const SNAPSHOT_SETTLE: Duration = Duration::from_secs(2);
+const SNAPSHOT_SETTLE: Duration = Duration::from_millis(500);
 
 /// The DLQ's ready depth once it holds still: read until it reads the
 /// same [`SNAPSHOT_SAME`] times [`SNAPSHOT_POLL`] apart, at most

@@ -226,8 +226,11 @@ async fn turn(
     report.result = result;
     report.why = why;
     report.next_wait_ms = next_wait(policy.every, previous_wait_ms, result);
-    if before.is_some() && result != RunResult::Busy {
-        write_shared(t, &state_queue, policy.every, &mut report).await;
+    // A run cut short by a stop (SIGTERM) is no result: the state stays
+    // as it was.
+    let stopped = t.read.cancel.is_cancelled();
+    if let (Some(before), false, false) = (before, result == RunResult::Busy, stopped) {
+        write_shared(t, &state_queue, policy.every, before, &mut report).await;
     }
     unlock(held, &lock).await;
     report.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -286,8 +289,17 @@ async fn read_shared(
 }
 
 /// Writes the state after the run: read again (under the lock), the run
-/// recorded, published, then the old message acked.
-async fn write_shared(t: &Target, queue: &str, every_ms: u64, report: &mut RedriveReport) {
+/// recorded, published, then the old message acked. `before` is the state
+/// the run started from, still the newest (the run held the lock): it is
+/// used when the read finds nothing (a reader holding the message), so
+/// the record and the wait are never written over a fresh state.
+async fn write_shared(
+    t: &Target,
+    queue: &str,
+    every_ms: u64,
+    before: RedriveState,
+    report: &mut RedriveReport,
+) {
     let written = async {
         let held = super::redrive_state::read(&t.conn, queue, true)
             .await?
@@ -296,11 +308,11 @@ async fn write_shared(t: &Target, queue: &str, every_ms: u64, report: &mut Redri
                 message: "the queue is gone".into(),
             })?;
         let now = unix_ms();
-        let before = held
-            .state
-            .clone()
-            .unwrap_or_else(|| RedriveState::fresh(every_ms, now));
-        let next = before.after(every_ms, record(report, &t.tag, now), now);
+        let last = match &held.state {
+            Some(s) if s.seq >= before.seq => s.clone(),
+            _ => before,
+        };
+        let next = last.after(every_ms, record(report, &t.tag, now), now);
         held.replace(&t.conn, &next).await?;
         Ok::<_, Error>(next)
     }

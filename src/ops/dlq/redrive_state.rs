@@ -8,8 +8,9 @@
 //! read, with one `multiple` ack: a crash at any point leaves the old
 //! state, or both (the newest wins). A reader without the lock (`status`,
 //! `dlqctl serve`) takes the message the same way and hands it back by
-//! closing its channel; a run that finds the queue empty looks once more
-//! after a moment, in case such a reader held the message just then.
+//! closing its channel; a run that finds the queue empty looks again for
+//! up to 2 s, in case such a reader held the message just then, and a
+//! write after a run falls back to the state the run started from.
 
 use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::redrive_state::{newest, RedriveState};
@@ -25,8 +26,13 @@ const MAX_READ: usize = 16;
 /// How long a write waits for its confirm.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a run waits before looking again at a queue it found empty.
+/// How long a run waits before looking again at a queue it found empty,
+/// and how many times it looks again: a reader without the lock (`status`,
+/// `dlqctl serve`) holds the message for a few round trips, which over a
+/// slow link is some hundreds of milliseconds. Only a queue that never
+/// held a state (the first run) costs the whole 2 s.
 const EMPTY_RETRY: Duration = Duration::from_millis(200);
+const EMPTY_LOOKS: u32 = 10;
 
 /// The state as read, with the messages it came from still unacked on
 /// their channel: [`Held::replace`] writes the next state and acks them,
@@ -41,8 +47,9 @@ pub struct Held {
 
 /// Reads the state of `queue`: `Ok(None)` when the queue does not exist
 /// (a topology provisioned before the shared wait: `dlqctl provision`
-/// adds it). `look_twice`: when the queue holds no state, look again
-/// after a moment (a run does; a reader does not need to).
+/// adds it). `look_twice`: when the queue holds no state, look again for
+/// a while (a run does, since a reader may hold the message just then; a
+/// reader does not need to).
 pub async fn read(conn: &Connection, queue: &str, look_twice: bool) -> Result<Option<Held>> {
     if crate::amqp::declare::passive_queue(conn, queue)
         .await?
@@ -61,9 +68,11 @@ pub async fn read(conn: &Connection, queue: &str, look_twice: bool) -> Result<Op
         state: None,
     };
     let mut states = take(&held.ch, queue, &mut held.last_tag).await?;
-    if states.is_empty() && look_twice {
+    let mut looks = 0;
+    while states.is_empty() && look_twice && looks < EMPTY_LOOKS {
         tokio::time::sleep(EMPTY_RETRY).await;
         states = take(&held.ch, queue, &mut held.last_tag).await?;
+        looks += 1;
     }
     held.state = newest(&states).cloned();
     Ok(Some(held))

@@ -165,7 +165,15 @@ fn pipeline_row(p: &PipelineView, now_ms: u64, th: Thresholds) -> Markup {
     html! {
         tr data-pipeline=(s.name) data-health=(health_name(p.health)) {
             td { a href=(dlq_url(&s.name)) { (s.name) } }
-            td { span class=(format!("badge health-{}", health_name(p.health))) { (health_name(p.health)) } }
+            td {
+                span class=(format!("badge health-{}", health_name(p.health))) { (health_name(p.health)) }
+                @if let Some(c) = s.circuit.as_ref().filter(|c| c.paused()) {
+                    " " span.badge.health-warning data-test="circuit"
+                        title=(c.pause_sentence(&s.name).unwrap_or_default()) {
+                        "breaker " (c.describe())
+                    }
+                }
+            }
             (count_cell("ready", &s.main, s.main.ready))
             (count_cell("messages_unacknowledged", &s.main, s.main.unacked))
             (consumers_cell(&s.main))
@@ -196,7 +204,7 @@ fn headings(o: &Overview) -> Markup {
     html! {
         thead { tr {
             th { "Pipeline" }
-            th title="the DLQ's depth against the thresholds below; alert when a queue is missing, warning when refused dead letters are held" { "Health" }
+            th title="the DLQ's depth against the thresholds below; alert when a queue is missing, warning when refused dead letters are held or the worker's circuit breaker is open (with --metrics-url)" { "Health" }
             th.num title="ready: messages in the main queue waiting for a worker" { "Ready" }
             th.num title="messages_unacknowledged: delivered to a worker and not acknowledged yet (management API, about 5 s behind)" { "Unacked" }
             th.num title="consumers of the main queue: each worker is one or more" { "Consumers" }
@@ -260,6 +268,14 @@ fn overview_page(app: &App, o: &Overview) -> Markup {
         }
         @if !o.missing.is_empty() {
             div.error { "Missing: " (o.missing.join(", ")) " — run dlqctl provision." }
+        }
+        @for w in o.workers.iter().filter(|w| !w.ready) {
+            div.error data-test="not-ready" {
+                "Worker at " span.mono { (w.url) } " is not ready: its /readyz answers 503 (not consuming, or every settle failing for 30 s; see its log)."
+            }
+        }
+        @if let Some(why) = &o.circuit_unknown {
+            div.notice { "A worker's metrics page could not be read: " (why) }
         }
         (history_note(o, now))
         table.overview {

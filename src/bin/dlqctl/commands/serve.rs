@@ -38,6 +38,7 @@ pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
         sample_every: a.sample_every,
         allow_hosts: a.allow_host.clone(),
         window: a.window,
+        metrics_urls: a.metrics_url.clone(),
     };
     let listener = dlqctl::serve::bind(a.listen).await?;
     let stop = CancellationToken::new();

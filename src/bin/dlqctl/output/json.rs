@@ -67,6 +67,7 @@ pub fn status_json(
         "management_unavailable": report.management_unavailable,
         "policy_overrides": report.policy_overrides,
         "circuit_unknown": report.circuit_unknown,
+        "workers": report.workers,
         "policy_warnings": report.policy_warnings,
     });
     document(&v)

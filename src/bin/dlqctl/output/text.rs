@@ -309,6 +309,17 @@ fn circuit_lines(report: &StatusReport) -> String {
             };
         }
     }
+    for w in &report.workers {
+        out += &if w.ready {
+            format!("worker at {}: ready\n", w.url)
+        } else {
+            format!(
+                "NOT READY worker at {}: its /readyz answers 503 (not consuming, or every settle \
+                 failing for 30 s: see its log)\n",
+                w.url
+            )
+        };
+    }
     if let Some(why) = &report.circuit_unknown {
         out += &format!("circuit breakers unknown ({why})\n");
     }
