@@ -95,11 +95,24 @@ pub async fn doctor(
         handler_timeout_error: None,
         circuit: HashMap::new(),
         policies_from_queue_view: None,
+        redrive: HashMap::new(),
+        now_ms: crate::ops::dlq::now_ms(),
     };
     if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
         from_management(m, &plan, vhost, opts, &mut snapshot).await;
     }
     snapshot.handler_timeout_error = handler_timeouts(&plan, opts, &mut snapshot).await;
+    for q in plan.queues.iter().filter(|q| q.role == Role::RedriveState) {
+        let state = match passive_queue(conn, &q.name).await {
+            // A missing state queue is said as a missing object.
+            Ok(None) => continue,
+            Ok(Some(_)) => crate::ops::dlq::redrive_state::peek(conn, &q.name)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        snapshot.redrive.insert(q.pipeline.clone(), state);
+    }
     if let Some(url) = &opts.metrics_url {
         // A page that cannot be read is already said of the handler timeout.
         let names = (plan.queues.iter())

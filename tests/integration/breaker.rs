@@ -319,6 +319,18 @@ async fn doctor_status_and_drill_see_the_open_breaker() {
         doc["pipelines"][0]["circuit"]["since"].is_string(),
         "{doc:#}"
     );
+    // The web page, given the same page: the pipeline is a warning, with
+    // the breaker's badge.
+    let page = crate::support::serve::Served::start(&file, &["--metrics-url", &url]).await;
+    let overview = page.get("/").await.expect(200);
+    let t = &overview.text;
+    assert!(
+        t.contains(&format!("data-pipeline=\"{q}\" data-health=\"warning\""))
+            && t.contains("data-test=\"circuit\"")
+            && t.contains("breaker open since "),
+        "{t}"
+    );
+    drop(page);
     // Without the page, status says nothing of a breaker.
     let run = Dlqctl::new("status").arg(&file).run().await;
     assert!(!run.stdout.contains("CIRCUIT"), "{}", run.output());

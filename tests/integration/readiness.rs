@@ -90,6 +90,28 @@ async fn every_settle_failing_turns_the_worker_not_ready_until_one_succeeds() {
     );
     assert_eq!(gauge(addr, "dlqctl_ready").await.as_deref(), Some("0"));
     assert_eq!(gauge(addr, "dlqctl_consuming").await.as_deref(), Some("1"));
+    // `status` and the web page, given the worker's metrics page, say so.
+    let metrics = format!("http://{addr}/metrics");
+    let status = crate::support::Dlqctl::new("status")
+        .arg(&file)
+        .args(["--metrics-url", &metrics])
+        .run()
+        .await;
+    status.assert_stdout_has(&[&format!("NOT READY worker at {metrics}")]);
+    let json = crate::support::Dlqctl::new("status")
+        .arg(&file)
+        .args(["--metrics-url", &metrics, "--json"])
+        .run()
+        .await;
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("status JSON");
+    assert_eq!(v["workers"][0]["ready"], false, "{v}");
+    let page = crate::support::serve::Served::start(&file, &["--metrics-url", &metrics]).await;
+    let overview = page.get("/").await.expect(200);
+    assert!(
+        overview.text.contains("data-test=\"not-ready\""),
+        "{}",
+        overview.text
+    );
     assert_eq!(get(addr, "/healthz").await.0, 200);
     assert_eq!(
         w.events("not ready: every settle has failed for the stall (copies or acks refused); /readyz answers 503 until one goes through").len(),

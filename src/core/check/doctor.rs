@@ -22,6 +22,7 @@ use crate::core::check::cycle::dead_letter_cycle;
 use crate::core::check::finding::Finding;
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
+use crate::core::dlq::redrive_state::RedriveState;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
 use crate::core::values::duration::tier_name;
@@ -201,6 +202,11 @@ pub struct Snapshot {
     /// Set when the policies were read from the queues' own, possibly
     /// older, fields because their definitions could not be: the warning.
     pub policies_from_queue_view: Option<String>,
+    /// Per pipeline with a redrive policy: its shared redrive state
+    /// (`Ok(None)`: no run yet), or why it could not be read.
+    pub redrive: HashMap<String, Result<Option<RedriveState>, String>>,
+    /// When the snapshot was taken, ms since the Unix epoch.
+    pub now_ms: u64,
 }
 
 /// The whole checklist: the broker's items, then each pipeline of `plan`
@@ -230,6 +236,7 @@ pub fn checklist(plan: &Plan, s: &Snapshot, only: Option<&str>) -> Vec<Check> {
             .chain(limit_checks(&queues, s, p))
             .chain(health_checks(&queues, s, p))
             .chain(circuit_check(s, p))
+            .chain(redrive_check(s, p))
             .chain(permission_checks(plan, s, p))
         {
             add(area, level, subject, message);
@@ -651,6 +658,58 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
         }
     }
     out
+}
+
+/// The automatic redrive, from the pipeline's shared state: a warn when its
+/// last run did not move what it could (a failed canary, an unhealthy
+/// probe, an error: the dependency may still be down), naming how many
+/// runs in a row, or when messages wait for a person; a pass otherwise.
+fn redrive_check(s: &Snapshot, p: &str) -> Option<Item> {
+    use crate::core::dlq::redrive::RunResult;
+    let subject = "redrive".to_string();
+    let state = match s.redrive.get(p)? {
+        Err(why) => {
+            return Some((
+                Area::Health,
+                Level::Skip,
+                subject,
+                format!("the shared state is unreadable: {why}"),
+            ))
+        }
+        Ok(None) => return Some((Area::Health, Level::Pass, subject, "no run yet".into())),
+        Ok(Some(state)) => state,
+    };
+    let last = state.last()?;
+    let in_a_row = state
+        .runs
+        .iter()
+        .take_while(|r| r.result == last.result)
+        .count();
+    let ago = tier_name(s.now_ms.saturating_sub(last.at_ms).max(1000) / 1000 * 1000);
+    let next = match state.remaining_ms(state.wait_ms, s.now_ms) {
+        0 => "the next look is due now".to_string(),
+        ms => format!("the next look in {}", tier_name(ms.max(1000) / 1000 * 1000)),
+    };
+    let waiting = last.waiting_for_person.unwrap_or(0);
+    let mut text = format!(
+        "last run {} {ago} ago ({} in a row, {} moved); {next} (shared wait {})",
+        last.result.label(),
+        in_a_row,
+        last.moved,
+        tier_name(state.wait_ms)
+    );
+    if waiting > 0 {
+        text += &format!(
+            "; {} past max_redrives wait for a person (`dlqctl dlq replay`)",
+            count(waiting, "message")
+        );
+    }
+    let level = match last.result {
+        RunResult::CanaryFailed | RunResult::Unhealthy | RunResult::Failed => Level::Warn,
+        _ if waiting > 0 => Level::Warn,
+        _ => Level::Pass,
+    };
+    Some((Area::Health, level, subject, text))
 }
 
 /// The worker's circuit breaker, when its metrics page was read: a warn

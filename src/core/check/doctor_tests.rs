@@ -67,7 +67,67 @@ fn healthy(plan: &Plan) -> Snapshot {
         handler_timeout_error: None,
         circuit: HashMap::new(),
         policies_from_queue_view: None,
+        redrive: HashMap::new(),
+        now_ms: NOW_MS,
     }
+}
+
+/// The snapshot's clock.
+const NOW_MS: u64 = 1_767_225_600_000;
+
+#[test]
+fn the_redrive_item_says_the_last_run_and_warns_while_it_moves_nothing() {
+    use crate::core::dlq::redrive::RunResult;
+    use crate::core::dlq::redrive_state::{RedriveState, RunRecord};
+    let p = plan();
+    let mut s = healthy(&p);
+    let item = |s: &Snapshot| {
+        checklist(&p, s, None)
+            .into_iter()
+            .find(|c| c.subject == "redrive")
+            .map(|c| (c.level, c.message))
+    };
+    // No policy, no item.
+    assert_eq!(item(&s), None);
+    s.redrive.insert("orders".into(), Ok(None));
+    assert_eq!(item(&s), Some((Level::Pass, "no run yet".into())));
+    s.redrive
+        .insert("orders".into(), Err("ACCESS_REFUSED".into()));
+    assert_eq!(item(&s).map(|i| i.0), Some(Level::Skip));
+    let run = |result, at_ms, moved, waiting| RunRecord {
+        result,
+        at_ms,
+        moved,
+        waiting_for_person: waiting,
+        canary: None,
+        why: None,
+        by: "w".into(),
+    };
+    let mut state = RedriveState::fresh(60_000, NOW_MS - 600_000);
+    for k in 0..3 {
+        let at = NOW_MS - 300_000 + k * 120_000;
+        state = state.after(60_000, run(RunResult::Unhealthy, at, 0, None), at);
+    }
+    s.redrive.insert("orders".into(), Ok(Some(state.clone())));
+    let (level, text) = item(&s).unwrap();
+    assert_eq!(level, Level::Warn);
+    assert!(
+        text.starts_with("last run unhealthy 1m ago (3 in a row, 0 moved)"),
+        "{text}"
+    );
+    let moved = state.after(60_000, run(RunResult::Moved, NOW_MS, 29, Some(0)), NOW_MS);
+    s.redrive.insert("orders".into(), Ok(Some(moved)));
+    let (level, text) = item(&s).unwrap();
+    assert_eq!(level, Level::Pass, "{text}");
+    assert!(text.contains("(1 in a row, 29 moved)"), "{text}");
+    let waiting = state.after(60_000, run(RunResult::Moved, NOW_MS, 2, Some(4)), NOW_MS);
+    s.redrive.insert("orders".into(), Ok(Some(waiting)));
+    let (level, text) = item(&s).unwrap();
+    assert_eq!(level, Level::Warn);
+    assert!(
+        text.contains("4 messages past max_redrives wait for a person"),
+        "{text}"
+    );
 }
 
 fn with(level: Level, checks: &[Check]) -> Vec<(Area, String, String)> {
