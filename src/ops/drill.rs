@@ -122,6 +122,9 @@ pub async fn drill(
             retention_ms: p.dead_letter.ttl,
             wait: true,
             cancel: opts.cancel.clone(),
+            // Its looks seek its own message: no wait for the DLQ's depth
+            // to hold still, so a look is quick and the deadline kept.
+            settle: false,
             ..ReadOptions::default()
         },
         tag: format!("dlqctl drill {}", p.name),

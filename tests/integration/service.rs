@@ -250,9 +250,11 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
         names.contains_key("dlqctl_decisions_total") && names.len() >= 10,
         "the docs should name the worker's metrics: {names:?}"
     );
-    // With a redrive policy: its families appear once a run has counted.
+    // With a redrive policy: its families appear once a run has counted;
+    // with a circuit breaker: its state, since when and its transitions.
     let f = PipeFixture::new(&[100], 2, |p| {
-        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into())
+        p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into());
+        p.circuit_breaker = Some("{min_calls: 100, open_for: 30s}".into());
     })
     .await;
     let (_, _, mut w) = f

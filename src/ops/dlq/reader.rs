@@ -81,6 +81,11 @@ pub struct ReadOptions {
     /// [`Message::described`] (off: both empty, for a replay without
     /// selectors, which needs neither).
     pub describe: bool,
+    /// Take the snapshot only once the DLQ's depth holds still (see
+    /// [`settled_depth`]), so messages a dead command gives back count.
+    /// Off for `dlqctl drill`, whose looks seek its own message only and
+    /// must be quick to keep its deadline.
+    pub settle: bool,
 }
 
 impl Default for ReadOptions {
@@ -92,6 +97,7 @@ impl Default for ReadOptions {
             cancel: CancellationToken::new(),
             at_most: None,
             describe: true,
+            settle: true,
         }
     }
 }
@@ -310,7 +316,7 @@ impl DlqReader {
         opts: ReadOptions,
     ) -> Result<Self> {
         let lock = take_lock(&conn, dlq, opts.wait, &opts.cancel).await?;
-        let snapshot = settled_depth(&conn, dlq).await?;
+        let snapshot = settled_depth(&conn, dlq, opts.settle).await?;
         let to_read = opts.at_most.map_or(snapshot, |m| m.min(snapshot));
         let mut reader = DlqReader {
             dlq: dlq.to_string(),
@@ -696,7 +702,7 @@ const SNAPSHOT_SETTLE: Duration = Duration::from_millis(500);
 /// `summary` holding 10,000 of 20,000: the depth read 8,000 for 10 to 35
 /// ms, then 20,000): a snapshot taken at once left them out, and a
 /// `purge --yes` right after left them in the DLQ.
-async fn settled_depth(conn: &Connection, dlq: &str) -> Result<u64> {
+async fn settled_depth(conn: &Connection, dlq: &str, settle: bool) -> Result<u64> {
     let read = || async {
         passive_queue(conn, dlq)
             .await?
@@ -710,7 +716,7 @@ async fn settled_depth(conn: &Connection, dlq: &str) -> Result<u64> {
     let start = std::time::Instant::now();
     let mut depth = read().await?;
     let mut same = 1;
-    while same < SNAPSHOT_SAME && start.elapsed() < SNAPSHOT_SETTLE {
+    while settle && same < SNAPSHOT_SAME && start.elapsed() < SNAPSHOT_SETTLE {
         tokio::time::sleep(SNAPSHOT_POLL).await;
         let now = read().await?;
         same = if now == depth { same + 1 } else { 1 };
