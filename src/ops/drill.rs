@@ -64,6 +64,12 @@ pub struct DrillReport {
     pub removed: u64,
     /// Wall time, milliseconds.
     pub elapsed_ms: u64,
+    /// The pipeline's automatic redrive, when it has a policy: its last
+    /// run in words (see
+    /// [`crate::core::dlq::redrive_state::RedriveState::summary`]), or why
+    /// it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<String>,
 }
 
 impl DrillReport {
@@ -85,6 +91,19 @@ impl DrillReport {
             detail: detail.into(),
         });
         self.failed = Some(name.into());
+    }
+}
+
+/// The pipeline's redrive in words, from its shared state.
+async fn redrive_summary(conn: &Connection, p: &Pipeline) -> String {
+    let now = crate::ops::dlq::now_ms();
+    match crate::ops::dlq::redrive_state::peek(conn, &p.redrive_state_queue()).await {
+        Ok(Some(s)) => s
+            .summary(now)
+            .map(|(_, text)| text)
+            .unwrap_or_else(|| "no run yet".into()),
+        Ok(None) => "no run yet".into(),
+        Err(e) => format!("the shared state is unreadable: {e}"),
     }
 }
 
@@ -153,6 +172,9 @@ pub async fn drill(
         if let Ok(p) = crate::ops::dlq::purge::purge(&fresh, &mine, None, true, &mut |_| {}).await {
             r.removed = p.removed;
         }
+    }
+    if p.dead_letter.redrive.is_some() {
+        r.redrive = Some(redrive_summary(&conn, p).await);
     }
     r.elapsed_ms = started.elapsed().as_millis() as u64;
     result.map(|()| r)

@@ -799,6 +799,19 @@ async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
         t.contains(&format!("dlqctl dlq redrive {}", f.pipe.name)),
         "{t}"
     );
+    // A drill names the redrive's last run too (here it fails at its first
+    // step: no worker consumes the pipeline).
+    let drill = crate::support::Dlqctl::on_queue(&["drill"], &file, &f.pipe.name)
+        .args(["--format", "json"])
+        .run()
+        .await;
+    drill.assert_code(3);
+    let d = json(&drill);
+    let redrive = d["redrive"].as_str().unwrap_or_default();
+    assert!(
+        redrive.starts_with("last run nothing_eligible") && redrive.contains("2 in a row"),
+        "{d:#}"
+    );
 }
 
 /// Two worker processes redriving a DLQ that holds a drill message left

@@ -665,7 +665,6 @@ fn health_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
 /// probe, an error: the dependency may still be down), naming how many
 /// runs in a row, or when messages wait for a person; a pass otherwise.
 fn redrive_check(s: &Snapshot, p: &str) -> Option<Item> {
-    use crate::core::dlq::redrive::RunResult;
     let subject = "redrive".to_string();
     let state = match s.redrive.get(p)? {
         Err(why) => {
@@ -679,36 +678,8 @@ fn redrive_check(s: &Snapshot, p: &str) -> Option<Item> {
         Ok(None) => return Some((Area::Health, Level::Pass, subject, "no run yet".into())),
         Ok(Some(state)) => state,
     };
-    let last = state.last()?;
-    let in_a_row = state
-        .runs
-        .iter()
-        .take_while(|r| r.result == last.result)
-        .count();
-    let ago = tier_name(s.now_ms.saturating_sub(last.at_ms).max(1000) / 1000 * 1000);
-    let next = match state.remaining_ms(state.wait_ms, s.now_ms) {
-        0 => "the next look is due now".to_string(),
-        ms => format!("the next look in {}", tier_name(ms.max(1000) / 1000 * 1000)),
-    };
-    let waiting = last.waiting_for_person.unwrap_or(0);
-    let mut text = format!(
-        "last run {} {ago} ago ({} in a row, {} moved); {next} (shared wait {})",
-        last.result.label(),
-        in_a_row,
-        last.moved,
-        tier_name(state.wait_ms)
-    );
-    if waiting > 0 {
-        text += &format!(
-            "; {} past max_redrives wait for a person (`dlqctl dlq replay`)",
-            count(waiting, "message")
-        );
-    }
-    let level = match last.result {
-        RunResult::CanaryFailed | RunResult::Unhealthy | RunResult::Failed => Level::Warn,
-        _ if waiting > 0 => Level::Warn,
-        _ => Level::Pass,
-    };
+    let (look, text) = state.summary(s.now_ms)?;
+    let level = if look { Level::Warn } else { Level::Pass };
     Some((Area::Health, level, subject, text))
 }
 

@@ -156,6 +156,50 @@ impl RedriveState {
     }
 }
 
+impl RedriveState {
+    /// The last run in words, for `doctor` and `drill`: its result, how
+    /// long ago, how many runs in a row came to it, what it moved, the
+    /// shared wait and the next look, and the messages it found waiting
+    /// for a person; with whether it calls for a look (a run that moved
+    /// nothing it could: a failed canary, an unhealthy probe, an error; or
+    /// messages waiting for a person). `None` before any run.
+    pub fn summary(&self, now_ms: u64) -> Option<(bool, String)> {
+        use crate::core::values::duration::tier_name;
+        let last = self.last()?;
+        let in_a_row = self
+            .runs
+            .iter()
+            .take_while(|r| r.result == last.result)
+            .count();
+        let secs = |ms: u64| tier_name(ms.max(1000) / 1000 * 1000);
+        let next = match self.remaining_ms(self.wait_ms, now_ms) {
+            0 => "the next look is due now".to_string(),
+            ms => format!("the next look in {}", secs(ms)),
+        };
+        let waiting = last.waiting_for_person.unwrap_or(0);
+        let mut text = format!(
+            "last run {} {} ago ({} in a row, {} moved); {next} (shared wait {})",
+            last.result.label(),
+            secs(now_ms.saturating_sub(last.at_ms)),
+            in_a_row,
+            last.moved,
+            tier_name(self.wait_ms)
+        );
+        if waiting > 0 {
+            text += &format!(
+                "; {} past max_redrives wait for a person (`dlqctl dlq replay`)",
+                crate::core::values::text::count(waiting, "message")
+            );
+        }
+        let look = waiting > 0
+            || matches!(
+                last.result,
+                RunResult::CanaryFailed | RunResult::Unhealthy | RunResult::Failed
+            );
+        Some((look, text))
+    }
+}
+
 /// The newest of the states read (the largest `seq`, then the latest
 /// write): a crash between a run's publish and its ack leaves two.
 pub fn newest(states: &[RedriveState]) -> Option<&RedriveState> {

@@ -42,6 +42,9 @@ pub fn drill_text(r: &DrillReport) -> String {
             r.removed
         ));
     }
+    if let Some(redrive) = &r.redrive {
+        out.push_str(&format!("redrive: {redrive}\n"));
+    }
     out
 }
 
