@@ -772,15 +772,21 @@ async fn the_worker_acks_a_redriven_drill_message_without_the_handler() {
 #[tokio::test]
 async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
     let msgs = vec![dead_redriven("p-0", "permanent", None)];
-    let (f, file) = redriving("{min_age: 1s, every: 5s, canary: 0}", msgs).await;
+    // A health URL with a token in its query: shown without it.
+    let (f, file) = redriving(
+        "{min_age: 1s, every: 5s, canary: 0, health: {http: 'http://127.0.0.1:1/health?token=s3cret'}}",
+        msgs,
+    )
+    .await;
     let s = crate::support::serve::Served::start(&file, &[] as &[&str]).await;
     let page = s
         .get(&format!("/pipelines/{}", f.pipe.name))
         .await
         .expect(200);
     assert!(page.text.contains("No redrive run yet."), "{}", page.text);
-    redrive_now(&file, &f.pipe.name).await.assert_code(0);
-    redrive_now(&file, &f.pipe.name).await.assert_code(0);
+    // Nothing answers the health URL: unhealthy (exit 3), twice.
+    redrive_now(&file, &f.pipe.name).await.assert_code(3);
+    redrive_now(&file, &f.pipe.name).await.assert_code(3);
     let page = s
         .get(&format!("/pipelines/{}", f.pipe.name))
         .await
@@ -788,13 +794,16 @@ async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
     let t = &page.text;
     assert!(t.contains("data-test=\"redrive-runs\""), "{t}");
     assert_eq!(
-        t.matches("data-test=\"run-result\">nothing_eligible<")
-            .count(),
+        t.matches("data-test=\"run-result\">unhealthy<").count(),
         2,
         "{t}"
     );
     assert!(t.contains("data-test=\"shared-wait\">5s<"), "{t}");
     assert!(t.contains("data-test=\"next-look\""), "{t}");
+    assert!(
+        t.contains("http://127.0.0.1:1/health") && !t.contains("s3cret"),
+        "{t}"
+    );
     assert!(
         t.contains(&format!("dlqctl dlq redrive {}", f.pipe.name)),
         "{t}"
@@ -809,7 +818,7 @@ async fn the_web_page_shows_the_redrive_history_and_the_next_look() {
     let d = json(&drill);
     let redrive = d["redrive"].as_str().unwrap_or_default();
     assert!(
-        redrive.starts_with("last run nothing_eligible") && redrive.contains("2 in a row"),
+        redrive.starts_with("last run unhealthy") && redrive.contains("2 in a row"),
         "{d:#}"
     );
 }

@@ -16,6 +16,12 @@ fn redrive_facts(
     shared: &SharedRedrive,
 ) -> Markup {
     use crate::core::values::duration::tier_name;
+    // Neither credentials nor a query (a token) are shown.
+    let health = policy.health.as_deref().map(|u| {
+        reqwest::Url::parse(u)
+            .map(|u| crate::handler::http::redacted(&u))
+            .unwrap_or_else(|_| "(an invalid URL)".into())
+    });
     html! {
         h2 { "Automatic redrive" }
         dl.facts data-test="redrive" {
@@ -25,7 +31,7 @@ fn redrive_facts(
             dt { "Rate" } dd { (format!("{}/s", policy.rate)) }
             dt { "Canary" } dd { (policy.canary) }
             dt { "Every" } dd { (tier_name(policy.every)) }
-            dt { "Health probe" } dd.mono { (opt(policy.health.as_deref())) }
+            dt { "Health probe" } dd.mono { (opt(health.as_deref())) }
             dt { "Waiting for a person" } dd data-test="waiting" { (opt(waiting.map(|n| n.to_string()).as_deref())) }
         }
         (redrive_runs(shared))
