@@ -289,16 +289,22 @@ mod tests {
         }
     }
 
+    /// What `command` needs for pipeline `orders` of `p`, as pairs.
+    fn needed(p: &Plan, command: &str) -> Vec<(Access, String)> {
+        needs(command, p, "orders")
+            .into_iter()
+            .map(|n| (n.access, n.resource))
+            .collect()
+    }
+
+    fn s(a: Access, r: &str) -> (Access, String) {
+        (a, r.to_string())
+    }
+
     #[test]
     fn every_command_needs_what_the_permissions_table_says() {
         let p = plan();
-        let names = |c: &str| -> Vec<(Access, String)> {
-            needs(c, &p, "orders")
-                .into_iter()
-                .map(|n| (n.access, n.resource))
-                .collect()
-        };
-        let s = |a: Access, r: &str| (a, r.to_string());
+        let names = |c: &str| needed(&p, c);
         use Access::*;
         assert_eq!(
             names("provision --check"),
@@ -356,13 +362,7 @@ mod tests {
         )
         .expect("valid");
         let p = crate::core::topology::plan::plan(&t);
-        let names = |c: &str| -> Vec<(Access, String)> {
-            needs(c, &p, "orders")
-                .into_iter()
-                .map(|n| (n.access, n.resource))
-                .collect()
-        };
-        let s = |a: Access, r: &str| (a, r.to_string());
+        let names = |c: &str| needed(&p, c);
         use Access::*;
         let redrive = vec![
             s(Configure, "dlqctl.lock.orders.dlq"),
