@@ -413,6 +413,18 @@ fn as_definition(
     }
 }
 
+/// The policies a queue's own document reports (`GET /api/queues/{vhost}/
+/// {name}`: `policy`, `operator_policy`, `effective_policy_definition`);
+/// `None` while the statistics have not reported them.
+pub(crate) fn reported_policies(doc: &serde_json::Value) -> Option<AppliedPolicies> {
+    let text = |k: &str| doc[k].as_str().map(str::to_string);
+    applied(
+        text("policy"),
+        text("operator_policy"),
+        Some(doc["effective_policy_definition"].clone()),
+    )
+}
+
 /// The policies of a queue row; `None` while the statistics have not
 /// reported them.
 fn applied(
@@ -437,4 +449,31 @@ fn without_url(e: &reqwest::Error) -> String {
         s = s.replace(&format!(" for url ({u})"), "");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reported_policies;
+    use serde_json::json;
+
+    #[test]
+    fn a_queue_document_reports_its_policies_once_its_statistics_have() {
+        let doc = json!({
+            "policy": "ttl",
+            "operator_policy": "",
+            "effective_policy_definition": {"message-ttl": 1000},
+        });
+        let p = reported_policies(&doc).expect("reported");
+        assert_eq!(p.policy.as_deref(), Some("ttl"));
+        assert_eq!(p.operator_policy, None, "an empty name is no policy");
+        assert_eq!(p.effective["message-ttl"], 1000);
+        // `[]` is the empty definition; `null` or absent: not reported yet.
+        let none = json!({"effective_policy_definition": []});
+        assert!(reported_policies(&none).is_some_and(|p| p.effective.is_empty()));
+        assert_eq!(
+            reported_policies(&json!({"effective_policy_definition": null})),
+            None
+        );
+        assert_eq!(reported_policies(&json!({})), None);
+    }
 }

@@ -55,25 +55,7 @@ async fn queue_policies(
             message: "the management API does not know this queue (is it another broker's?)".into(),
         });
     };
-    let name = |k: &str| {
-        doc[k]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
-    let effective = match &doc["effective_policy_definition"] {
-        serde_json::Value::Object(o) => Some(o.clone()),
-        serde_json::Value::Array(a) if a.is_empty() => Some(serde_json::Map::new()),
-        _ => None,
-    };
-    let reported = effective.map(|effective| AppliedPolicies {
-        policy: name("policy"),
-        operator_policy: name("operator_policy"),
-        effective,
-        policy_definition: None,
-        operator_definition: None,
-        notes: vec![],
-    });
+    let reported = crate::amqp::mgmt::reported_policies(&doc);
     let kind = doc["type"].as_str().unwrap_or("classic");
     let applied = match m.policy_set(vhost).await {
         Ok(set) => Some(crate::core::check::effective::resolve_against(
