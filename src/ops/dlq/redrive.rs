@@ -212,7 +212,7 @@ async fn turn(
     let state_queue = pipeline.redrive_state_queue();
     let before = read_shared(t, &state_queue, policy.every, &mut report).await;
     let not_due = before.as_ref().and_then(|s| {
-        let remaining_ms = s.remaining_ms(policy.every, unix_ms());
+        let remaining_ms = s.remaining_ms(policy.every, super::now_ms());
         (if_due && remaining_ms > 0).then(|| Turn::NotDue {
             state: s.clone(),
             remaining_ms,
@@ -248,13 +248,6 @@ async fn unlock(held: lapin::Channel, lock: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(5), held.close(200, "done".into())).await;
 }
 
-/// Now, in ms since the Unix epoch.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The shared state as the run starts (a fresh one when the queue holds
 /// none); `None`, with [`RedriveReport::shared_unavailable`] set, when it
 /// cannot be read. Nothing stays held: the run holds the redrive lock,
@@ -270,7 +263,7 @@ async fn read_shared(
             let state = held
                 .state
                 .clone()
-                .unwrap_or_else(|| RedriveState::fresh(every_ms, unix_ms()));
+                .unwrap_or_else(|| RedriveState::fresh(every_ms, super::now_ms()));
             held.release().await;
             Some(state)
         }
@@ -307,7 +300,7 @@ async fn write_shared(
                 context: format!("cannot write the redrive state to {queue}"),
                 message: "the queue is gone".into(),
             })?;
-        let now = unix_ms();
+        let now = super::now_ms();
         let last = match &held.state {
             Some(s) if s.seq >= before.seq => s.clone(),
             _ => before,

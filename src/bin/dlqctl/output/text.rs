@@ -263,7 +263,10 @@ pub fn provisioned_text(file: &str, plan: &Plan, report: &Report) -> String {
     out
 }
 
-/// `status`'s line per pipeline with a redrive policy: its shared state.
+/// `status`'s line per pipeline with a redrive policy: its last run as
+/// `doctor` and `drill` say it ([`RedriveState::summary`]).
+///
+/// [`RedriveState::summary`]: dlqctl::core::dlq::redrive_state::RedriveState::summary
 fn redrive_lines(report: &StatusReport) -> String {
     let mut out = String::new();
     let now = std::time::SystemTime::now()
@@ -271,10 +274,8 @@ fn redrive_lines(report: &StatusReport) -> String {
         .map_or(0, |d| d.as_millis() as u64);
     for p in &report.pipelines {
         let Some(r) = &p.redrive else { continue };
-        match (&r.state, &r.unreadable) {
-            (Some(s), _) => {
-                out += &format!("redrive {}: {}\n", p.name, esc(&redrive_state_text(s, now)))
-            }
+        match (r.state.as_ref().and_then(|s| s.summary(now)), &r.unreadable) {
+            (Some((_, text)), _) => out += &format!("redrive {}: {}\n", p.name, esc(&text)),
             (None, Some(why)) => {
                 out += &format!("redrive {}: state unreadable: {}\n", p.name, esc(why))
             }
@@ -622,37 +623,6 @@ pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
             out += &format!("the shared wait was not kept, so each worker keeps its own: {why}\n");
         }
         (None, None) => {}
-    }
-    out
-}
-
-/// A pipeline's shared redrive state in a few words: the wait, the next
-/// look, the last run (`now_ms`: ms since the Unix epoch).
-pub fn redrive_state_text(
-    s: &dlqctl::core::dlq::redrive_state::RedriveState,
-    now_ms: u64,
-) -> String {
-    use dlqctl::core::values::duration::tier_name;
-    let next = if s.next_look_at_ms <= now_ms {
-        "due now".to_string()
-    } else {
-        format!("next look in {}", tier_name(s.next_look_at_ms - now_ms))
-    };
-    let mut out = format!("wait {}, {next}", tier_name(s.wait_ms));
-    if let Some(r) = s.last() {
-        out += &format!(
-            "; last run {} {} ago",
-            r.result.label(),
-            tier_name(now_ms.saturating_sub(r.at_ms).max(1))
-        );
-        if r.moved > 0 {
-            out += &format!(" ({} moved)", r.moved);
-        }
-        if let Some(n) = r.waiting_for_person {
-            out += &format!("; {n} waiting for a person");
-        }
-    } else {
-        out += "; no run yet";
     }
     out
 }
