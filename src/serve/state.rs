@@ -350,16 +350,14 @@ impl App {
     }
 
     /// The pipeline's shared redrive state (docs/dlq.md, "The shared
-    /// wait"), read as `status` reads it, on a connection of its own.
+    /// wait"), read as `status` reads it, on the status connection.
     pub async fn redrive_state(
         &self,
         p: &Pipeline,
     ) -> Result<Option<crate::core::dlq::redrive_state::RedriveState>> {
-        let tag = format!("dlqctl serve redrive-state {}", p.name);
-        let (conn, _) = self.opts.brokers.connect(&tag).await?;
-        let state = crate::ops::dlq::redrive_state::peek(&conn, &p.redrive_state_queue()).await;
-        crate::amqp::connection::close(&conn).await;
-        state
+        // A lost connection is opened again by the next read.
+        let (conn, _, _) = self.status_conn().await?;
+        crate::ops::dlq::redrive_state::peek(&conn, &p.redrive_state_queue()).await
     }
 
     /// Groups `pipeline`'s DLQ, as `dlq summary` does. When another command
