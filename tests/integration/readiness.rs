@@ -5,21 +5,13 @@
 //! again once a settle goes through, having lost nothing.
 
 use crate::support::worker::*;
-use crate::support::{eventually, Broker};
+use crate::support::{eventually, http_get, Broker};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// GET `http://ADDR/PATH`: its status and body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    let r = reqwest::Client::new()
-        .get(&url)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap_or_default())
+    http_get(&format!("http://{addr}{path}")).await
 }
 
 /// The value of the unlabelled metric `name` on `/metrics`.

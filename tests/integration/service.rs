@@ -8,7 +8,7 @@ use crate::support::relay::Relay;
 use crate::support::script::Script;
 use crate::support::serve::Served;
 use crate::support::worker::*;
-use crate::support::{amqp_url, eventually};
+use crate::support::{amqp_url, eventually, http_get as get};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -24,18 +24,6 @@ fn broker_addr() -> SocketAddr {
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("an address")
-}
-
-/// GET `url`: its status and body.
-async fn get(url: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .get(url)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap_or_default())
 }
 
 /// A worker started before its broker is up: `/healthz` answers at once,

@@ -132,6 +132,19 @@ pub fn unique_prefix() -> String {
     format!("it-{}", &id[..8])
 }
 
+/// GET `url` (10 s at most): its status and body; panics naming the URL
+/// when nothing answers.
+pub async fn http_get(url: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap_or_default())
+}
+
 /// Polls `f` until it returns `Some`, or panics after `deadline` naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
 where
