@@ -6,8 +6,9 @@
 //! pipeline's shared state (`NAME.redrive-state`) and runs the policy
 //! once ([`crate::ops::dlq::redrive::redrive_if_due`]) only when the
 //! shared wait has passed, whichever worker ran the run before. After a
-//! failed canary the shared wait doubles, up to an hour; `busy` leaves it;
-//! any other result brings it back to `every`. Without the state queue (a
+//! failed canary the shared wait doubles, up to an hour; `busy`, `failed`
+//! and a run cut short by a stop leave it; any other result brings it back
+//! to `every`. Looks carry a little jitter. Without the state queue (a
 //! topology provisioned before it) the wait is this worker's own, as
 //! before, with a warning.
 
