@@ -93,6 +93,8 @@ pub mod error;
 #[doc(hidden)]
 pub mod handler;
 #[doc(hidden)]
+pub mod idempotency;
+#[doc(hidden)]
 pub mod ops;
 #[doc(hidden)]
 pub mod serve;

@@ -26,6 +26,7 @@
 pub mod check;
 pub mod dlq;
 pub mod handling;
+pub mod idempotency;
 pub mod retry;
 pub mod topology;
 pub mod values;
