@@ -218,6 +218,18 @@ pub struct CircuitBreaker {
     pub half_open_calls: u32,
 }
 
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        CircuitBreaker {
+            failure_rate: 0.5,
+            window: 60_000,
+            min_calls: 20,
+            open_for: 30_000,
+            half_open_calls: 1,
+        }
+    }
+}
+
 /// One pipeline: a main queue with its retry tiers and its DLQ.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Pipeline {
@@ -235,6 +247,8 @@ pub struct Pipeline {
     pub delivery_limit: Option<i64>,
     /// Optional circuit breaker for workers.
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// Idempotent handling (`idempotency`); `None`: off.
+    pub idempotency: Option<crate::core::idempotency::Idempotency>,
     /// Extra arguments of the main queue (allow-listed).
     pub arguments: Arguments,
     /// The line of the pipeline's `name:` in the topology file (1-based),

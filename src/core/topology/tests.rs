@@ -949,8 +949,8 @@ fn backoff_factor_precision_and_max_below_base_are_refused() {
 
 /// `null`, or an empty block (a key with nothing after it), is an error
 /// with line and column for every optional block that a mapping or
-/// `true` turns on: it says neither on nor off. (`idempotency` joins
-/// this list when it exists.)
+/// `true` turns on: it says neither on nor off (`redrive`,
+/// `circuit_breaker`, `idempotency`, in a pipeline or in `defaults`).
 #[test]
 fn a_null_or_empty_optional_block_is_an_error_with_its_position() {
     let cases = [
@@ -972,17 +972,32 @@ fn a_null_or_empty_optional_block_is_an_error_with_its_position() {
         (
             "pipelines:\n  - name: a\n    circuit_breaker: null\n",
             "4:",
-            "circuit_breaker must be a mapping, not null",
+            "circuit_breaker is empty",
         ),
         (
             "pipelines:\n  - name: a\n    circuit_breaker:\n",
             "4:",
-            "circuit_breaker must be a mapping, not null",
+            "circuit_breaker is empty",
         ),
         (
             "defaults:\n  circuit_breaker:\npipelines:\n  - name: a\n",
             "3:",
-            "circuit_breaker must be a mapping, not null",
+            "circuit_breaker is empty",
+        ),
+        (
+            "pipelines:\n  - name: a\n    idempotency: null\n",
+            "4:",
+            "idempotency is empty",
+        ),
+        (
+            "pipelines:\n  - name: a\n    idempotency:\n",
+            "4:",
+            "idempotency is empty",
+        ),
+        (
+            "defaults:\n  idempotency:\npipelines:\n  - name: a\n",
+            "3:",
+            "idempotency is empty",
         ),
     ];
     for (body, pos, needle) in cases {
@@ -994,4 +1009,50 @@ fn a_null_or_empty_optional_block_is_an_error_with_its_position() {
             e[0]
         );
     }
+}
+
+/// `idempotency`: `true` and `{}` take the defaults; a pipeline's keys
+/// apply over the defaults' ones, key by key; `false` turns off the
+/// defaults' block; bad keys are errors at their position.
+#[test]
+fn idempotency_merges_key_by_key_over_the_defaults() {
+    use crate::core::idempotency::{Idempotency, KeySource, StoreSpec, DEFAULT_KEEP_MS};
+    let t = ok("version: 1\npipelines:\n  - name: a\n    idempotency: true\n  - name: b\n    idempotency: {}\n  - name: c\n");
+    assert_eq!(t.pipelines[0].idempotency, Some(Idempotency::default()));
+    assert_eq!(t.pipelines[1].idempotency, Some(Idempotency::default()));
+    assert_eq!(t.pipelines[2].idempotency, None);
+    assert_eq!(Idempotency::default().keep_ms, DEFAULT_KEEP_MS);
+    let t = ok("version: 1\ndefaults:\n  idempotency: {store: 'env:STORE', keep: 1d}\npipelines:\n  - name: a\n    idempotency: {key: 'header:order-id'}\n  - name: b\n  - name: c\n    idempotency: false\n");
+    let a = t.pipelines[0].idempotency.clone().unwrap();
+    assert_eq!(a.key, KeySource::Header("order-id".into()));
+    assert_eq!(a.store, StoreSpec::Env("STORE".into()));
+    assert_eq!(a.keep_ms, 86_400_000);
+    let b = t.pipelines[1].idempotency.clone().unwrap();
+    assert_eq!(b.key, KeySource::MessageId);
+    assert_eq!(b.store, StoreSpec::Env("STORE".into()));
+    assert_eq!(t.pipelines[2].idempotency, None);
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {key: 'header:x-death'}\n",
+        "4:24",
+        "x-* or dlqctl-*",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {store: 'mysql://u:pw@h/x'}\n",
+        "4:26",
+        "mysql://u:***@h/x",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {keep: 0s}\n",
+        "4:25",
+        "idempotency.keep must be between 1ms",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {lease: 1m}\n",
+        "4:19",
+        "unknown key `lease` in idempotency",
+    );
+    // The circuit breaker takes `true` and `false` the same way.
+    let t = ok("version: 1\ndefaults:\n  circuit_breaker: true\npipelines:\n  - name: a\n  - name: b\n    circuit_breaker: false\n");
+    assert!(t.pipelines[0].circuit_breaker.is_some());
+    assert!(t.pipelines[1].circuit_breaker.is_none());
 }

@@ -8,12 +8,14 @@
 //! - `pipeline`: one pipeline, its settings applied over the defaults;
 //! - `exchange`: a producers' exchange and its bindings;
 //! - `redrive`: `dead_letter.redrive`, the automatic redrive policy;
+//! - `idempotency`: idempotent handling (key, store, keep);
 //! - `arguments`: a main queue's extra arguments;
 //! - `names`: the names of every queue and exchange.
 
 mod arguments;
 mod exchange;
 mod file;
+mod idempotency;
 mod names;
 mod pipeline;
 mod read;

@@ -5,6 +5,7 @@ use crate::core::topology::model::*;
 use crate::core::topology::yaml::{Key, Node, Pos, Value};
 use crate::core::values::duration::MAX_MILLIS;
 
+use super::idempotency::RawIdempotency;
 use super::read::{At, Cx};
 use super::settings::{backoff_delays, RawSettings, MAX_BACKOFF_RETRIES, SETTINGS_KEYS};
 
@@ -96,7 +97,9 @@ impl Cx {
             },
             dead_letter: dead_letter?,
             delivery_limit: delivery_limit?,
-            circuit_breaker: pick(&own.circuit_breaker, &defaults.circuit_breaker).map(|c| c.v),
+            circuit_breaker: pick(&own.circuit_breaker, &defaults.circuit_breaker)
+                .and_then(|c| c.v),
+            idempotency: RawIdempotency::merged(&own.idempotency, &defaults.idempotency),
             arguments: arguments?,
             line: name_pos.line,
         })

@@ -6,6 +6,7 @@ use crate::core::topology::model::*;
 use crate::core::topology::yaml::{Key, Node, Value};
 use crate::core::values::duration::MAX_MILLIS;
 
+use super::idempotency::RawIdempotency;
 use super::read::{at, At, Cx};
 
 #[derive(Debug, Clone, Default)]
@@ -38,16 +39,19 @@ pub(super) struct RawSettings {
     pub(super) retry: RawRetry,
     pub(super) dead_letter: RawDeadLetter,
     pub(super) delivery_limit: Option<At<i64>>,
-    pub(super) circuit_breaker: Option<At<CircuitBreaker>>,
+    /// `circuit_breaker`: `Some(None)` when turned off with `false`.
+    pub(super) circuit_breaker: Option<At<Option<CircuitBreaker>>>,
+    pub(super) idempotency: Option<At<RawIdempotency>>,
     pub(super) arguments: Vec<(Key, Node)>,
 }
 
-pub(super) const SETTINGS_KEYS: [&str; 6] = [
+pub(super) const SETTINGS_KEYS: [&str; 7] = [
     "queue_type",
     "retry",
     "dead_letter",
     "delivery_limit",
     "circuit_breaker",
+    "idempotency",
     "arguments",
 ];
 
@@ -87,6 +91,7 @@ impl Cx {
                 "circuit_breaker" => {
                     s.circuit_breaker = self.circuit_breaker(v).map(|c| at(v.pos, c))
                 }
+                "idempotency" => s.idempotency = self.idempotency(v).map(|i| at(v.pos, i)),
                 "arguments" => match &v.value {
                     Value::Map(m) => s.arguments = m.clone(),
                     Value::Null => {}
@@ -270,7 +275,23 @@ impl Cx {
         d
     }
 
-    pub(super) fn circuit_breaker(&mut self, n: &Node) -> Option<CircuitBreaker> {
+    /// `circuit_breaker`: `Some(None)` when turned off (`false`),
+    /// `Some(Some(settings))` when on (`true`, `{}` or its keys); `null`
+    /// (an empty line) is invalid, as for `redrive` and `idempotency`.
+    pub(super) fn circuit_breaker(&mut self, n: &Node) -> Option<Option<CircuitBreaker>> {
+        match &n.value {
+            Value::Bool(false) => return Some(None),
+            Value::Bool(true) => return Some(Some(CircuitBreaker::default())),
+            Value::Null => {
+                self.err(n.pos, super::redrive::empty_block("circuit_breaker"));
+                return None;
+            }
+            _ => {}
+        }
+        self.circuit_breaker_keys(n).map(Some)
+    }
+
+    fn circuit_breaker_keys(&mut self, n: &Node) -> Option<CircuitBreaker> {
         let m = self.map(
             n,
             "circuit_breaker",
@@ -282,13 +303,7 @@ impl Cx {
                 "half_open_calls",
             ],
         )?;
-        let mut cb = CircuitBreaker {
-            failure_rate: 0.5,
-            window: 60_000,
-            min_calls: 20,
-            open_for: 30_000,
-            half_open_calls: 1,
-        };
+        let mut cb = CircuitBreaker::default();
         let mut ok = true;
         for (k, v) in m {
             match k.name.as_str() {
