@@ -69,6 +69,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The idempotency store cannot be used (exit 1).
+    #[error(transparent)]
+    Store(#[from] crate::idempotency::StoreError),
     /// Bad usage detected after argument parsing (exit 2).
     #[error("{0}")]
     Usage(String),

@@ -50,9 +50,10 @@ impl From<Error> for Fail {
             Error::Busy { .. } => StatusCode::CONFLICT,
             Error::Usage(_) | Error::Invalid(_) | Error::Url { .. } => StatusCode::BAD_REQUEST,
             Error::Read { .. } | Error::Write { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::Connect { .. } | Error::Broker { .. } | Error::Management { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            Error::Connect { .. }
+            | Error::Broker { .. }
+            | Error::Management { .. }
+            | Error::Store(_) => StatusCode::BAD_GATEWAY,
         };
         Fail::new(status, e.to_string())
     }

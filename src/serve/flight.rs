@@ -126,6 +126,7 @@ impl<K: Eq + Hash + Clone, T: Clone> Drop for Leader<'_, K, T> {
 fn copy_error(e: &Error) -> Error {
     match e {
         Error::Invalid(i) => Error::Invalid(i.clone()),
+        Error::Store(e) => Error::Store(e.clone()),
         Error::Read { path, source } => Error::Read {
             path: path.clone(),
             source: std::io::Error::new(source.kind(), source.to_string()),

@@ -54,6 +54,27 @@ pub struct WorkerConfig {
     /// timeout (`--management-url`; empty, the default: each address's
     /// host, port 15672).
     pub management_urls: Vec<String>,
+    /// The idempotency store, over the pipeline's `idempotency.store`
+    /// (`dlqctl work --idempotency-store`; `None`, the default: the
+    /// pipeline's). Only used when the pipeline has `idempotency`.
+    pub idempotency_store: Option<crate::core::idempotency::StoreSpec>,
+    /// How long the lease on a key lasts while its handler runs (renewed
+    /// every third of it); `None`, the default: the handler timeout plus
+    /// 5 s, at least 10 s (30 s without a handler timeout). A handler
+    /// that outlives its lease without renewing it could run twice.
+    pub lease: Option<Duration>,
+}
+
+impl WorkerConfig {
+    /// The lease on a key while its handler runs (see [`Self::lease`]).
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or_else(|| {
+            let timeout = self
+                .handler_timeout
+                .map_or(25_000, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+            Duration::from_millis(crate::core::idempotency::lease_ms(timeout))
+        })
+    }
 }
 
 impl WorkerConfig {
@@ -76,6 +97,8 @@ impl WorkerConfig {
             wait_for_broker: Duration::ZERO,
             handler_timeout: None,
             management_urls: Vec::new(),
+            idempotency_store: None,
+            lease: None,
         }
     }
 }

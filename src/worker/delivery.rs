@@ -4,6 +4,7 @@
 
 use super::circuit::ProbeTicket;
 use super::config::WorkerConfig;
+use super::idempotency::Entry;
 use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
 use crate::core::handling::outcome::Outcome;
@@ -118,7 +119,7 @@ impl<H: Handler> DeliveryTask<H> {
                 drop(probe);
                 Run::drill(step, prepared.attempt, self.cfg.pipeline.retry.max_attempts)
             }
-            None => self.run_handler(&prepared, probe).await,
+            None => self.guarded_run(&d, &prepared, probe).await,
         };
         let rules = Rules {
             pipeline: &self.cfg.pipeline,
@@ -156,6 +157,41 @@ impl<H: Handler> DeliveryTask<H> {
             .carry_out(&d, plan.settlement, &prepared, &remake)
             .await;
         self.record(&prepared, &run, &planned, &done);
+    }
+
+    /// Step 2, with the idempotency guard when the pipeline has one: the
+    /// key is leased before the handler runs (or the delivery is a
+    /// duplicate, deferred, or handed back), renewed while it runs, and
+    /// marked or released after, before the message is settled.
+    async fn guarded_run(
+        &self,
+        d: &Delivery,
+        prepared: &Prepared,
+        probe: Option<ProbeTicket>,
+    ) -> Run {
+        let Some(guard) = self.shared.guard.get().filter(|_| prepared.msg.is_some()) else {
+            return self.run_handler(prepared, probe).await;
+        };
+        let message_id = prepared.message_id.as_deref().unwrap_or("");
+        match guard.enter(d, message_id).await {
+            Entry::Unguarded => self.run_handler(prepared, probe).await,
+            Entry::Skip(run) => run,
+            Entry::Leased { lease, body } => {
+                let done = CancellationToken::new();
+                guard.renew_until(lease.clone(), done.clone());
+                let t0 = Instant::now();
+                let run = self.run_handler(prepared, probe).await;
+                done.cancel();
+                // A transient failure that took the whole handler timeout
+                // is the timeout: the handler may still be working.
+                let timed_out = self
+                    .cfg
+                    .handler_timeout
+                    .is_some_and(|t| t0.elapsed() + Duration::from_millis(50) >= t);
+                guard.finish(&lease, &body, &run, timed_out).await;
+                run
+            }
+        }
     }
 
     /// Step 1: counts the attempt and builds what the handler gets.
@@ -298,9 +334,11 @@ impl<H: Handler> DeliveryTask<H> {
         let message_id = prepared.message_id.as_deref().unwrap_or("");
         match &s {
             // A copy, if any, is confirmed.
-            Settlement::Ack { .. } | Settlement::Retry { .. } | Settlement::DeadLetter { .. } => {
-                self.ack(d).await
-            }
+            Settlement::Ack { .. }
+            | Settlement::Retry { .. }
+            | Settlement::DeadLetter { .. }
+            | Settlement::Duplicate
+            | Settlement::Defer { .. } => self.ack(d).await,
             Settlement::Nack { cause, .. } => {
                 match cause {
                     NackCause::Chosen => {}
@@ -322,6 +360,12 @@ impl<H: Handler> DeliveryTask<H> {
                     "the channel closed before the copy was confirmed; the message is redelivered"),
                 RequeueCause::ShuttingDown => info!(queue = %queue, message_id,
                     "stopping before the copy was confirmed; the message returns to the queue"),
+                RequeueCause::StoreUnavailable => self.hand_back(d).await,
+                RequeueCause::DeferTooLarge => {
+                    warn!(queue = %queue, message_id,
+                        "the broker refuses the deferred copy for its size; handing the message back to the queue");
+                    self.hand_back(d).await
+                }
             },
         }
         s
@@ -333,6 +377,22 @@ impl<H: Handler> DeliveryTask<H> {
     /// [`Self::carry_out`] said so, and nothing is counted.
     fn record(&self, prepared: &Prepared, run: &Run, planned: &Planned, done: &Settlement) {
         let Some(outcome) = run.outcome() else {
+            if matches!(run, Run::Duplicate | Run::Deferred { .. }) {
+                record_settlement(&self.shared.counters, done);
+                info!(
+                    queue = %self.cfg.pipeline.name,
+                    message_id = prepared.message_id.as_deref(),
+                    attempt = prepared.attempt,
+                    max_attempts = self.cfg.pipeline.retry.max_attempts,
+                    decision = done.label(),
+                    tier = planned.tier.as_deref(),
+                    "message not run: {}",
+                    match run {
+                        Run::Duplicate => "its key is marked handled",
+                        _ => "another run holds the lease on its key",
+                    }
+                );
+            }
             return;
         };
         record_settlement(&self.shared.counters, done);
@@ -392,6 +452,18 @@ impl<H: Handler> DeliveryTask<H> {
                 self.metrics.settle_failed();
                 warn!(error = %describe_lapin_error(&e), "ack failed: the broker redelivers the message")
             }
+        }
+    }
+
+    /// Hands `d` back to its queue now (`basic.nack(requeue)`): no handler
+    /// ran, nothing is dead-lettered.
+    async fn hand_back(&self, d: &Delivery) {
+        let nacked = d.acker.nack(BasicNackOptions {
+            multiple: false,
+            requeue: true,
+        });
+        if let Err(e) = nacked.await {
+            debug!(error = %describe_lapin_error(&e), "handing a delivery back failed: the broker redelivers it when the channel closes");
         }
     }
 

@@ -56,7 +56,8 @@ impl Default for SettleState {
 pub struct DecisionLabels {
     /// The pipeline.
     pub queue: String,
-    /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`.
+    /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`,
+    /// `duplicate`, `deferred`.
     pub decision: String,
 }
 
@@ -162,6 +163,29 @@ pub struct Metrics {
     /// (`dlqctl doctor --metrics-url` compares it with the broker's
     /// consumer timeout).
     pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// Idempotent handling, per pipeline.
+    pub idempotency: IdempotencyMetrics,
+    /// Since when (ms on the settles' clock) the idempotency store has not
+    /// answered; `None` while it answers.
+    store_down_since: Mutex<Option<u64>>,
+}
+
+/// The counters of idempotent handling (docs/worker.md, "Idempotent
+/// handling"), per pipeline.
+#[derive(Clone, Default)]
+pub struct IdempotencyMetrics {
+    /// Deliveries acked without the handler: their key was marked handled.
+    pub duplicates: Family<QueueLabels, Counter>,
+    /// Deliveries deferred to a tier: another run held their key's lease.
+    pub deferrals: Family<QueueLabels, Counter>,
+    /// Keys marked handled with another body, run again.
+    pub key_conflicts: Family<QueueLabels, Counter>,
+    /// Deliveries without the configured key, run unguarded.
+    pub unkeyed: Family<QueueLabels, Counter>,
+    /// Pauses of consumption because the store did not answer.
+    pub store_pauses: Family<QueueLabels, Counter>,
+    /// Marks that failed after a success (the message was acked anyway).
+    pub mark_failures: Family<QueueLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -274,6 +298,15 @@ impl Metrics {
                 "Looks at the queue's consumer timeout that found it not above the handler \
                  timeout",
             ),
+            idempotency: IdempotencyMetrics {
+                duplicates: registered(r, "duplicates", "Deliveries acked without the handler: their idempotency key was marked handled"),
+                deferrals: registered(r, "deferrals", "Deliveries deferred to a retry tier: another run held the lease on their idempotency key"),
+                key_conflicts: registered(r, "idempotency_key_conflicts", "Idempotency keys marked handled with another body, run again"),
+                unkeyed: registered(r, "idempotency_unkeyed", "Deliveries without the configured idempotency key, run unguarded"),
+                store_pauses: registered(r, "idempotency_store_pauses", "Pauses of consumption because the idempotency store did not answer"),
+                mark_failures: registered(r, "idempotency_mark_failures", "Marks that failed after a success (the message was acked anyway)"),
+            },
+            store_down_since: Mutex::new(None),
             settles: SettleState::default(),
             registry,
         }
@@ -372,7 +405,7 @@ impl Metrics {
 }
 
 /// Decision labels the worker uses (see [`Settlement::label`]).
-pub(crate) const DECISIONS: [&str; 5] = Settlement::LABELS;
+pub(crate) const DECISIONS: [&str; 7] = Settlement::LABELS;
 /// Outcome labels.
 pub(crate) const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
 
@@ -507,6 +540,23 @@ impl Metrics {
         self.readiness();
     }
 
+    /// The idempotency store stopped answering (kept from the first time).
+    pub fn store_down(&self) {
+        let now = self.settles_now_ms();
+        if let Ok(mut d) = self.store_down_since.lock() {
+            d.get_or_insert(now);
+        }
+        self.readiness();
+    }
+
+    /// The idempotency store answers.
+    pub fn store_up(&self) {
+        if let Ok(mut d) = self.store_down_since.lock() {
+            *d = None;
+        }
+        self.readiness();
+    }
+
     /// A failed settle is tried again (see [`SettleWatch::retry_started`]).
     pub fn settle_retry_started(&self) {
         self.with_watch(|w, _| w.retry_started());
@@ -525,6 +575,8 @@ impl Metrics {
             Ok(w) => Readiness::of(self.consuming.get() > 0, &w, now),
             Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
         };
+        let down = self.store_down_since.lock().map(|d| *d).unwrap_or(None);
+        let r = r.with_store(down, now);
         self.ready.set(i64::from(r.is_ready()));
         let stalled = matches!(r, Readiness::SettlesFailing { .. });
         if let Ok(mut logged) = self.settles.logged.lock() {

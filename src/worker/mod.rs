@@ -15,6 +15,7 @@ mod circuit;
 mod config;
 mod consumer_timeout;
 mod delivery;
+mod idempotency;
 pub mod metrics;
 mod redrive;
 mod shared;
@@ -77,6 +78,7 @@ impl<H: Handler> Worker<H> {
             timeout_checked: AtomicBool::new(false),
             warned: Mutex::new(HashSet::new()),
             counters: metrics.queue_counters(&cfg.pipeline.name),
+            guard: std::sync::OnceLock::new(),
         };
         Worker {
             cfg: Arc::new(cfg),
@@ -108,14 +110,18 @@ impl<H: Handler> Worker<H> {
         shutdown: CancellationToken,
         hurry: CancellationToken,
     ) -> Result<()> {
+        self.open_guard(&shutdown).await?;
         // The redrive timer runs beside the sessions, with connections of
         // its own, and stops with them.
         let stop_redrive = shutdown.child_token();
         let redrive =
             (self.cfg.redrive && self.cfg.pipeline.dead_letter.redrive.is_some()).then(|| {
+                let shared = self.shared.clone();
+                let paused = move || shared.guard.get().is_some_and(|g| g.is_paused());
                 tokio::spawn(redrive::run_loop(
                     self.cfg.clone(),
                     self.metrics.clone(),
+                    paused,
                     stop_redrive.clone(),
                 ))
             });
@@ -133,6 +139,41 @@ impl<H: Handler> Worker<H> {
         }
         let _ = timeouts.await;
         result
+    }
+
+    /// Opens the idempotency store of a pipeline with `idempotency`: a
+    /// store that refuses is an error; one that does not answer is waited
+    /// for as long as the broker would be (`wait_for_broker`).
+    async fn open_guard(&self, shutdown: &CancellationToken) -> Result<()> {
+        let p = &self.cfg.pipeline;
+        let Some(idem) = &p.idempotency else {
+            return Ok(());
+        };
+        let spec = self.cfg.idempotency_store.as_ref().unwrap_or(&idem.store);
+        let url = crate::idempotency::resolve(spec, &p.name, &|k| std::env::var(k).ok())?;
+        let scope = crate::core::idempotency::scope(self.cfg.brokers.get(0).vhost(), &p.name);
+        let wait_until = Instant::now() + self.cfg.wait_for_broker;
+        let mut backoff = Backoff::new(Duration::from_millis(200), START_RETRY_MAX);
+        let store = loop {
+            match crate::idempotency::open(&url, &scope, crate::idempotency::Create::Yes).await {
+                Ok(store) => break store,
+                Err(e @ crate::idempotency::StoreError::Unavailable { .. })
+                    if Instant::now() < wait_until =>
+                {
+                    warn!(queue = %p.name, error = %e, "idempotency store not reachable yet; retrying (--wait-for-broker)");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(backoff.next_wait()) => {}
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        info!(queue = %p.name, store = store.describe(), key = %idem.key.text(), lease_ms = self.cfg.lease().as_millis() as u64, "idempotent handling on");
+        let guard =
+            idempotency::Guard::new(store, idem, self.cfg.lease(), &p.name, self.metrics.clone());
+        let _ = self.shared.guard.set(Arc::new(guard));
+        Ok(())
     }
 
     /// Connects, consumes, and reconnects with backoff until `shutdown`.
@@ -390,7 +431,69 @@ impl<H: Handler> Worker<H> {
                 task.process(delivery, probe).await;
                 drop(permit);
             });
+            if let Some(guard) = self.shared.guard.get().filter(|g| g.is_paused()) {
+                if let Err(end) = self
+                    .pause_for_store(guard, shutdown, consume, consumer, tracker, template)
+                    .await
+                {
+                    return end;
+                }
+            }
         }
+    }
+
+    /// While the idempotency store does not answer: cancels the consumer
+    /// (so that no delivery waits out the broker's consumer timeout),
+    /// hands back what was already delivered (each delivery's task sees
+    /// the pause and nacks it with requeue), waits for the store, and
+    /// consumes again.
+    async fn pause_for_store(
+        &self,
+        guard: &Arc<idempotency::Guard>,
+        shutdown: &CancellationToken,
+        consume: &Channel,
+        consumer: &mut Consumer,
+        tracker: &TaskTracker,
+        template: &DeliveryTask<H>,
+    ) -> Result<(), SessionEnd> {
+        let p = &self.cfg.pipeline;
+        let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+        let _ = tokio::time::timeout(Duration::from_secs(5), cancel).await;
+        // What the broker sent before the cancel: handed back.
+        while let Ok(Some(next)) =
+            tokio::time::timeout(Duration::from_millis(500), consumer.next()).await
+        {
+            match next {
+                Ok(d) => {
+                    let task = template.clone();
+                    tracker.spawn(async move { task.process(d, None).await });
+                }
+                Err(e) => return Err(SessionEnd::Lost(describe_lapin_error(&e))),
+            }
+        }
+        info!(queue = %p.name, "consumer cancelled until the idempotency store answers");
+        loop {
+            let resumed = guard.resumed.notified();
+            if !guard.is_paused() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Err(SessionEnd::Shutdown),
+                _ = channel_closed(consume) => return Err(SessionEnd::Lost(CLOSED_WHILE_WAITING.into())),
+                _ = resumed => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+        *consumer = consume
+            .basic_consume(
+                p.name.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| SessionEnd::Lost(describe_lapin_error(&e)))?;
+        Ok(())
     }
 
     /// When the breaker's `open_for` is over; never without a breaker or

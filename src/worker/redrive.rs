@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 pub(crate) async fn run_loop(
     cfg: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
+    store_paused: impl Fn() -> bool + Send + 'static,
     stop: CancellationToken,
 ) {
     let Some(policy) = cfg.pipeline.dead_letter.redrive.clone() else {
@@ -44,6 +45,13 @@ pub(crate) async fn run_loop(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(wait + jitter)) => {}
+        }
+        if store_paused() {
+            // Redriven messages would only be handed back: the turn is
+            // skipped while the idempotency store does not answer.
+            debug!(queue = %queue, "redrive turn skipped: the idempotency store does not answer");
+            wait = policy.every;
+            continue;
         }
         let turn = once(&cfg, own_wait, &stop).await;
         let finished = matches!(&turn, Ok(Turn::NotDue { .. }))

@@ -26,6 +26,9 @@ pub(super) struct Shared {
     pub(super) timeout_checked: AtomicBool,
     pub(super) warned: Mutex<HashSet<String>>,
     pub(super) counters: QueueCounters,
+    /// The idempotency guard, once its store is open (pipelines with
+    /// `idempotency`).
+    pub(super) guard: std::sync::OnceLock<Arc<super::idempotency::Guard>>,
 }
 
 impl Shared {

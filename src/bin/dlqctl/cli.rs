@@ -611,6 +611,11 @@ pub struct WorkArgs {
     /// (`dead_letter.redrive`) in this worker.
     #[arg(long)]
     pub no_redrive: bool,
+    /// The idempotency store for this run, over the pipeline's
+    /// `idempotency.store` (sqlite:PATH, redis://…, rediss://…, env:NAME).
+    /// Its leases are not shared with workers using the pipeline's store.
+    #[arg(long, value_name = "URL", value_parser = parse_store)]
+    pub idempotency_store: Option<dlqctl::core::idempotency::StoreSpec>,
     /// Management API, to read the main queue's consumer timeout at start
     /// and every minute [default: the AMQP host, port 15672]. Repeatable,
     /// one per --url, in the same order. When it does not answer, the
@@ -643,6 +648,12 @@ fn canary_wait(s: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// `--idempotency-store`: a store URL, its password never echoed.
+fn parse_store(text: &str) -> Result<dlqctl::core::idempotency::StoreSpec, String> {
+    dlqctl::core::idempotency::StoreSpec::parse(text)
+        .map_err(|e| e.replace("idempotency.store", "--idempotency-store"))
 }
 
 #[cfg(test)]

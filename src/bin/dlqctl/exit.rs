@@ -58,7 +58,8 @@ pub fn for_library_error(e: &Error) -> Outcome {
         | Error::Broker { .. }
         | Error::Busy { .. }
         | Error::Management { .. }
-        | Error::Write { .. } => Outcome::Failure,
+        | Error::Write { .. }
+        | Error::Store(_) => Outcome::Failure,
     }
 }
 

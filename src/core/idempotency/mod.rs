@@ -8,7 +8,6 @@ use lapin::types::AMQPValue;
 use lapin::BasicProperties;
 use sha2::{Digest, Sha256};
 
-use crate::core::topology::RetryPolicy;
 use crate::core::values::shortstr::raw_bytes;
 
 #[cfg(test)]
@@ -218,23 +217,6 @@ pub fn body_sha256(body: &[u8]) -> [u8; 32] {
 /// length-prefixed so that no two pairs give the same bytes.
 pub fn scope(vhost: &str, pipeline: &str) -> Vec<u8> {
     format!("{}:{vhost}:{}:{pipeline}", vhost.len(), pipeline.len()).into_bytes()
-}
-
-/// The tier a delivery whose key is leased elsewhere waits in: the
-/// shortest tier whose shortest jittered wait outlasts the `remaining_ms`
-/// of the lease, else the longest. `None` without tiers.
-pub fn defer_tier(policy: &RetryPolicy, remaining_ms: u64) -> Option<u64> {
-    let jitter = if policy.jitter.is_nan() {
-        0.0
-    } else {
-        policy.jitter.clamp(0.0, 1.0)
-    };
-    let tiers = policy.tiers();
-    tiers
-        .iter()
-        .copied()
-        .find(|&d| (d as f64 * (1.0 - jitter)).floor() as u64 > remaining_ms)
-        .or_else(|| tiers.last().copied())
 }
 
 /// The lease a handler run takes: its timeout plus a margin, so a handler

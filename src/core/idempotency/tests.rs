@@ -1,5 +1,4 @@
 use super::*;
-use crate::core::topology::RetryPolicy;
 use lapin::types::{FieldTable, LongString, ShortString};
 
 fn props(id: Option<&[u8]>, headers: &[(&str, AMQPValue)]) -> BasicProperties {
@@ -151,32 +150,6 @@ fn scopes_never_collide() {
     assert_ne!(scope("a:b", "c"), scope("a", "b:c"));
     assert_ne!(scope("/", "orders"), scope("/", "orders2"));
     assert_eq!(scope("/", "orders"), b"1:/:6:orders".to_vec());
-}
-
-fn policy(delays: &[u64], jitter: f64) -> RetryPolicy {
-    RetryPolicy {
-        delays: delays.to_vec(),
-        max_attempts: 5,
-        jitter,
-    }
-}
-
-#[test]
-fn a_deferral_waits_in_the_shortest_tier_that_outlasts_the_lease() {
-    let p = policy(&[1_000, 10_000, 60_000], 0.0);
-    assert_eq!(defer_tier(&p, 0), Some(1_000));
-    assert_eq!(defer_tier(&p, 999), Some(1_000));
-    // Outlasts: strictly longer.
-    assert_eq!(defer_tier(&p, 1_000), Some(10_000));
-    assert_eq!(defer_tier(&p, 30_000), Some(60_000));
-    // None outlasts it: the longest.
-    assert_eq!(defer_tier(&p, 600_000), Some(60_000));
-    // With jitter, the shortest wait counts: 10 s × 0.8 = 8 s.
-    let j = policy(&[1_000, 10_000, 60_000], 0.2);
-    assert_eq!(defer_tier(&j, 7_999), Some(10_000));
-    assert_eq!(defer_tier(&j, 8_000), Some(60_000));
-    assert_eq!(defer_tier(&policy(&[], 0.0), 5), None);
-    assert_eq!(defer_tier(&policy(&[5_000], f64::NAN), 1), Some(5_000));
 }
 
 #[test]

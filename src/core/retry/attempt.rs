@@ -12,7 +12,9 @@ pub struct AttemptCount {
     /// D: the sum of `count` over the `x-death` entries with reason
     /// `expired` from one of the pipeline's retry queues.
     pub deaths: u64,
-    /// This run's number: max(H, D) + 1, at least 1, at most `u32::MAX`.
+    /// This run's number: max(H, D) + 1, at least 1, at most `u32::MAX`;
+    /// H + 1 on a deferred copy (`dlqctl-deferred`), whose last pass
+    /// through a tier ran no handler.
     pub attempt: u32,
     /// Headers of an unexpected type or shape, ignored; for the caller to
     /// log once. Never echoes header values, only types and positions.
@@ -29,7 +31,14 @@ pub fn count_attempt(headers: Option<&FieldTable>, retry_queues: &[String]) -> A
     let get = |key: &str| headers.and_then(|h| h.inner().get(key));
     let own = get(ATTEMPT_HEADER).and_then(|v| read_own_attempt(v, &mut warnings));
     let deaths = get(X_DEATH).map_or(0, |v| sum_deaths(v, retry_queues, &mut warnings));
-    let runs = u64::from(own.unwrap_or(0)).max(deaths);
+    // A deferred copy's pass through a tier ran no handler: its own count
+    // says the runs made.
+    let deferred = get(DEFERRED_HEADER).is_some() && own.is_some();
+    let runs = if deferred {
+        u64::from(own.unwrap_or(0))
+    } else {
+        u64::from(own.unwrap_or(0)).max(deaths)
+    };
     let attempt = u32::try_from(runs.saturating_add(1)).unwrap_or(u32::MAX);
     AttemptCount {
         own,

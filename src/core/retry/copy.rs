@@ -87,6 +87,53 @@ pub fn dead_letter_copy(
     kept_properties(original, ctx.connection_user).with_headers(headers)
 }
 
+/// The properties of a deferred copy: a delivery whose key another run
+/// holds a lease on waits in a retry tier, its attempt count unchanged.
+///
+/// The headers lose the broker's history and keep dlqctl's own as they
+/// are, with `dlqctl-attempt` set to `runs_made` (the runs before this
+/// delivery), `dlqctl-deferred` added (so that the tier's `x-death` is not
+/// counted as a run), and the original exchange and routing key recorded
+/// as on any copy. Other properties as [`retry_copy`].
+pub fn defer_copy(
+    original: &BasicProperties,
+    runs_made: u32,
+    delivery_exchange: &str,
+    delivery_routing_key: &str,
+    connection_user: &str,
+    expiration: Option<String>,
+) -> BasicProperties {
+    let headers = original.headers().as_ref();
+    let mut out = FieldTable::default();
+    for (k, v) in headers.into_iter().flatten() {
+        if !is_broker_history(k.as_str()) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    out.insert(
+        ATTEMPT_HEADER.into(),
+        AMQPValue::LongLongInt(runs_made.into()),
+    );
+    out.insert(DEFERRED_HEADER.into(), AMQPValue::Boolean(true));
+    let (exchange, routing_key) =
+        original_exchange_and_key(headers, delivery_exchange, delivery_routing_key);
+    insert_bytes(
+        &mut out,
+        ORIGINAL_EXCHANGE_HEADER,
+        &shortstr::raw_bytes(&exchange),
+    );
+    insert_bytes(
+        &mut out,
+        ORIGINAL_ROUTING_KEY_HEADER,
+        &shortstr::raw_bytes(&routing_key),
+    );
+    let props = kept_properties(original, connection_user).with_headers(out);
+    match expiration.and_then(|e| ShortString::try_new(e).ok()) {
+        Some(e) => props.with_expiration(e),
+        None => props,
+    }
+}
+
 /// The exchange and routing key a message was first delivered with: the
 /// `dlqctl-original-*` headers where present as strings of at most 255
 /// bytes, else (each on its own) the delivery's.
@@ -188,7 +235,7 @@ fn copy_headers(
     let mut out = FieldTable::default();
     for (k, v) in original.into_iter().flatten() {
         let key = k.as_str();
-        if !is_broker_history(key) && !COPY_HEADERS.contains(&key) {
+        if !is_broker_history(key) && !COPY_HEADERS.contains(&key) && key != DEFERRED_HEADER {
             out.insert(k.clone(), v.clone());
         }
     }

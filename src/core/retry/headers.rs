@@ -18,6 +18,10 @@ pub const REASON_HEADER: &str = "dlqctl-reason";
 pub const DEAD_LETTERED_AT_HEADER: &str = "dlqctl-dead-lettered-at";
 /// The queue the message was dead-lettered from.
 pub const SOURCE_QUEUE_HEADER: &str = "dlqctl-source-queue";
+/// On a deferred copy (its key was leased by another run): the tier it
+/// waited in does not count as an attempt; `dlqctl-attempt` alone does.
+/// Every other copy drops it.
+pub const DEFERRED_HEADER: &str = "dlqctl-deferred";
 
 /// Every header a copy (re)writes: a retry copy the first six, a
 /// dead-letter copy all. The bound [`MAX_ADDED_HEADERS_BYTES`] covers these.

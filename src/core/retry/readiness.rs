@@ -5,6 +5,7 @@
 //! | state | ready |
 //! |---|---|
 //! | not consuming (connecting, waiting for the broker, reconnecting) | no |
+//! | the idempotency store not answering for [`STORE_STALL_MS`] (consumption paused, consumer cancelled) | no |
 //! | every settle failing for [`SETTLE_STALL_MS`] | no |
 //! | circuit breaker open (consumption paused, consumer kept) | yes |
 //! | otherwise | yes |
@@ -24,6 +25,11 @@
 /// backoff (5 s at most) and than a flap of the broker, short beside a
 /// probe's usual failure threshold.
 pub const SETTLE_STALL_MS: u64 = 30_000;
+
+/// How long the idempotency store must have not answered before the
+/// worker says it is not ready: 10 s. Its consumption is paused at the
+/// first failure; a blip shorter than this keeps it ready.
+pub const STORE_STALL_MS: u64 = 10_000;
 
 /// Whether settles succeed, from what the worker saw of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,6 +96,12 @@ pub enum Readiness {
         /// How long, in ms.
         for_ms: u64,
     },
+    /// The idempotency store has not answered for this many milliseconds:
+    /// consumption is paused until it does.
+    StoreUnavailable {
+        /// How long, in ms.
+        for_ms: u64,
+    },
 }
 
 impl Readiness {
@@ -105,6 +117,23 @@ impl Readiness {
                 for_ms: now_ms.saturating_sub(since),
             },
             None => Readiness::Ready,
+        }
+    }
+
+    /// This readiness, with the idempotency store down since
+    /// `store_down_since` (ms, same clock as `now_ms`): not ready once
+    /// that has lasted [`STORE_STALL_MS`], unless already not consuming.
+    pub fn with_store(self, store_down_since: Option<u64>, now_ms: u64) -> Self {
+        match store_down_since {
+            Some(since)
+                if self != Readiness::NotConsuming
+                    && now_ms.saturating_sub(since) >= STORE_STALL_MS =>
+            {
+                Readiness::StoreUnavailable {
+                    for_ms: now_ms.saturating_sub(since),
+                }
+            }
+            _ => self,
         }
     }
 
@@ -134,6 +163,11 @@ impl Readiness {
                  (the broker refuses the copies or the acks; see the log)\n",
                 for_ms / 1000
             ),
+            Readiness::StoreUnavailable { for_ms } => format!(
+                "not ready: the idempotency store has not answered for {} s; consumption is \
+                 paused until it does (see the log)\n",
+                for_ms / 1000
+            ),
         }
     }
 }
@@ -143,6 +177,23 @@ mod tests {
     use super::*;
 
     const S: u64 = SETTLE_STALL_MS;
+
+    #[test]
+    fn a_store_down_for_the_stall_turns_not_ready() {
+        let w = SettleWatch::default();
+        let r = Readiness::of(true, &w, 50_000);
+        assert_eq!(r.with_store(None, 50_000), Readiness::Ready);
+        assert_eq!(r.with_store(Some(45_000), 50_000), Readiness::Ready);
+        let down = r.with_store(Some(40_000), 50_000);
+        assert_eq!(down, Readiness::StoreUnavailable { for_ms: 10_000 });
+        assert_eq!(down.http_status(), 503);
+        assert!(down
+            .text()
+            .contains("idempotency store has not answered for 10 s"));
+        // Not consuming says more.
+        let off = Readiness::of(false, &w, 50_000);
+        assert_eq!(off.with_store(Some(0), 50_000), Readiness::NotConsuming);
+    }
 
     #[test]
     fn not_consuming_is_not_ready_whatever_the_settles() {

@@ -63,6 +63,16 @@ pub enum Run {
     /// settled on the delivery's channel, and the broker requeues the
     /// message by itself.
     Interrupted,
+    /// Not run: its key is marked handled (idempotent handling).
+    Duplicate,
+    /// Not run: another run holds the lease on its key, for this long yet.
+    Deferred {
+        /// What is left of the lease, in ms.
+        remaining_ms: u64,
+    },
+    /// Not run: the idempotency store did not answer, and no handler runs
+    /// unguarded. The delivery is handed back.
+    StoreUnavailable,
 }
 
 impl Run {
@@ -87,11 +97,15 @@ impl Run {
         }
     }
 
-    /// The outcome, from the handler or the worker; none when interrupted.
+    /// The outcome, from the handler or the worker; none when no handler
+    /// ran and no verdict was given (interrupted, a duplicate, deferred,
+    /// the store unavailable).
     pub fn outcome(&self) -> Option<&Outcome> {
         match self {
             Run::Ran(o) | Run::Spent(o) => Some(o),
-            Run::Interrupted => None,
+            Run::Interrupted | Run::Duplicate | Run::Deferred { .. } | Run::StoreUnavailable => {
+                None
+            }
         }
     }
 }
@@ -167,9 +181,21 @@ pub enum Settlement {
         /// Why by nack rather than by a copy.
         cause: NackCause,
     },
+    /// Ack without running the handler: its key is marked handled.
+    Duplicate,
+    /// Publish `copy` to the retry tier of `delay_ms`, then ack: another
+    /// run holds the lease on its key. The attempt count is unchanged, and
+    /// a refused copy is never dead-lettered (see [`Settlement::after_publish`]).
+    Defer {
+        /// The tier (the shortest that outlasts the lease), in ms.
+        delay_ms: u64,
+        /// To the retry exchange, routing key the tier's name.
+        copy: Copy,
+    },
     /// Leave the delivery unacked: the broker requeues it when its
-    /// channel closes. Never done to retry a message, which would spin it
-    /// at the head of the queue.
+    /// channel closes; or, for [`RequeueCause::handed_back`] causes, hand
+    /// it back now with `basic.nack(requeue)`. Never done to retry a
+    /// message, which would spin it at the head of the queue.
     Requeue {
         /// Why it cannot be settled now.
         cause: RequeueCause,
@@ -200,6 +226,23 @@ pub enum RequeueCause {
     ChannelClosed,
     /// The worker is stopping while the broker refused the copy.
     ShuttingDown,
+    /// The idempotency store did not answer: handed back at once, and
+    /// the consumer paused until the store answers.
+    StoreUnavailable,
+    /// The broker refuses a deferred copy for its size: handed back
+    /// rather than dead-lettered (a deferral never dead-letters).
+    DeferTooLarge,
+}
+
+impl RequeueCause {
+    /// Handed back at once with `basic.nack(requeue)`, rather than left
+    /// unacked until the channel closes.
+    pub fn handed_back(self) -> bool {
+        matches!(
+            self,
+            RequeueCause::StoreUnavailable | RequeueCause::DeferTooLarge
+        )
+    }
 }
 
 /// How the publish of a copy ended.
@@ -248,16 +291,19 @@ pub struct Plan {
 
 impl Settlement {
     /// Every [`Settlement::label`], in variant order.
-    pub const LABELS: [&'static str; 5] = [
+    pub const LABELS: [&'static str; 7] = [
         "ack",
         "retry",
         "dead_letter",
         "dead_letter_nack",
         "abandoned",
+        "duplicate",
+        "deferred",
     ];
 
     /// The `decision` of the logs and of `dlqctl_decisions_total`: `ack`,
-    /// `retry`, `dead_letter`, `dead_letter_nack` or `abandoned`.
+    /// `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`,
+    /// `duplicate` or `deferred`.
     pub fn label(&self) -> &'static str {
         let i = match self {
             Settlement::Ack { .. } => 0,
@@ -265,6 +311,8 @@ impl Settlement {
             Settlement::DeadLetter { .. } => 2,
             Settlement::Nack { .. } => 3,
             Settlement::Requeue { .. } => 4,
+            Settlement::Duplicate => 5,
+            Settlement::Defer { .. } => 6,
         };
         Self::LABELS[i]
     }
@@ -272,7 +320,9 @@ impl Settlement {
     /// The copy to publish before the ack, if any.
     pub fn copy(&self) -> Option<&Copy> {
         match self {
-            Settlement::Retry { copy, .. } | Settlement::DeadLetter { copy, .. } => Some(copy),
+            Settlement::Retry { copy, .. }
+            | Settlement::DeadLetter { copy, .. }
+            | Settlement::Defer { copy, .. } => Some(copy),
             _ => None,
         }
     }
@@ -280,7 +330,9 @@ impl Settlement {
     /// The copy to publish, taken out of the settlement.
     pub fn into_copy(self) -> Option<Copy> {
         match self {
-            Settlement::Retry { copy, .. } | Settlement::DeadLetter { copy, .. } => Some(copy),
+            Settlement::Retry { copy, .. }
+            | Settlement::DeadLetter { copy, .. }
+            | Settlement::Defer { copy, .. } => Some(copy),
             _ => None,
         }
     }
@@ -288,7 +340,9 @@ impl Settlement {
     /// The copy to publish, to take its properties for a publish.
     pub fn copy_mut(&mut self) -> Option<&mut Copy> {
         match self {
-            Settlement::Retry { copy, .. } | Settlement::DeadLetter { copy, .. } => Some(copy),
+            Settlement::Retry { copy, .. }
+            | Settlement::DeadLetter { copy, .. }
+            | Settlement::Defer { copy, .. } => Some(copy),
             _ => None,
         }
     }
@@ -304,10 +358,12 @@ impl Settlement {
         )
     }
 
-    /// The retry tier's name (`10s`), for a retry.
+    /// The retry tier's name (`10s`), for a retry or a deferral.
     pub fn tier(&self) -> Option<&str> {
         match self {
-            Settlement::Retry { copy, .. } => Some(&copy.routing_key),
+            Settlement::Retry { copy, .. } | Settlement::Defer { copy, .. } => {
+                Some(&copy.routing_key)
+            }
             _ => None,
         }
     }
@@ -331,6 +387,21 @@ impl Settlement {
     pub fn after_publish(self, end: PublishEnd) -> Settlement {
         if self.copy().is_none() {
             return self;
+        }
+        if let Settlement::Defer { .. } = self {
+            // Never dead-lettered: what is not confirmed is handed back.
+            return match end {
+                PublishEnd::Confirmed => self,
+                PublishEnd::TooLarge(_) => Settlement::Requeue {
+                    cause: RequeueCause::DeferTooLarge,
+                },
+                PublishEnd::Nacked | PublishEnd::ChannelClosed => Settlement::Requeue {
+                    cause: RequeueCause::ChannelClosed,
+                },
+                PublishEnd::ShuttingDown => Settlement::Requeue {
+                    cause: RequeueCause::ShuttingDown,
+                },
+            };
         }
         // Only a retry has no reason yet: refused for its size, it is
         // dead-lettered as `too_large`, like a retry copy over frame_max.
@@ -369,13 +440,20 @@ pub fn settle(rules: &Rules, d: &Delivered, run: &Run, now_unix_ms: u64, jitter_
     let (outcome, ran) = match run {
         Run::Ran(o) => (o, true),
         Run::Spent(o) => (o, false),
-        Run::Interrupted => {
+        Run::Interrupted => return requeue(RequeueCause::LostDuringRun),
+        Run::StoreUnavailable => return requeue(RequeueCause::StoreUnavailable),
+        Run::Duplicate => {
             return Plan {
-                settlement: Settlement::Requeue {
-                    cause: RequeueCause::LostDuringRun,
-                },
+                settlement: Settlement::Duplicate,
                 notes,
             }
+        }
+        Run::Deferred { remaining_ms } => {
+            let settlement =
+                defer(rules, d, *remaining_ms, jitter_u).unwrap_or(Settlement::Requeue {
+                    cause: RequeueCause::DeferTooLarge,
+                });
+            return Plan { settlement, notes };
         }
     };
     let decision = if ran {
@@ -415,6 +493,39 @@ pub fn settle(rules: &Rules, d: &Delivered, run: &Run, now_unix_ms: u64, jitter_
         Decision::DeadLetter { reason } => dead_letter(rules, d, &ctx, reason, ran, &mut notes),
     };
     Plan { settlement, notes }
+}
+
+/// A plan to leave the delivery for the broker, or hand it back.
+fn requeue(cause: RequeueCause) -> Plan {
+    Plan {
+        settlement: Settlement::Requeue { cause },
+        notes: Vec::new(),
+    }
+}
+
+/// A deferral through the shortest tier that outlasts the lease's
+/// `remaining_ms`; none when the pipeline has no tier or the copy cannot
+/// fit `frame_max`.
+fn defer(rules: &Rules, d: &Delivered, remaining_ms: u64, jitter_u: f64) -> Option<Settlement> {
+    let p = rules.pipeline;
+    let delay_ms = super::decision::defer_tier(&p.retry, remaining_ms)?;
+    let properties = super::copy::defer_copy(
+        d.properties,
+        d.attempt.saturating_sub(1),
+        d.exchange,
+        d.routing_key,
+        rules.connection_user,
+        jitter_expiration(delay_ms, p.retry.jitter, jitter_u),
+    );
+    let (properties, _) = fit_retry_copy(properties, rules.frame_max).ok()?;
+    Some(Settlement::Defer {
+        delay_ms,
+        copy: Copy {
+            exchange: p.retry_exchange(),
+            routing_key: tier_name(delay_ms),
+            properties,
+        },
+    })
 }
 
 /// A retry through tier `delay_ms`; none when its copy cannot fit

@@ -7,7 +7,7 @@ use super::fit::{properties_size, retry_budget};
 use super::settle::*;
 use super::*;
 use crate::core::handling::outcome::Outcome;
-use crate::core::topology::{parse_topology, Pipeline};
+use crate::core::topology::{parse_topology, Pipeline, RetryPolicy};
 use crate::core::values::duration::tier_name;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
@@ -455,7 +455,9 @@ fn labels_are_the_metric_and_log_values() {
             "retry",
             "dead_letter",
             "dead_letter_nack",
-            "abandoned"
+            "abandoned",
+            "duplicate",
+            "deferred"
         ]
     );
     let c = Case::new();
@@ -468,6 +470,8 @@ fn labels_are_the_metric_and_log_values() {
             cause: NackCause::Chosen,
         },
         c.settle(1, Run::Interrupted).settlement,
+        c.settle(1, Run::Duplicate).settlement,
+        c.settle(1, Run::Deferred { remaining_ms: 1 }).settlement,
     ];
     let labels: Vec<&str> = all.iter().map(Settlement::label).collect();
     assert_eq!(labels, Settlement::LABELS);
@@ -607,4 +611,159 @@ fn the_same_inputs_settle_to_the_same_copy() {
             "{expected}"
         );
     }
+}
+
+// ------------------------------------------------ idempotent handling
+
+/// A duplicate is acked without a copy, in either dead-letter mode.
+#[test]
+fn a_duplicate_is_acked() {
+    for mode in [DeadLetterMode::Republish, DeadLetterMode::Nack] {
+        let mut c = Case::new();
+        c.mode = mode;
+        let plan = c.settle(3, Run::Duplicate);
+        assert_eq!(plan.settlement, Settlement::Duplicate);
+        assert_eq!(plan.settlement.label(), "duplicate");
+        assert!(plan.settlement.copy().is_none());
+    }
+}
+
+/// A deferral goes to the shortest tier that outlasts the lease, keeps
+/// the attempt count (runs made before it), and is never a nack, in
+/// either mode, even past max_attempts.
+#[test]
+fn a_deferral_keeps_its_attempt_and_is_never_nacked() {
+    for mode in [DeadLetterMode::Republish, DeadLetterMode::Nack] {
+        for attempt in [1, 3, 4, 9] {
+            let mut c = Case::new();
+            c.mode = mode;
+            let plan = c.settle(
+                attempt,
+                Run::Deferred {
+                    remaining_ms: 5_000,
+                },
+            );
+            let Settlement::Defer { delay_ms, copy } = &plan.settlement else {
+                panic!("{mode:?} {attempt}: {:?}", plan.settlement);
+            };
+            assert_eq!(*delay_ms, 10_000);
+            assert_eq!(copy.routing_key, tier_name(10_000));
+            assert_eq!(copy.exchange, c.pipeline.retry_exchange());
+            assert_eq!(
+                int(&copy.properties, ATTEMPT_HEADER),
+                i64::from(attempt - 1)
+            );
+            assert!(header(&copy.properties, DEFERRED_HEADER).is_some());
+            assert_eq!(plan.settlement.label(), "deferred");
+            // Back from its tier, it counts as the same attempt.
+            let mut back = copy.properties.headers().clone().unwrap_or_default();
+            back.insert(X_DEATH.into(), x_death_expired(&c.pipeline, 10_000, 1));
+            let count = count_attempt(Some(&back), &c.pipeline.retry_queues());
+            assert_eq!(count.attempt, attempt, "{mode:?}");
+        }
+    }
+}
+
+/// A deferral's copy that the broker does not confirm is handed back or
+/// left for the broker: never dead-lettered, never nacked to the DLX.
+#[test]
+fn a_deferral_never_dead_letters_whatever_its_publish_did() {
+    let c = Case::new();
+    let plan = c.settle(2, Run::Deferred { remaining_ms: 0 });
+    for (end, want) in [
+        (PublishEnd::Nacked, RequeueCause::ChannelClosed),
+        (PublishEnd::ChannelClosed, RequeueCause::ChannelClosed),
+        (PublishEnd::ShuttingDown, RequeueCause::ShuttingDown),
+        (
+            PublishEnd::TooLarge("big".into()),
+            RequeueCause::DeferTooLarge,
+        ),
+    ] {
+        assert_eq!(
+            plan.settlement.clone().after_publish(end),
+            Settlement::Requeue { cause: want }
+        );
+    }
+    assert!(RequeueCause::DeferTooLarge.handed_back());
+    assert!(!RequeueCause::ChannelClosed.handed_back());
+    assert_eq!(
+        plan.settlement.clone().after_publish(PublishEnd::Confirmed),
+        plan.settlement
+    );
+}
+
+/// With the store unavailable the delivery is handed back at once.
+#[test]
+fn a_store_that_does_not_answer_hands_the_delivery_back() {
+    let plan = Case::new().settle(1, Run::StoreUnavailable);
+    assert_eq!(
+        plan.settlement,
+        Settlement::Requeue {
+            cause: RequeueCause::StoreUnavailable
+        }
+    );
+    assert!(RequeueCause::StoreUnavailable.handed_back());
+    assert_eq!(plan.settlement.label(), "abandoned");
+}
+
+/// Any other copy of a once-deferred message drops the marker, so that
+/// its own tier's death counts again.
+#[test]
+fn retry_and_dead_letter_copies_drop_the_deferred_marker() {
+    let mut c = Case::new();
+    let mut h = FieldTable::default();
+    h.insert(DEFERRED_HEADER.into(), AMQPValue::Boolean(true));
+    h.insert(ATTEMPT_HEADER.into(), AMQPValue::LongLongInt(1));
+    c.properties = message().with_headers(h);
+    let retry = c.settle(2, ran(transient()));
+    let dead = c.settle(2, ran(Outcome::permanent("no")));
+    for s in [retry.settlement, dead.settlement] {
+        let copy = s.copy().expect("a copy");
+        assert!(header(&copy.properties, DEFERRED_HEADER).is_none(), "{s:?}");
+    }
+}
+
+/// An `x-death` of one `expired` entry from the pipeline's tier queue of
+/// `delay_ms`, with `count`.
+fn x_death_expired(p: &Pipeline, delay_ms: u64, count: i64) -> AMQPValue {
+    let mut entry = FieldTable::default();
+    entry.insert(
+        "queue".into(),
+        AMQPValue::LongString(LongString::from(p.retry_queue(delay_ms))),
+    );
+    entry.insert(
+        "reason".into(),
+        AMQPValue::LongString(LongString::from("expired")),
+    );
+    entry.insert("count".into(), AMQPValue::LongLongInt(count));
+    AMQPValue::FieldArray(vec![AMQPValue::FieldTable(entry)].into())
+}
+
+fn policy_of(delays: &[u64], jitter: f64) -> RetryPolicy {
+    RetryPolicy {
+        delays: delays.to_vec(),
+        max_attempts: 5,
+        jitter,
+    }
+}
+
+#[test]
+fn a_deferral_waits_in_the_shortest_tier_that_outlasts_the_lease() {
+    let p = policy_of(&[1_000, 10_000, 60_000], 0.0);
+    assert_eq!(decision::defer_tier(&p, 0), Some(1_000));
+    assert_eq!(decision::defer_tier(&p, 999), Some(1_000));
+    // Outlasts: strictly longer.
+    assert_eq!(decision::defer_tier(&p, 1_000), Some(10_000));
+    assert_eq!(decision::defer_tier(&p, 30_000), Some(60_000));
+    // None outlasts it: the longest.
+    assert_eq!(decision::defer_tier(&p, 600_000), Some(60_000));
+    // With jitter, the shortest wait counts: 10 s × 0.8 = 8 s.
+    let j = policy_of(&[1_000, 10_000, 60_000], 0.2);
+    assert_eq!(decision::defer_tier(&j, 7_999), Some(10_000));
+    assert_eq!(decision::defer_tier(&j, 8_000), Some(60_000));
+    assert_eq!(decision::defer_tier(&policy_of(&[], 0.0), 5), None);
+    assert_eq!(
+        decision::defer_tier(&policy_of(&[5_000], f64::NAN), 1),
+        Some(5_000)
+    );
 }

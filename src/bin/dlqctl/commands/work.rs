@@ -38,6 +38,20 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.dead_letter = a.dead_letter;
     cfg.redrive = !a.no_redrive;
     cfg.wait_for_broker = a.wait_for_broker;
+    if let Some(store) = &a.idempotency_store {
+        match &cfg.pipeline.idempotency {
+            Some(_) => tracing::warn!(queue = %cfg.pipeline.name,
+                "--idempotency-store: this run keeps its keys and leases apart from the pipeline's store: a message this worker handles may run again in workers using the other store"),
+            None => {
+                return Err(Error::Usage(format!(
+                    "--idempotency-store: pipeline `{}` has no idempotency block in its topology",
+                    cfg.pipeline.name
+                ))
+                .into())
+            }
+        }
+        cfg.idempotency_store = Some(store.clone());
+    }
     match (&a.http, a.command.split_first()) {
         (Some(url), _) => {
             let h = HttpHandler::new(url, a.handler_timeout)

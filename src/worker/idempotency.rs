@@ -1,0 +1,230 @@
+//! The idempotency guard of a worker (docs/worker.md, "Idempotent
+//! handling"): before a handler runs, the key of the delivery is looked up
+//! in the store and leased; while it runs, the lease is renewed; after, a
+//! success marks the key handled (then the message is acked), an answered
+//! failure releases the lease, and a timeout keeps it to its expiry (the
+//! handler may still be working). A store that does not answer pauses
+//! consumption: no handler runs unguarded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::message::Delivery;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::core::handling::outcome::Outcome;
+use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
+use crate::core::retry::Run;
+use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
+use crate::worker::metrics::{Metrics, QueueLabels};
+
+/// How often a paused worker asks the store whether it answers again.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// The guard of one worker: its store, and whether consumption is paused
+/// for it.
+pub(crate) struct Guard {
+    store: Arc<dyn Store>,
+    key: KeySource,
+    keep_ms: u64,
+    lease_ms: u64,
+    queue: String,
+    metrics: Arc<Metrics>,
+    /// Consumption is paused: the store did not answer.
+    paused: AtomicBool,
+    /// Notified when the pause ends.
+    pub(crate) resumed: Notify,
+    unkeyed_warned: AtomicBool,
+}
+
+/// What the guard says before a handler runs.
+pub(crate) enum Entry {
+    /// Run the handler, unguarded (no key on the message).
+    Unguarded,
+    /// Run the handler under this lease, then [`Guard::finish`].
+    Leased {
+        /// The lease taken.
+        lease: Lease,
+        /// The body's SHA-256, kept with the mark.
+        body: BodySha,
+    },
+    /// Do not run: a duplicate, a deferral, or the store unavailable.
+    Skip(Run),
+}
+
+impl Guard {
+    /// A guard over `store` for a pipeline's `idempotency`, with leases of
+    /// `lease` (renewed every third of it).
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        idem: &Idempotency,
+        lease: Duration,
+        queue: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Guard {
+            store,
+            key: idem.key.clone(),
+            keep_ms: idem.keep_ms,
+            lease_ms: u64::try_from(lease.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1_000),
+            queue: queue.to_string(),
+            metrics,
+            paused: AtomicBool::new(false),
+            resumed: Notify::new(),
+            unkeyed_warned: AtomicBool::new(false),
+        }
+    }
+
+    fn labels(&self) -> QueueLabels {
+        QueueLabels {
+            queue: self.queue.clone(),
+        }
+    }
+
+    /// Whether consumption is paused for the store.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Before the handler: looks the key of `d` up and takes its lease.
+    pub(crate) async fn enter(self: &Arc<Self>, d: &Delivery, message_id: &str) -> Entry {
+        let Some(key) = key_of(&self.key, &d.properties, &d.data) else {
+            self.metrics
+                .idempotency
+                .unkeyed
+                .get_or_create(&self.labels())
+                .inc();
+            if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
+                warn!(queue = %self.queue, key = %self.key.text(), message_id,
+                    "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+            }
+            return Entry::Unguarded;
+        };
+        if self.is_paused() {
+            return Entry::Skip(Run::StoreUnavailable);
+        }
+        let body = body_sha256(&d.data);
+        match self.store.begin(&key, &body, self.lease_ms).await {
+            Ok(Begin::Acquired { lease, conflict }) => {
+                if conflict {
+                    self.metrics
+                        .idempotency
+                        .key_conflicts
+                        .get_or_create(&self.labels())
+                        .inc();
+                    warn!(queue = %self.queue, message_id,
+                        "this key was marked handled with another body: not a duplicate, it runs (counted in dlqctl_idempotency_key_conflicts_total)");
+                }
+                Entry::Leased { lease, body }
+            }
+            Ok(Begin::Handled) => {
+                self.metrics
+                    .idempotency
+                    .duplicates
+                    .get_or_create(&self.labels())
+                    .inc();
+                Entry::Skip(Run::Duplicate)
+            }
+            Ok(Begin::Leased { remaining_ms }) => {
+                self.metrics
+                    .idempotency
+                    .deferrals
+                    .get_or_create(&self.labels())
+                    .inc();
+                Entry::Skip(Run::Deferred { remaining_ms })
+            }
+            Err(e) => {
+                self.pause(e);
+                Entry::Skip(Run::StoreUnavailable)
+            }
+        }
+    }
+
+    /// Renews `lease` every third of its length until `done` is
+    /// cancelled. A renewal that fails is logged: the run goes on.
+    pub(crate) fn renew_until(self: &Arc<Self>, lease: Lease, done: CancellationToken) {
+        let guard = self.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis((guard.lease_ms / 3).max(100));
+            loop {
+                tokio::select! {
+                    _ = done.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                match guard.store.renew(&lease, guard.lease_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        warn!(queue = %guard.queue, "the lease on a running handler's key was lost (expired and taken): another run of the same key may start");
+                        return;
+                    }
+                    Err(e) => {
+                        warn!(queue = %guard.queue, error = %e, "renewing a lease failed; trying again")
+                    }
+                }
+            }
+        });
+    }
+
+    /// After the handler: a success marks the key (a failed mark is
+    /// warned and counted: the message is acked anyway); an answered
+    /// failure releases the lease; a timeout (`timed_out`) keeps it to its
+    /// expiry, as the handler may still be working.
+    pub(crate) async fn finish(&self, lease: &Lease, body: &BodySha, run: &Run, timed_out: bool) {
+        match run.outcome() {
+            Some(Outcome::Success) => {
+                if let Err(e) = self.store.mark(lease, body, self.keep_ms).await {
+                    self.metrics
+                        .idempotency
+                        .mark_failures
+                        .get_or_create(&self.labels())
+                        .inc();
+                    warn!(queue = %self.queue, error = %e,
+                        "the handler succeeded but its key could not be marked handled: acked anyway; a redelivery of it would run again");
+                }
+            }
+            Some(_) if timed_out => {}
+            Some(_) => {
+                if let Err(e) = self.store.release(lease).await {
+                    warn!(queue = %self.queue, error = %e, "releasing a lease failed: it expires by itself");
+                }
+            }
+            // Interrupted: the message returns to the queue; the lease
+            // expires by itself (the handler may still be running).
+            None => {}
+        }
+    }
+
+    /// Pauses consumption for `e`, once, and waits in the background for
+    /// the store to answer again.
+    fn pause(self: &Arc<Self>, e: StoreError) {
+        self.metrics.store_down();
+        if self.paused.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.metrics
+            .idempotency
+            .store_pauses
+            .get_or_create(&self.labels())
+            .inc();
+        warn!(queue = %self.queue, error = %e,
+            "the idempotency store does not answer: consumption paused, deliveries not started are handed back; no handler runs unguarded");
+        let guard = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PING_EVERY).await;
+                if guard.store.ping().await.is_ok() {
+                    break;
+                }
+            }
+            guard.paused.store(false, Ordering::SeqCst);
+            guard.metrics.store_up();
+            guard.resumed.notify_waiters();
+            info!(queue = %guard.queue, store = guard.store.describe(), "the idempotency store answers again: consuming");
+        });
+    }
+}
