@@ -423,6 +423,8 @@ async fn after_dlq(
             dry_run: false,
             canary: None,
             replay_id: format!("drill-{id}"),
+            rerun: false,
+            keys_of: None,
         },
         &mut |_| {},
     )

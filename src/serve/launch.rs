@@ -123,6 +123,8 @@ async fn run(
                         .unwrap_or_else(|| crate::ops::dlq::replay::default_canary_wait(p)),
                 }),
                 replay_id: crate::ops::dlq::replay::new_replay_id(),
+                rerun: false,
+                keys_of: None,
             };
             crate::ops::dlq::replay::replay(&t, &opts, &mut { progress })
                 .await

@@ -986,6 +986,8 @@ async fn a_cancel_stops_every_dlq_command_at_once() {
         dry_run: false,
         canary: None,
         replay_id: "cancel-test".into(),
+        rerun: false,
+        keys_of: None,
     };
     let r = dlqctl::ops::dlq::replay::replay(&t, &opts, &mut at_ten(&cancel))
         .await

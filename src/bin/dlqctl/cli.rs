@@ -378,9 +378,15 @@ pub struct ReplayArgs {
     /// Replay the messages of an export file instead of the DLQ.
     #[arg(long, value_name = "F.jsonl", conflicts_with_all = ["canary", "wait"])]
     pub from_file: Option<PathBuf>,
-    /// Count what would move; publish and remove nothing.
+    /// Count what would move; publish and remove nothing. With
+    /// `idempotency`, also count how many of them are marked handled (a
+    /// replay acks those without running them; see --rerun).
     #[arg(long)]
     pub dry_run: bool,
+    /// Run messages already handled again, once (pipelines with
+    /// `idempotency`): each copy's key gets this replay's id.
+    #[arg(long)]
+    pub rerun: bool,
     /// Replay N first, wait, and stop (exit 3) if more than half of them
     /// came back to the DLQ.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

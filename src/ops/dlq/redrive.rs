@@ -364,6 +364,8 @@ async fn locked(
             wait: default_canary_wait(pipeline),
         }),
         replay_id: report.replay_id.clone(),
+        rerun: false,
+        keys_of: None,
     };
     let mut hooks = Hooks {
         policy,

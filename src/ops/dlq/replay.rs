@@ -34,6 +34,25 @@ pub struct ReplayOptions {
     pub canary: Option<Canary>,
     /// This run's id (`dlqctl-replay-id`).
     pub replay_id: String,
+    /// Run handled messages again (`--rerun`): each copy carries the
+    /// replay's id in `dlqctl-rerun`, which joins its idempotency key.
+    pub rerun: bool,
+    /// With `dry_run`: collect the idempotency keys (read this way) of
+    /// the messages that would move, in [`ReplayReport::keys`].
+    pub keys_of: Option<crate::core::idempotency::KeySource>,
+}
+
+/// A replay copy with `dlqctl-rerun` set to `replay_id` when `rerun`.
+fn with_rerun(props: lapin::BasicProperties, rerun: bool, replay_id: &str) -> lapin::BasicProperties {
+    if !rerun {
+        return props;
+    }
+    let mut headers = props.headers().clone().unwrap_or_default();
+    headers.insert(
+        crate::core::idempotency::RERUN_HEADER.into(),
+        lapin::types::AMQPValue::LongString(replay_id.into()),
+    );
+    props.with_headers(headers)
 }
 
 /// The canary of a replay.
@@ -98,6 +117,14 @@ pub struct ReplayReport {
     pub cancelled: bool,
     /// Wall time, in ms.
     pub elapsed_ms: u64,
+    /// With [`ReplayOptions::keys_of`] on a dry run: the idempotency keys
+    /// of the messages that would move (the command counts the marked).
+    #[serde(skip)]
+    pub keys: Vec<Vec<u8>>,
+    /// Of the messages that would move, those whose key is marked handled
+    /// (a plain replay acks them without running; `--rerun` runs them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_handled: Option<u64>,
 }
 
 /// The canary's default wait: the pipeline's retry delays summed (the
@@ -433,6 +460,12 @@ impl Pass<'_> {
         self.p.selected += 1;
         if self.publisher.is_none() {
             // Dry run.
+            if let Some(source) = &self.opts.keys_of {
+                let props = with_rerun(m.record.properties.clone(), self.opts.rerun, &self.opts.replay_id);
+                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body) {
+                    self.report.keys.push(key);
+                }
+            }
             self.report.moved += 1;
             self.p.done += 1;
             r.keep(m, now).await?;
@@ -452,6 +485,7 @@ impl Pass<'_> {
             &self.opts.replay_id,
             now,
         );
+        let props = with_rerun(props, self.opts.rerun, &self.opts.replay_id);
         let props = match fit_retry_copy(props, self.frame_max) {
             Ok((props, _)) => props,
             Err(too_large) => {
@@ -762,6 +796,12 @@ pub async fn replay_file(
         }
         p.selected += 1;
         let Some(publisher) = publisher.as_mut() else {
+            if let Some(source) = &opts.keys_of {
+                let props = with_rerun(m.record.properties.clone(), opts.rerun, &opts.replay_id);
+                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body) {
+                    report.keys.push(key);
+                }
+            }
             report.moved += 1;
             p.done += 1;
             progress(&p);
@@ -775,6 +815,7 @@ pub async fn replay_file(
             break;
         }
         let props = replay_copy(&m.record.properties, user, &opts.replay_id, now);
+        let props = with_rerun(props, opts.rerun, &opts.replay_id);
         let props = match fit_retry_copy(props, frame_max) {
             Ok((props, _)) => props,
             Err(too_large) => {

@@ -384,6 +384,11 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
                 .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(&o.pipeline)),
         }),
         replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
+        rerun: a.rerun,
+        keys_of: a
+            .dry_run
+            .then(|| o.pipeline.idempotency.as_ref().map(|i| i.key.clone()))
+            .flatten(),
     };
     let mut bar = Reporter::new(
         if a.dry_run { "would move" } else { "moved" },
@@ -406,7 +411,8 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
     };
     bar.finish();
     o.close().await;
-    let r = result?;
+    let mut r = result?;
+    count_handled(a, &o.pipeline, &mut r).await?;
     print_report(a.json, &r, output::text::replay_text)?;
     Ok(match (&r.canary, &r.stopped) {
         (Some(c), _) if !c.passed && !r.cancelled => Outcome::Difference,
@@ -414,6 +420,26 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         _ if r.cancelled || r.failed > 0 => Outcome::Failure,
         _ => Outcome::Success,
     })
+}
+
+/// A dry run of a pipeline with `idempotency`: how many of the keys that
+/// would move are marked handled, read from the store without creating
+/// anything.
+async fn count_handled(
+    a: &ReplayArgs,
+    pipeline: &dlqctl::Pipeline,
+    r: &mut dlqctl::ops::dlq::replay::ReplayReport,
+) -> Result<()> {
+    let Some(idem) = pipeline.idempotency.as_ref().filter(|_| a.dry_run) else {
+        return Ok(());
+    };
+    let url = dlqctl::idempotency::resolve(&idem.store, &pipeline.name, &|k| std::env::var(k).ok())?;
+    let brokers = super::brokers(&a.target.connection)?;
+    let scope = dlqctl::core::idempotency::scope(brokers.get(0).vhost(), &pipeline.name);
+    let store = dlqctl::idempotency::open(&url, &scope, dlqctl::idempotency::Create::No).await?;
+    let keys = std::mem::take(&mut r.keys);
+    r.already_handled = Some(store.count_marked(&keys).await? as u64);
+    Ok(())
 }
 
 /// `dlqctl dlq redrive`: one run of the pipeline's redrive policy, now.

@@ -658,6 +658,11 @@ pub fn replay_text(r: &ReplayReport) -> String {
             r.replay_id
         )
     };
+    if let Some(n) = r.already_handled {
+        out.push_str(&format!(
+            "of them, {n} are marked handled in the idempotency store: a replay acks those without running them (add --rerun to run them again)\n"
+        ));
+    }
     if let Some(why) = &r.why_failed {
         out += &format!("failed: {why}\n");
     }
