@@ -379,6 +379,10 @@ impl<H: Handler> DeliveryTask<H> {
         let Some(outcome) = run.outcome() else {
             if matches!(run, Run::Duplicate | Run::Deferred { .. }) {
                 record_settlement(&self.shared.counters, done);
+                let why = match run {
+                    Run::Duplicate => "its key is marked handled",
+                    _ => "another run holds the lease on its key",
+                };
                 info!(
                     queue = %self.cfg.pipeline.name,
                     message_id = prepared.message_id.as_deref(),
@@ -386,11 +390,8 @@ impl<H: Handler> DeliveryTask<H> {
                     max_attempts = self.cfg.pipeline.retry.max_attempts,
                     decision = done.label(),
                     tier = planned.tier.as_deref(),
-                    "message not run: {}",
-                    match run {
-                        Run::Duplicate => "its key is marked handled",
-                        _ => "another run holds the lease on its key",
-                    }
+                    why,
+                    "message not run"
                 );
             }
             return;

@@ -39,6 +39,8 @@ pub struct Pipe {
     pub redrive: Option<String>,
     /// `circuit_breaker`, as YAML flow text (`{min_calls: 3}`).
     pub circuit_breaker: Option<String>,
+    /// `idempotency`, as YAML flow text (`{store: 'sqlite:/tmp/x.db'}`).
+    pub idempotency: Option<String>,
 }
 
 impl Pipe {
@@ -55,6 +57,7 @@ impl Pipe {
             dlq_ttl: None,
             redrive: None,
             circuit_breaker: None,
+            idempotency: None,
         }
     }
 
@@ -95,6 +98,9 @@ impl Pipe {
                 "    dead_letter: {{ {} }}\n",
                 dead_letter.join(", ")
             ));
+        }
+        if let Some(i) = &self.idempotency {
+            y.push_str(&format!("    idempotency: {i}\n"));
         }
         if let Some(cb) = &self.circuit_breaker {
             y.push_str(&format!("    circuit_breaker: {cb}\n"));
