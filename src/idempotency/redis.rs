@@ -6,11 +6,16 @@
 //! every expiry is Redis's own (`PX`, `PTTL`).
 //!
 //! One [`ConnectionManager`] (one multiplexed connection, reconnected
-//! after a failure); every call bounded by [`CALL_TIMEOUT`]. A password
+//! after a failure); every call bounded by [`CALL_TIMEOUT`]. A `READONLY`
+//! answer (the server was demoted to a replica by a failover, while the
+//! connection stayed up) replaces the manager, so that the next call
+//! connects again, resolving the host name again, and finds the new
+//! primary behind it. A password
 //! never reaches a [`StoreError`] or a `Debug` output: `describe` is the
 //! URL redacted, and error texts are scrubbed of it.
 
 use std::future::Future;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -75,7 +80,10 @@ pub(super) struct RedisStore {
     password: Option<String>,
     /// `dlqctl:` + scope.
     prefix: Vec<u8>,
-    conn: ConnectionManager,
+    /// Replaced after a `READONLY` answer.
+    conn: RwLock<ConnectionManager>,
+    client: Client,
+    config: ConnectionManagerConfig,
     begin: Script,
     renew: Script,
     release: Script,
@@ -122,7 +130,7 @@ impl RedisStore {
             .set_response_timeout(Some(CALL_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
-        let connecting = ConnectionManager::new_with_config(client, config);
+        let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
         let conn = match tokio::time::timeout(OPEN_TIMEOUT, connecting).await {
             Err(_) => {
                 return Err(StoreError::Unavailable {
@@ -139,7 +147,9 @@ impl RedisStore {
             describe,
             password,
             prefix,
-            conn,
+            conn: RwLock::new(conn),
+            client,
+            config,
             begin: Script::new(BEGIN_LUA),
             renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
@@ -149,6 +159,24 @@ impl RedisStore {
         // NOAUTH only now.
         store.ping().await?;
         Ok(store)
+    }
+
+    /// The connection (a handle: cheap to clone).
+    fn conn(&self) -> ConnectionManager {
+        self.conn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A new manager, connecting on its first call: after `READONLY`,
+    /// the old connection reaches a replica.
+    fn reconnect(&self) {
+        if let Ok(fresh) =
+            ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
+        {
+            *self.conn.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        }
     }
 
     fn redis_key(&self, kind: &str, key: &[u8]) -> Vec<u8> {
@@ -165,7 +193,12 @@ impl RedisStore {
                 store: self.describe.clone(),
                 detail: format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
             }),
-            Ok(Err(e)) => Err(error(&self.describe, self.password.as_deref(), &e)),
+            Ok(Err(e)) => {
+                if e.code() == Some("READONLY") {
+                    self.reconnect();
+                }
+                Err(error(&self.describe, self.password.as_deref(), &e))
+            }
             Ok(Ok(v)) => Ok(v),
         }
     }
@@ -184,7 +217,7 @@ impl RedisStore {
         for a in args {
             invocation.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         self.bounded(async move { invocation.invoke_async(&mut conn).await })
             .await
     }
@@ -382,7 +415,7 @@ impl Store for RedisStore {
                 for key in chunk {
                     cmd.arg(self.redis_key("done", key));
                 }
-                let mut conn = self.conn.clone();
+                let mut conn = self.conn();
                 let n: usize = self
                     .bounded(async move { cmd.query_async(&mut conn).await })
                     .await?;
@@ -395,7 +428,7 @@ impl Store for RedisStore {
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         async move {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             let answer: String = self
                 .bounded(async move { ::redis::cmd("PING").query_async(&mut conn).await })
                 .await?;
@@ -412,7 +445,7 @@ impl Store for RedisStore {
         async move {
             let key = format!("dlqctl-doctor:{:032x}", rand::random::<u128>());
             let value = format!("{:032x}", rand::random::<u128>());
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             let read: Option<String> = self
                 .bounded(async move {
                     ::redis::cmd("SET")

@@ -314,6 +314,70 @@ async fn a_stopped_server_is_unavailable_then_back_empty() {
     acquired(s.begin(b"during", &BODY, 30_000).await.unwrap());
 }
 
+/// The ids of the connections `server` has, but `admin`'s own.
+async fn other_clients(admin: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let own: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(admin)
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter(|id| *id != own.to_string())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_demoted_by_a_failover_is_left_for_a_new_connection() {
+    let primary = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let s = redis(&primary.url()).await;
+    acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    let mut admin = raw(&primary.url()).await;
+    let before = other_clients(&mut admin).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // Demoted, its connections kept: writes answer READONLY.
+    let port = new_primary.port().to_string();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = s.begin(b"during", &BODY, 30_000).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains("read only replica"), "{e}");
+
+    // Here the address would lead to the new primary; this test promotes
+    // the same server back, and sees the store come back on a new
+    // connection.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let begin = until_ok(Duration::from_secs(10), async || {
+        s.begin(b"after", &BODY, 30_000).await
+    })
+    .await
+    .unwrap();
+    acquired(begin);
+    let after = other_clients(&mut admin).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(
+        before, after,
+        "the store still uses the connection to the demoted server"
+    );
+}
+
 /// A writer into a shared buffer, for the tracing subscriber.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
