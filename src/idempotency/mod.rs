@@ -16,17 +16,31 @@ mod redis;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+#[cfg(test)]
+mod tests;
 
 pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
 
 /// A store URL made concrete: `env:` read, the default SQLite path
-/// chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// chosen. Its `Debug` shows no password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreUrl {
     /// An SQLite file.
     Sqlite(std::path::PathBuf),
     /// A `redis://` or `rediss://` URL (with its password, if any).
     Redis(String),
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            StoreUrl::Redis(url) => f
+                .debug_tuple("Redis")
+                .field(&crate::core::idempotency::redact_url(url))
+                .finish(),
+        }
+    }
 }
 
 /// Makes `spec` concrete for `pipeline`: an `env:NAME` is read from

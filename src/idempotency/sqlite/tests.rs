@@ -242,6 +242,24 @@ fn two_threads_on_one_file_never_both_acquire_a_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_store_stops_its_sweeper_and_closes_the_file() {
+    let dir = TempDir::new();
+    let s = store(&dir.0.join("orders.db")).await;
+    let conn = Arc::downgrade(&s.conn);
+    let sweeper = s.sweeper.clone();
+    assert!(!sweeper.is_finished());
+    drop(s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while conn.upgrade().is_some() || !sweeper.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweeper still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_and_ping_leave_nothing() {
     let dir = TempDir::new();
     let s = store(&dir.0.join("orders.db")).await;
