@@ -7,134 +7,40 @@
 //! Every expiry is measured by the store's own clock, never a worker's,
 //! so clock skew between machines cannot shorten a lease.
 
-use futures_util::future::BoxFuture;
+use std::sync::Arc;
 
 use crate::core::idempotency::StoreSpec;
 
-/// The SHA-256 of a body, kept with a mark.
-pub type BodySha = [u8; 32];
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+#[cfg(test)]
+mod tests;
 
-/// A lease on one key, held by one handler run. Only its holder (the
-/// `token`) can renew, release or turn it into a mark.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The key (raw bytes, within the store's scope).
-    pub key: Vec<u8>,
-    /// The holder's random token.
-    pub token: [u8; 16],
-}
-
-/// What [`Store::begin`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Begin {
-    /// The lease is ours: run the handler. `conflict`: the key was marked
-    /// handled with another body (not a duplicate: it runs, and is
-    /// counted and warned about).
-    Acquired {
-        /// The lease taken.
-        lease: Lease,
-        /// Marked with another body.
-        conflict: bool,
-    },
-    /// Marked handled with the same body: a duplicate.
-    Handled,
-    /// Another run holds the lease, for this long yet by the store's
-    /// clock.
-    Leased {
-        /// What is left of the lease, in ms.
-        remaining_ms: u64,
-    },
-}
-
-/// A store's failure. Its text never holds a password.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum StoreError {
-    /// Cannot be reached, or did not answer in time: waited for at start
-    /// (like the broker), a pause after.
-    #[error("idempotency store {store} is unavailable: {detail}")]
-    Unavailable {
-        /// The store, as [`Store::describe`] says it.
-        store: String,
-        /// What went wrong.
-        detail: String,
-    },
-    /// Reached but refused: a wrong password, a read-only or missing
-    /// directory, a file on a network file system. Exit 1 at start.
-    #[error("idempotency store {store} refused: {detail}")]
-    Refused {
-        /// The store, as [`Store::describe`] says it.
-        store: String,
-        /// What went wrong.
-        detail: String,
-    },
-}
-
-/// One store of keys and leases, scoped to one vhost and pipeline (given
-/// when it is opened). Every call is bounded in time by the store.
-pub trait Store: Send + Sync + 'static {
-    /// The store as logs show it: kind and place, never a password
-    /// (`sqlite:/var/lib/dlqctl/orders.db`, `redis://cache:6379/0`).
-    fn describe(&self) -> &str;
-
-    /// Before a handler runs: a key marked handled with the same body is
-    /// [`Begin::Handled`]; a key leased by another run is
-    /// [`Begin::Leased`]; else a lease of `lease_ms` is taken, atomically
-    /// (two workers never both acquire one key).
-    fn begin<'a>(
-        &'a self,
-        key: &'a [u8],
-        body: &'a BodySha,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<Begin, StoreError>>;
-
-    /// While the handler runs: extends the lease to `lease_ms` from now;
-    /// `false` when it is no longer ours (expired and taken).
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
-
-    /// After an answered failure: gives the lease up, if still ours.
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
-
-    /// After a success: marks the key handled with `body`, kept `keep_ms`,
-    /// and gives the lease up (marked even when the lease was lost: the
-    /// handler succeeded).
-    fn mark<'a>(
-        &'a self,
-        lease: &'a Lease,
-        body: &'a BodySha,
-        keep_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
-
-    /// How many of `keys` are marked handled (`dlq replay --dry-run`).
-    fn count_marked<'a>(&'a self, keys: &'a [Vec<u8>]) -> BoxFuture<'a, Result<usize, StoreError>>;
-
-    /// Whether the store answers (the end of a pause).
-    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
-
-    /// `doctor`: writes, reads back and deletes a `dlqctl-doctor:` key.
-    fn check(&self) -> BoxFuture<'_, Result<(), StoreError>>;
-}
-
-/// How [`open`] treats a missing SQLite file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Create {
-    /// Create it (and the default directory): the worker.
-    Yes,
-    /// Never create anything: `doctor`, `dlq replay --dry-run`.
-    No,
-}
+pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
 
 /// A store URL made concrete: `env:` read, the default SQLite path
-/// chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// chosen. Its `Debug` shows no password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreUrl {
     /// An SQLite file.
     Sqlite(std::path::PathBuf),
     /// A `redis://` or `rediss://` URL (with its password, if any).
     Redis(String),
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            StoreUrl::Redis(url) => f
+                .debug_tuple("Redis")
+                .field(&crate::core::idempotency::redact_url(url))
+                .finish(),
+        }
+    }
 }
 
 /// Makes `spec` concrete for `pipeline`: an `env:NAME` is read from
@@ -201,19 +107,58 @@ fn file_safe(name: &str) -> String {
         .collect()
 }
 
-/// Opens the store at `url` for the keys of `scope` (see
-/// [`crate::core::idempotency::scope`]).
+/// What [`open_with`] may be told beyond the URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// The CA (PEM) a `rediss://` server's certificate must chain to,
+    /// instead of the system's roots (which `SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR` can also replace).
+    pub redis_ca_pem: Option<Vec<u8>>,
+}
+
+/// Opens the store `url` names for the keys of `scope`
+/// ([`crate::core::idempotency::scope`]): an SQLite file (created, with
+/// its default directory, under [`Create::Yes`]), or a Redis server,
+/// connected and authenticated. Refused when this build left the store's
+/// cargo feature out.
 pub async fn open(
     url: &StoreUrl,
     scope: &[u8],
     create: Create,
-) -> Result<std::sync::Arc<dyn Store>, StoreError> {
-    let _ = (scope, create);
-    Err(StoreError::Refused {
-        store: match url {
-            StoreUrl::Sqlite(p) => format!("sqlite:{}", p.display()),
-            StoreUrl::Redis(u) => crate::core::idempotency::redact_url(u),
-        },
-        detail: "PLACEHOLDER until the stores land".into(),
-    })
+) -> Result<Arc<dyn Store>, StoreError> {
+    open_with(url, scope, create, &OpenOptions::default()).await
+}
+
+/// [`open`], with [`OpenOptions`].
+pub async fn open_with(
+    url: &StoreUrl,
+    scope: &[u8],
+    create: Create,
+    options: &OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    // Each is used by one store only; a build may leave that one out.
+    let _ = (scope, create, options);
+    match url {
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite(path) => {
+            let store = self::sqlite::SqliteStore::open(path, scope, create).await?;
+            Ok(Arc::new(store))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        StoreUrl::Sqlite(path) => Err(StoreError::Refused {
+            store: format!("sqlite:{}", path.display()),
+            detail: "this dlqctl was built without the sqlite feature".into(),
+        }),
+        #[cfg(feature = "redis")]
+        StoreUrl::Redis(url) => {
+            let store =
+                self::redis::RedisStore::open(url, scope, options.redis_ca_pem.as_deref()).await?;
+            Ok(Arc::new(store))
+        }
+        #[cfg(not(feature = "redis"))]
+        StoreUrl::Redis(url) => Err(StoreError::Refused {
+            store: crate::core::idempotency::redact_url(url),
+            detail: "this dlqctl was built without the redis feature".into(),
+        }),
+    }
 }

@@ -115,7 +115,7 @@ impl StoreSpec {
 }
 
 /// The `password` of a `scheme://user:password@host…` URL, if any.
-fn url_password(url: &str) -> Option<&str> {
+pub fn url_password(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
     let userinfo = authority.rsplit_once('@')?.0;

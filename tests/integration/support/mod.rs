@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod dependency;
 pub mod dlq;
 pub mod policy;
+pub mod redis;
 pub mod relay;
 pub mod script;
 pub mod serve;

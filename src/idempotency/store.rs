@@ -1,0 +1,122 @@
+//! The interface every idempotency store implements, and what it
+//! answers. Re-exported by the parent module, where its users name it
+//! (`crate::idempotency::Store`): a file of its own so that the stores
+//! can name it without importing the module that opens them.
+
+use futures_util::future::BoxFuture;
+
+/// The SHA-256 of a body, kept with a mark.
+pub type BodySha = [u8; 32];
+
+/// A lease on one key, held by one handler run. Only its holder (the
+/// `token`) can renew, release or turn it into a mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The key (raw bytes, within the store's scope).
+    pub key: Vec<u8>,
+    /// The holder's random token.
+    pub token: [u8; 16],
+}
+
+/// What [`Store::begin`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// The lease is ours: run the handler. `conflict`: the key was marked
+    /// handled with another body (not a duplicate: it runs, and is
+    /// counted and warned about).
+    Acquired {
+        /// The lease taken.
+        lease: Lease,
+        /// Marked with another body.
+        conflict: bool,
+    },
+    /// Marked handled with the same body: a duplicate.
+    Handled,
+    /// Another run holds the lease, for this long yet by the store's
+    /// clock.
+    Leased {
+        /// What is left of the lease, in ms.
+        remaining_ms: u64,
+    },
+}
+
+/// A store's failure. Its text never holds a password.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// Cannot be reached, or did not answer in time: waited for at start
+    /// (like the broker), a pause after.
+    #[error("idempotency store {store} is unavailable: {detail}")]
+    Unavailable {
+        /// The store, as [`Store::describe`] says it.
+        store: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// Reached but refused: a wrong password, a read-only or missing
+    /// directory, a file on a network file system. Exit 1 at start.
+    #[error("idempotency store {store} refused: {detail}")]
+    Refused {
+        /// The store, as [`Store::describe`] says it.
+        store: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// One store of keys and leases, scoped to one vhost and pipeline (given
+/// when it is opened). Every call is bounded in time by the store.
+pub trait Store: Send + Sync + 'static {
+    /// The store as logs show it: kind and place, never a password
+    /// (`sqlite:/var/lib/dlqctl/orders.db`, `redis://cache:6379/0`).
+    fn describe(&self) -> &str;
+
+    /// Before a handler runs: a key marked handled with the same body is
+    /// [`Begin::Handled`]; a key leased by another run is
+    /// [`Begin::Leased`]; else a lease of `lease_ms` is taken, atomically
+    /// (two workers never both acquire one key).
+    fn begin<'a>(
+        &'a self,
+        key: &'a [u8],
+        body: &'a BodySha,
+        lease_ms: u64,
+    ) -> BoxFuture<'a, Result<Begin, StoreError>>;
+
+    /// While the handler runs: extends the lease to `lease_ms` from now;
+    /// `false` when it is no longer ours (expired and taken).
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        lease_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// After an answered failure: gives the lease up, if still ours.
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// After a success: marks the key handled with `body`, kept `keep_ms`,
+    /// and gives the lease up (marked even when the lease was lost: the
+    /// handler succeeded).
+    fn mark<'a>(
+        &'a self,
+        lease: &'a Lease,
+        body: &'a BodySha,
+        keep_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// How many of `keys` are marked handled (`dlq replay --dry-run`).
+    fn count_marked<'a>(&'a self, keys: &'a [Vec<u8>]) -> BoxFuture<'a, Result<usize, StoreError>>;
+
+    /// Whether the store answers (the end of a pause).
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// `doctor`: writes, reads back and deletes a `dlqctl-doctor:` key.
+    fn check(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
+/// How [`open`](super::open) treats a missing SQLite file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    /// Create it (and the default directory): the worker.
+    Yes,
+    /// Never create anything: `doctor`, `dlq replay --dry-run`.
+    No,
+}

@@ -1,0 +1,481 @@
+//! The idempotency stores against real services: a redis-server of each
+//! test's own (support::redis; never the one on port 6379), plain, with
+//! a password, and TLS only; and SQLite files through the same `open`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlqctl::idempotency::{
+    open, open_with, Begin, BodySha, Create, Lease, OpenOptions, Store, StoreError, StoreUrl,
+};
+
+use crate::support::redis::{free_port, RedisServer};
+use crate::support::Scratch;
+
+const BODY: BodySha = [1; 32];
+const OTHER: BodySha = [2; 32];
+
+fn scope() -> Vec<u8> {
+    dlqctl::core::idempotency::scope("/", "orders")
+}
+
+async fn redis(url: &str) -> Arc<dyn Store> {
+    open(&StoreUrl::Redis(url.to_string()), &scope(), Create::Yes)
+        .await
+        .unwrap_or_else(|e| panic!("open {url}: {e}"))
+}
+
+fn acquired(begin: Begin) -> (Lease, bool) {
+    match begin {
+        Begin::Acquired { lease, conflict } => (lease, conflict),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn leased(begin: Begin) -> u64 {
+    match begin {
+        Begin::Leased { remaining_ms } => remaining_ms,
+        other => panic!("expected Leased, got {other:?}"),
+    }
+}
+
+/// A raw connection to `server`, to look at what the store wrote.
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_begin_one_key_and_exactly_one_acquires() {
+    let server = RedisServer::start();
+    let (a, b) = (redis(&server.url()).await, redis(&server.url()).await);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let key = format!("id-{i}").into_bytes();
+        for store in [a.clone(), b.clone()] {
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move {
+                let begin = store.begin(&key, &BODY, 30_000).await.unwrap();
+                (key, matches!(begin, Begin::Acquired { .. }))
+            }));
+        }
+    }
+    let mut acquired_per_key = std::collections::BTreeMap::<Vec<u8>, u32>::new();
+    for t in tasks {
+        let (key, won) = t.await.unwrap();
+        *acquired_per_key.entry(key).or_default() += u32::from(won);
+    }
+    assert_eq!(acquired_per_key.len(), 200);
+    assert!(
+        acquired_per_key.values().all(|&n| n == 1),
+        "a key acquired twice or never: {acquired_per_key:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
+    let server = RedisServer::start();
+    let s = redis(&server.url()).await;
+    assert_eq!(s.describe(), server.url());
+
+    let key = b"\xffid\x00-1"; // not UTF-8, with a NUL: kept as it is
+    let (lease, conflict) = acquired(s.begin(key, &BODY, 30_000).await.unwrap());
+    assert!(!conflict);
+    let left = leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    assert!((29_000..=30_000).contains(&left), "{left}");
+
+    // The lease as Redis holds it: binary-safe key, Redis's own expiry.
+    let mut lease_key = b"dlqctl:".to_vec();
+    lease_key.extend_from_slice(&scope());
+    lease_key.extend_from_slice(b":lease:");
+    lease_key.extend_from_slice(key);
+    let mut conn = raw(&server.url()).await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&lease_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((29_000..=30_000).contains(&pttl), "{pttl}");
+
+    // Only the holder renews or releases.
+    let thief = Lease {
+        key: key.to_vec(),
+        token: [7; 16],
+    };
+    assert!(!s.renew(&thief, 90_000).await.unwrap());
+    s.release(&thief).await.unwrap();
+    leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    assert!(s.renew(&lease, 90_000).await.unwrap());
+    let left = leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    assert!(left > 80_000, "renewed: {left}");
+
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&lease_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the mark gives the lease up");
+    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
+    let keys = [key.to_vec(), b"other".to_vec()];
+    assert_eq!(s.count_marked(&keys).await.unwrap(), 1);
+
+    // Another body: a conflict that runs; the mark stays meanwhile.
+    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    assert!(conflict);
+    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
+    leased(s.begin(key, &OTHER, 30_000).await.unwrap());
+    s.release(&other).await.unwrap();
+    let (_, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    assert!(conflict);
+
+    // Another pipeline's scope does not see the key.
+    let payments = dlqctl::core::idempotency::scope("/", "payments");
+    let p = open(&StoreUrl::Redis(server.url()), &payments, Create::No)
+        .await
+        .unwrap();
+    acquired(p.begin(key, &BODY, 30_000).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_and_a_mark_expire_by_the_store_clock() {
+    let server = RedisServer::start();
+    let s = redis(&server.url()).await;
+    let (lease, _) = acquired(s.begin(b"short", &BODY, 300).await.unwrap());
+    let (marked, _) = acquired(s.begin(b"marked", &BODY, 30_000).await.unwrap());
+    s.mark(&marked, &BODY, 300).await.unwrap();
+    assert_eq!(
+        s.begin(b"marked", &BODY, 300).await.unwrap(),
+        Begin::Handled
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !s.renew(&lease, 30_000).await.unwrap(),
+        "expired: no longer ours"
+    );
+    acquired(s.begin(b"short", &BODY, 30_000).await.unwrap());
+    let (_, conflict) = acquired(s.begin(b"marked", &BODY, 30_000).await.unwrap());
+    assert!(!conflict);
+    assert_eq!(s.count_marked(&[b"marked".to_vec()]).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_writes_reads_and_deletes_a_doctor_key() {
+    let server = RedisServer::start();
+    let s = redis(&server.url()).await;
+    s.check().await.unwrap();
+    s.ping().await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+/// The password, wrong or right, is in no error text nor `Debug`.
+fn assert_no_password(e: &StoreError, password: &str) {
+    let texts = [e.to_string(), format!("{e:?}")];
+    for t in texts {
+        assert!(!t.contains(password), "the password shows: {t}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_or_missing_password_is_refused_without_showing_it() {
+    let server = RedisServer::with_password("right-pass-4f1c");
+    let s = redis(&server.url()).await;
+    assert!(
+        !s.describe().contains("right-pass-4f1c"),
+        "{}",
+        s.describe()
+    );
+    s.ping().await.unwrap();
+
+    let wrong = "wrong-pass-9b2e";
+    let url = StoreUrl::Redis(server.url_with_password(wrong));
+    let e = open(&url, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+    assert_no_password(&e, wrong);
+    assert!(e.to_string().contains(&server.port().to_string()), "{e}");
+    assert_no_password(&e, "right-pass-4f1c");
+
+    // No password given to a server that wants one: NOAUTH, refused.
+    let url = StoreUrl::Redis(format!("redis://127.0.0.1:{}/0", server.port()));
+    let e = open(&url, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable_and_bounded() {
+    let port = free_port();
+    let started = Instant::now();
+    let url = StoreUrl::Redis(format!("redis://:secret-5d@127.0.0.1:{port}/0"));
+    let e = open(&url, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("unavailable");
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    assert_no_password(&e, "secret-5d");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_works_with_the_servers_ca_and_refuses_an_untrusted_one() {
+    let server = RedisServer::tls();
+    let url = StoreUrl::Redis(server.url());
+    let options = OpenOptions {
+        redis_ca_pem: Some(server.ca_pem()),
+    };
+    let s = open_with(&url, &scope(), Create::Yes, &options)
+        .await
+        .unwrap();
+    let (lease, _) = acquired(s.begin(b"tls", &BODY, 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    assert_eq!(
+        s.begin(b"tls", &BODY, 30_000).await.unwrap(),
+        Begin::Handled
+    );
+    s.check().await.unwrap();
+
+    // The system's roots do not know this CA.
+    let e = open(&url, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+    assert!(e.to_string().contains("certificate"), "{e}");
+    // Plain text to a TLS port: no answer that makes sense, unavailable.
+    let plain = StoreUrl::Redis(format!("redis://127.0.0.1:{}/0", server.port()));
+    let e = open(&plain, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("fails");
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+}
+
+/// Polls `f` until it answers Ok, for up to `within`.
+async fn until_ok<T>(
+    within: Duration,
+    mut f: impl AsyncFnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let deadline = Instant::now() + within;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unavailable_then_back_empty() {
+    let mut server = RedisServer::start();
+    let s = redis(&server.url()).await;
+    let (lease, _) = acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    assert_eq!(
+        s.begin(b"before", &BODY, 30_000).await.unwrap(),
+        Begin::Handled
+    );
+
+    server.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let e = s.begin(b"during", &BODY, 30_000).await.unwrap_err();
+        assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(s.ping().await.is_err());
+    }
+
+    server.restart();
+    until_ok(Duration::from_secs(15), async || s.ping().await)
+        .await
+        .expect("the store answers again");
+    // Empty: the mark made before the restart is lost (a duplicate window).
+    let (_, conflict) = acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    assert!(!conflict);
+    acquired(s.begin(b"during", &BODY, 30_000).await.unwrap());
+}
+
+/// The ids of the connections `server` has, but `admin`'s own.
+async fn other_clients(admin: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let own: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(admin)
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter(|id| *id != own.to_string())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_demoted_by_a_failover_is_left_for_a_new_connection() {
+    let primary = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let s = redis(&primary.url()).await;
+    acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    let mut admin = raw(&primary.url()).await;
+    let before = other_clients(&mut admin).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // Demoted, its connections kept: writes answer READONLY.
+    let port = new_primary.port().to_string();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = s.begin(b"during", &BODY, 30_000).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains("read only replica"), "{e}");
+
+    // Here the address would lead to the new primary; this test promotes
+    // the same server back, and sees the store come back on a new
+    // connection.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let begin = until_ok(Duration::from_secs(10), async || {
+        s.begin(b"after", &BODY, 30_000).await
+    })
+    .await
+    .unwrap();
+    acquired(begin);
+    let after = other_clients(&mut admin).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(
+        before, after,
+        "the store still uses the connection to the demoted server"
+    );
+}
+
+/// A writer into a shared buffer, for the tracing subscriber.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_password_is_not_in_trace_logs() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // Global (with `log` records bridged) under nextest, one process per
+    // test; this thread only when another test set one first.
+    let _guard = match tracing_subscriber::util::SubscriberInitExt::try_init(subscriber) {
+        Ok(()) => None,
+        Err(_) => {
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::TRACE)
+                .with_writer(move || writer.clone())
+                .finish();
+            Some(tracing::subscriber::set_default(subscriber))
+        }
+    };
+    tracing::trace!("capture works");
+
+    let password = "trace-pass-77aa";
+    let mut server = RedisServer::with_password(password);
+    let s = redis(&server.url()).await;
+    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    s.check().await.unwrap();
+    let wrong = StoreUrl::Redis(server.url_with_password("trace-wrong-88bb"));
+    let e = open(&wrong, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    tracing::error!(error = %e, debug = ?e, "as a worker would log it");
+    server.stop();
+    let e = s.ping().await.unwrap_err();
+    tracing::warn!(error = %e, store = ?s.describe(), "as a worker would log it");
+    server.restart();
+    until_ok(Duration::from_secs(15), async || s.ping().await)
+        .await
+        .unwrap();
+
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(text.contains("capture works"), "nothing captured");
+    assert!(!text.contains(password), "the password is logged:\n{text}");
+    assert!(
+        !text.contains("trace-wrong-88bb"),
+        "the wrong password is logged:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_through_open_and_create_no() {
+    let dir = Scratch::new();
+    let url = StoreUrl::Sqlite(dir.path().join("orders.db"));
+    let e = open(&url, &scope(), Create::No)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("does not exist (dlqctl work creates it)"),
+        "{e}"
+    );
+    assert!(!dir.path().join("orders.db").exists());
+
+    let s = open(&url, &scope(), Create::Yes).await.unwrap();
+    assert_eq!(
+        s.describe(),
+        format!("sqlite:{}", dir.path().join("orders.db").display())
+    );
+    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    let reader = open(&url, &scope(), Create::No).await.unwrap();
+    assert_eq!(reader.count_marked(&[b"k".to_vec()]).await.unwrap(), 1);
+    reader.check().await.unwrap();
+
+    let missing = StoreUrl::Sqlite(dir.path().join("nowhere/orders.db"));
+    let e = open(&missing, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
