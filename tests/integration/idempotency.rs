@@ -55,7 +55,7 @@ pub(crate) fn decided(workers: &[&WorkerProc], decision: &str) -> Vec<Value> {
             all.extend(w.events("message not run"));
             all
         })
-        .filter(|e| e["fields"]["decision"] == decision)
+        .filter(|e| e["decision"] == decision)
         .collect()
 }
 

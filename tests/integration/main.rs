@@ -18,6 +18,7 @@ mod dlq_selectors;
 mod doctor;
 mod example;
 mod failover;
+mod idempotency;
 mod idempotency_store;
 mod jsonl;
 mod permissions;
