@@ -613,8 +613,9 @@ fn open_error(store: &str, path: &Path, e: &rusqlite::Error) -> StoreError {
     }
 }
 
-/// The name of a network or user-space file system, by `statfs`'s
-/// `f_type`, where SQLite's WAL is unsafe.
+/// The name of a network, cluster or user-space file system, by
+/// `statfs`'s `f_type`, where SQLite's WAL is unsafe (its shared memory
+/// is not shared between machines, and locks may not be either).
 fn network_fs(f_type: u64) -> Option<&'static str> {
     match f_type & 0xFFFF_FFFF {
         0x6969 => Some("NFS"),
@@ -622,6 +623,13 @@ fn network_fs(f_type: u64) -> Option<&'static str> {
         0xFE53_4D42 => Some("SMB2"),
         0x517B => Some("SMB"),
         0x6573_5546 => Some("FUSE"),
+        0x00C3_6400 => Some("CephFS"),
+        0x0102_1997 => Some("9P"),
+        0x5346_414F | 0x6B41_4653 => Some("AFS"),
+        0x0BD0_0BD0 => Some("Lustre"),
+        0x4750_4653 => Some("GPFS"),
+        0x0116_1970 => Some("GFS2"),
+        0x7461_636F => Some("OCFS2"),
         _ => None,
     }
 }

@@ -466,6 +466,8 @@ fn network_file_systems_are_named() {
     assert_eq!(network_fs(0xFFFF_FFFF_FF53_4D42), Some("CIFS"));
     assert_eq!(network_fs(0xFE53_4D42), Some("SMB2"));
     assert_eq!(network_fs(0x6573_5546), Some("FUSE"));
+    assert_eq!(network_fs(0x00C3_6400), Some("CephFS"));
+    assert_eq!(network_fs(0x0102_1997), Some("9P"));
     assert_eq!(network_fs(0xEF53), None); // ext4
     assert_eq!(network_fs(0x0102_1994), None); // tmpfs
     check_local_fs("t", &std::env::temp_dir()).unwrap();
