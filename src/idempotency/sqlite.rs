@@ -38,6 +38,9 @@ macro_rules! now_ms {
     };
 }
 
+/// The format of the file this dlqctl writes (`PRAGMA user_version`).
+const FORMAT: i64 = 1;
+
 /// The table. A row is absent once both its lease and its mark have
 /// expired (`expires_at_ms`, which the sweeper reads through its index).
 const SCHEMA: &str = "
@@ -497,15 +500,23 @@ fn open_file(
         return Err(missing());
     }
     let conn = connect(path, create).map_err(|e| open_error(store, path, &e))?;
-    set_up(&conn, create).map_err(|e| open_error(store, path, &e))?;
-    if create == Create::No && !has_table(&conn).map_err(|e| open_error(store, path, &e))? {
-        let detail = format!(
-            "{} is not a dlqctl idempotency store (it has no dlqctl_keys table)",
-            path.display()
-        );
-        return Err(refused(store, detail));
+    match set_up(&conn, create).map_err(|e| open_error(store, path, &e))? {
+        Some(version) if version <= FORMAT => Ok(conn),
+        Some(version) => Err(refused(
+            store,
+            format!(
+                "{} was made by a newer dlqctl (format {version}; this one knows {FORMAT})",
+                path.display()
+            ),
+        )),
+        None => Err(refused(
+            store,
+            format!(
+                "{} is not a dlqctl idempotency store (it has no dlqctl_keys table): give a file of its own",
+                path.display()
+            ),
+        )),
     }
-    Ok(conn)
 }
 
 /// The directory made, private to its owner, with its parents.
@@ -536,14 +547,20 @@ fn connect(path: &Path, create: Create) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
-/// Read-only refused; WAL and the table under [`Create::Yes`];
-/// `synchronous=NORMAL` (a setting of the connection, not the file).
-fn set_up(conn: &Connection, create: Create) -> rusqlite::Result<()> {
+/// Read-only refused; WAL and the table under [`Create::Yes`], in a
+/// file that is empty or ours (another program's database is left
+/// alone); `synchronous=NORMAL` (a setting of the connection, not the
+/// file). The file's format (`user_version`), `None` when it is not ours.
+fn set_up(conn: &Connection, create: Create) -> rusqlite::Result<Option<i64>> {
     if conn.is_readonly(rusqlite::MAIN_DB)? {
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
             Some("the file is read-only".into()),
         ));
+    }
+    let (ours, others) = tables(conn)?;
+    if !ours && (others > 0 || create == Create::No) {
+        return Ok(None);
     }
     if create == Create::Yes {
         let mode: String =
@@ -554,23 +571,27 @@ fn set_up(conn: &Connection, create: Create) -> rusqlite::Result<()> {
                 Some(format!("cannot use WAL here (journal_mode stays {mode})")),
             ));
         }
-        conn.execute_batch(SCHEMA)?;
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(SCHEMA)?;
+        if !ours {
+            tx.pragma_update(None, "user_version", FORMAT)?;
+        }
+        tx.commit()?;
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // Reads the schema: a file that is not a database fails here.
-    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-        r.get::<_, i64>(0)
-    })?;
-    Ok(())
+    let version = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?;
+    Ok(Some(version))
 }
 
-fn has_table(conn: &Connection) -> rusqlite::Result<bool> {
+/// Whether the file has the table, and how many other objects it has.
+/// (Reading the schema is where a file that is not a database fails.)
+fn tables(conn: &Connection) -> rusqlite::Result<(bool, i64)> {
     conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dlqctl_keys'",
+        "SELECT count(*) FILTER (WHERE type = 'table' AND name = 'dlqctl_keys'), \
+         count(*) FILTER (WHERE name NOT IN ('dlqctl_keys', 'dlqctl_keys_expiry')) FROM sqlite_master",
         [],
-        |r| r.get::<_, i64>(0),
+        |r| Ok((r.get::<_, i64>(0)? == 1, r.get::<_, i64>(1)?)),
     )
-    .map(|n| n == 1)
 }
 
 /// An error while opening: another process's lock is a wait
@@ -592,8 +613,9 @@ fn open_error(store: &str, path: &Path, e: &rusqlite::Error) -> StoreError {
     }
 }
 
-/// The name of a network or user-space file system, by `statfs`'s
-/// `f_type`, where SQLite's WAL is unsafe.
+/// The name of a network, cluster or user-space file system, by
+/// `statfs`'s `f_type`, where SQLite's WAL is unsafe (its shared memory
+/// is not shared between machines, and locks may not be either).
 fn network_fs(f_type: u64) -> Option<&'static str> {
     match f_type & 0xFFFF_FFFF {
         0x6969 => Some("NFS"),
@@ -601,6 +623,13 @@ fn network_fs(f_type: u64) -> Option<&'static str> {
         0xFE53_4D42 => Some("SMB2"),
         0x517B => Some("SMB"),
         0x6573_5546 => Some("FUSE"),
+        0x00C3_6400 => Some("CephFS"),
+        0x0102_1997 => Some("9P"),
+        0x5346_414F | 0x6B41_4653 => Some("AFS"),
+        0x0BD0_0BD0 => Some("Lustre"),
+        0x4750_4653 => Some("GPFS"),
+        0x0116_1970 => Some("GFS2"),
+        0x7461_636F => Some("OCFS2"),
         _ => None,
     }
 }

@@ -479,3 +479,84 @@ async fn sqlite_through_open_and_create_no() {
         .expect("refused");
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
+
+/// Where [`sqlite_child_begins_keys`] works, when a test runs it.
+const SQLITE_CHILD_FILE: &str = "DLQCTL_TEST_SQLITE_CHILD_FILE";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_two_processes_never_both_acquire_a_key() {
+    let dir = Scratch::new();
+    let path = dir.path().join("orders.db");
+    // Made first, so that both children open an existing store.
+    drop(
+        open(&StoreUrl::Sqlite(path.clone()), &scope(), Create::Yes)
+            .await
+            .unwrap(),
+    );
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["idempotency_store::sqlite_child_begins_keys", "--exact"])
+                .args(["--ignored", "--nocapture", "--test-threads=1"])
+                .env(SQLITE_CHILD_FILE, &path)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Both wait for this file, so that they begin at once.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(path.with_extension("go"), "").unwrap();
+    let mut won = Vec::new();
+    let mut per_child = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // libtest may print "test NAME ... " before the first line.
+        let lines = stdout
+            .lines()
+            .filter_map(|l| l.split_once("ACQUIRED ").map(|(_, k)| k));
+        let before = won.len();
+        won.extend(lines.map(str::to_string));
+        per_child.push(won.len() - before);
+    }
+    assert!(
+        per_child.iter().all(|&n| n > 0),
+        "the processes did not overlap: {per_child:?}"
+    );
+    won.sort();
+    let all = won.len();
+    won.dedup();
+    assert_eq!(all, won.len(), "a key acquired by both processes");
+    assert_eq!(won.len(), 2_000, "every key acquired once");
+}
+
+/// Run by [`sqlite_two_processes_never_both_acquire_a_key`] in a process
+/// of its own: begins 2,000 keys on the file it is given, once the
+/// `.go` file beside it appears, and prints those it acquired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child of sqlite_two_processes_never_both_acquire_a_key"]
+async fn sqlite_child_begins_keys() {
+    let Some(path) = std::env::var_os(SQLITE_CHILD_FILE) else {
+        return;
+    };
+    let url = StoreUrl::Sqlite(path.clone().into());
+    let s = open(&url, &scope(), Create::No).await.unwrap();
+    let go = std::path::Path::new(&path).with_extension("go");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !go.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for i in 0..2_000 {
+        let key = format!("key-{i}");
+        if let Begin::Acquired { .. } = s.begin(key.as_bytes(), &BODY, 60_000).await.unwrap() {
+            println!("ACQUIRED {key}");
+        }
+    }
+}

@@ -338,6 +338,45 @@ async fn create_no_never_creates_anything() {
 }
 
 #[test]
+fn another_programs_database_or_a_newer_format_is_refused_and_left_alone() {
+    let dir = TempDir::new();
+    let foreign = dir.0.join("app.db");
+    Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE users (id INTEGER)")
+        .unwrap();
+    for create in [Create::Yes, Create::No] {
+        let detail = refusal(open_file("t", &foreign, create, &[]).unwrap_err());
+        assert!(
+            detail.contains("not a dlqctl idempotency store"),
+            "{detail}"
+        );
+    }
+    let c = Connection::open(&foreign).unwrap();
+    let tables: i64 = c
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(tables, 1, "left as it was");
+
+    let not_a_db = dir.0.join("notes.db");
+    std::fs::write(&not_a_db, "not a database, but long enough to have a header of sorts....................................................").unwrap();
+    let detail = refusal(open_file("t", &not_a_db, Create::Yes, &[]).unwrap_err());
+    assert!(detail.contains(&not_a_db.display().to_string()), "{detail}");
+
+    let ours = dir.0.join("orders.db");
+    drop(open_file("t", &ours, Create::Yes, &[]).unwrap());
+    let c = Connection::open(&ours).unwrap();
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, FORMAT);
+    c.pragma_update(None, "user_version", FORMAT + 1).unwrap();
+    drop(c);
+    let detail = refusal(open_file("t", &ours, Create::Yes, &[]).unwrap_err());
+    assert!(detail.contains("newer dlqctl"), "{detail}");
+}
+
+#[test]
 fn a_missing_directory_is_created_only_when_it_is_the_default_one() {
     let dir = TempDir::new();
     let elsewhere = dir.0.join("nowhere/orders.db");
@@ -427,6 +466,8 @@ fn network_file_systems_are_named() {
     assert_eq!(network_fs(0xFFFF_FFFF_FF53_4D42), Some("CIFS"));
     assert_eq!(network_fs(0xFE53_4D42), Some("SMB2"));
     assert_eq!(network_fs(0x6573_5546), Some("FUSE"));
+    assert_eq!(network_fs(0x00C3_6400), Some("CephFS"));
+    assert_eq!(network_fs(0x0102_1997), Some("9P"));
     assert_eq!(network_fs(0xEF53), None); // ext4
     assert_eq!(network_fs(0x0102_1994), None); // tmpfs
     check_local_fs("t", &std::env::temp_dir()).unwrap();
