@@ -380,4 +380,15 @@ fn the_kubernetes_manifests_hang_together() {
 
     let readme = std::fs::read_to_string(repo("deploy/kubernetes/README.md")).expect("README");
     assert!(readme.contains("Not applied to a real cluster"), "{readme}");
+    // The image's recipe says, here and in the README, that it was never
+    // built (no container engine on the machines that test this), and
+    // starts the binary where the Debian package puts it.
+    let containerfile =
+        std::fs::read_to_string(repo("deploy/kubernetes/Containerfile")).expect("Containerfile");
+    assert!(containerfile.contains("NEVER BUILT"), "{containerfile}");
+    assert!(readme.contains("never built"), "{readme}");
+    assert!(
+        containerfile.contains(r#"ENTRYPOINT ["/usr/bin/dlqctl"]"#),
+        "{containerfile}"
+    );
 }
