@@ -12,7 +12,8 @@
 # purges it and checks that nothing of it is left. lintian must report no
 # error. The archive must verify with sha256sum -c and unpack to the layout
 # docs/install.md shows. Whatever happens, the package is purged at the end.
-# Needs root, dpkg-dev, lintian, man-db and systemd (.ci/run installs them).
+# Needs root, dpkg-dev, lintian, man-db, bash-completion and systemd
+# (.ci/run installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +36,8 @@ fi
 for tool in lintian man systemd-analyze dpkg-shlibdeps; do
   command -v "$tool" >/dev/null || fail "$tool is missing (.ci/run installs it)"
 done
+[ -r /usr/share/bash-completion/bash_completion ] ||
+  fail "bash-completion is missing (.ci/run installs it)"
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -85,14 +88,13 @@ check_installed() {
   done
 }
 
-# What bash offers for `dlqctl dlq re<TAB>`, with the installed script (read
-# through bash-completion's own loader when bash-completion is installed).
+# What bash offers for `dlqctl dlq re<TAB>`, the installed script found by
+# bash-completion's own loader, by the command's name, as in a shell.
 check_completion() {
   local offered
   offered=$(bash --norc --noprofile -c '
-    loader=/usr/share/bash-completion/bash_completion
-    if [ -r "$loader" ]; then . "$loader"; _completion_loader dlqctl
-    else . /usr/share/bash-completion/completions/dlqctl; fi
+    . /usr/share/bash-completion/bash_completion
+    _completion_loader dlqctl
     fn=$(complete -p dlqctl | sed -E "s/.*-F ([^ ]+).*/\1/")
     COMP_WORDS=(dlqctl dlq re); COMP_CWORD=2; COMP_LINE="dlqctl dlq re"; COMP_POINT=${#COMP_LINE}
     "$fn" dlqctl re dlq
