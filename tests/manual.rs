@@ -178,6 +178,37 @@ fn man_renders_the_page_of_dlqctl_and_of_every_subcommand() {
     }
 }
 
+/// `dlqctl man --out DIR` (what the Debian package runs) writes one page
+/// per command, each the page `dlqctl man COMMAND...` prints, and lists
+/// them; none for `help`.
+#[test]
+fn man_out_writes_the_page_of_every_command() {
+    let dir = scratch("man-out");
+    let out = dlqctl(&["man", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), listed.lines().count(), "{listed}");
+    for (name, path) in [
+        ("dlqctl.1", &[][..]),
+        ("dlqctl-work.1", &["work"]),
+        ("dlqctl-dlq.1", &["dlq"]),
+        ("dlqctl-dlq-replay.1", &["dlq", "replay"]),
+    ] {
+        let mut args = vec!["man"];
+        args.extend_from_slice(path);
+        let page = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(page, dlqctl(&args).stdout, "{name}");
+    }
+    assert_eq!(names.len(), 17, "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("help")), "{names:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn man_of_an_unknown_subcommand_is_usage_naming_the_known_ones() {
     let out = dlqctl(&["man", "dlq", "redo"]);

@@ -187,7 +187,7 @@ async fn serve_answers_healthz_and_readyz_without_the_token() {
 
 /// Every `dlqctl_…` metric name the README, the docs and the alerting
 /// rules mention, read from the files (a file name such as
-/// `dlqctl_handler.py` is not one).
+/// `dlqctl_handler.py` or `dlqctl_0.1.0-1_amd64.deb` is not one).
 fn metric_names_in_docs() -> std::collections::BTreeMap<String, String> {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut files = vec![format!("{root}/README.md")];
@@ -216,8 +216,11 @@ fn metric_names_in_docs() -> std::collections::BTreeMap<String, String> {
                 .unwrap_or(tail.len());
             let name = &tail[..len];
             let after = &tail[len..];
-            let file_name =
-                after.starts_with('.') && after[1..].starts_with(|c: char| c.is_ascii_alphabetic());
+            // A version after the prefix is a package's name (dlqctl_0.1.0-1_amd64.deb).
+            let versioned = name["dlqctl_".len()..].starts_with(|c: char| c.is_ascii_digit());
+            let file_name = versioned
+                || after.starts_with('.')
+                    && after[1..].starts_with(|c: char| c.is_ascii_alphabetic());
             if !file_name {
                 names.entry(name.to_string()).or_insert_with(|| f.clone());
             }

@@ -141,12 +141,18 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Print a man page (roff), e.g. `dlqctl man | man -l -`, or
-    /// `dlqctl man dlq replay` for a subcommand's own page.
+    /// `dlqctl man dlq replay` for a subcommand's own page; or write every
+    /// page into a folder with --out.
     #[command(after_help = examples::MAN)]
     Man {
         /// The subcommand whose page to print (`work`, `dlq replay`, ...);
         /// none for the page of dlqctl itself.
         command: Vec<String>,
+        /// Write the page of dlqctl and of every subcommand into DIR
+        /// (`dlqctl.1`, `dlqctl-dlq-replay.1`, ...), replacing pages of the
+        /// same name, and list the files written.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out: Option<PathBuf>,
     },
 }
 

@@ -16,7 +16,8 @@ pub async fn run(command: &Command) -> Result<Outcome> {
         Command::Drill(a) => commands::drill::drill(a).await,
         Command::Serve(a) => commands::serve::serve(a).await,
         Command::Completions { shell } => commands::manual::completions(*shell),
-        Command::Man { command } => commands::manual::man(command),
+        Command::Man { command, out: None } => commands::manual::man(command),
+        Command::Man { out: Some(dir), .. } => commands::manual::man_pages(dir),
         Command::Dlq(d) => match d.as_ref() {
             crate::cli::DlqCommand::Peek(a) => commands::dlq::peek(a).await,
             crate::cli::DlqCommand::Summary(a) => commands::dlq::summary(a).await,

@@ -181,5 +181,5 @@ Examples:
   dlqctl man | man -l -
   dlqctl man dlq replay | man -l -
 
-  # Install it
-  dlqctl man > /usr/local/share/man/man1/dlqctl.1";
+  # Install every page (dlqctl.1, dlqctl-work.1, dlqctl-dlq-replay.1, ...)
+  dlqctl man --out /usr/local/share/man/man1";

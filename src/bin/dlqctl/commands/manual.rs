@@ -4,9 +4,10 @@
 use crate::cli::{Cli, VERSION};
 use crate::exit::Outcome;
 use crate::output;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::CommandFactory;
 use dlqctl::error::Error;
+use std::path::Path;
 
 /// `dlqctl completions SHELL`: the completion script on standard output.
 pub fn completions(shell: clap_complete::Shell) -> Result<Outcome> {
@@ -37,13 +38,50 @@ pub fn man(path: &[String]) -> Result<Outcome> {
             .into());
         };
         name = format!("{name}-{word}");
-        cmd = sub
-            .name(name.clone())
-            .bin_name(name.replace('-', " "))
-            .version(VERSION);
+        cmd = named(sub, &name);
     }
     output::stdout_bytes(&render(cmd)?)?;
     Ok(Outcome::Success)
+}
+
+/// `dlqctl man --out DIR`: the page of dlqctl and of every subcommand, as
+/// `man` would print each, written into `dir` as `NAME.1`; each file's
+/// path on standard output.
+pub fn man_pages(dir: &Path) -> Result<Outcome> {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut pages = Vec::new();
+    collect_pages(cmd, "dlqctl", &mut pages);
+    for (name, cmd) in pages {
+        let file = dir.join(format!("{name}.1"));
+        std::fs::write(&file, render(cmd)?)
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        output::stdout_line(&file.display().to_string())?;
+    }
+    Ok(Outcome::Success)
+}
+
+/// `cmd`, then each of its subcommands (but `help`) depth first, as the
+/// pages `dlqctl man` prints for them.
+fn collect_pages(cmd: clap::Command, name: &str, pages: &mut Vec<(String, clap::Command)>) {
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|c| c.get_name() != "help")
+        .cloned()
+        .collect();
+    pages.push((name.to_string(), cmd));
+    for sub in subs {
+        let sub_name = format!("{name}-{}", sub.get_name());
+        collect_pages(named(sub, &sub_name), &sub_name, pages);
+    }
+}
+
+/// A subcommand named as its page is (`dlqctl-dlq-replay`, invoked as
+/// `dlqctl dlq replay`).
+fn named(sub: clap::Command, name: &str) -> clap::Command {
+    sub.name(name.to_string())
+        .bin_name(name.replace('-', " "))
+        .version(VERSION)
 }
 
 /// The page of `cmd`, as clap_mangen renders it, except that the examples
