@@ -101,9 +101,7 @@ pub(crate) fn assert_once_each(script: &Script, prefix: &str, n: usize) {
 async fn two_processes_on_one_sqlite_file_run_each_id_once() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
-    let (file, script, mut w1) = f
-        .start_worker("sleep 0.3", &["--concurrency", "2"])
-        .await;
+    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
     let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
     w1.wait_consuming().await;
     w2.wait_consuming().await;
@@ -111,9 +109,16 @@ async fn two_processes_on_one_sqlite_file_run_each_id_once() {
     wait_settled(&[&w1, &w2], 20, 20, Duration::from_secs(60)).await;
     assert_once_each(&script, "s-", 20);
     let deferred = decided(&[&w1, &w2], "deferred").len();
-    assert!(deferred > 0, "no deferral:\n{}\n{}", w1.output(), w2.output());
+    assert!(
+        deferred > 0,
+        "no deferral:\n{}\n{}",
+        w1.output(),
+        w2.output()
+    );
     for q in f.all_queues() {
-        f.broker.wait_for_count(&q, 0, Duration::from_secs(10)).await;
+        f.broker
+            .wait_for_count(&q, 0, Duration::from_secs(10))
+            .await;
     }
     w1.stop().await;
     w2.stop().await;
@@ -124,9 +129,7 @@ async fn two_processes_on_one_sqlite_file_run_each_id_once() {
 async fn two_workers_on_one_redis_run_each_id_once() {
     let redis = RedisServer::start();
     let f = fixture(Some(&format!("{{store: '{}'}}", redis.url()))).await;
-    let (file, script, mut w1) = f
-        .start_worker("sleep 0.3", &["--concurrency", "2"])
-        .await;
+    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
     let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
     w1.wait_consuming().await;
     w2.wait_consuming().await;
@@ -135,7 +138,9 @@ async fn two_workers_on_one_redis_run_each_id_once() {
     assert_once_each(&script, "r-", 20);
     assert!(!decided(&[&w1, &w2], "deferred").is_empty(), "no deferral");
     for q in f.all_queues() {
-        f.broker.wait_for_count(&q, 0, Duration::from_secs(10)).await;
+        f.broker
+            .wait_for_count(&q, 0, Duration::from_secs(10))
+            .await;
     }
     w1.stop().await;
     w2.stop().await;
@@ -147,9 +152,7 @@ async fn two_workers_on_one_redis_run_each_id_once() {
 #[tokio::test]
 async fn without_the_guard_the_overlapping_copies_run_twice() {
     let f = fixture(None).await;
-    let (file, script, mut w1) = f
-        .start_worker("sleep 0.3", &["--concurrency", "2"])
-        .await;
+    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
     let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
     w1.wait_consuming().await;
     w2.wait_consuming().await;

@@ -19,6 +19,7 @@ mod doctor;
 mod example;
 mod failover;
 mod idempotency;
+mod idempotency_faults;
 mod idempotency_store;
 mod jsonl;
 mod permissions;

@@ -43,7 +43,11 @@ pub struct ReplayOptions {
 }
 
 /// A replay copy with `dlqctl-rerun` set to `replay_id` when `rerun`.
-fn with_rerun(props: lapin::BasicProperties, rerun: bool, replay_id: &str) -> lapin::BasicProperties {
+fn with_rerun(
+    props: lapin::BasicProperties,
+    rerun: bool,
+    replay_id: &str,
+) -> lapin::BasicProperties {
     if !rerun {
         return props;
     }
@@ -461,8 +465,13 @@ impl Pass<'_> {
         if self.publisher.is_none() {
             // Dry run.
             if let Some(source) = &self.opts.keys_of {
-                let props = with_rerun(m.record.properties.clone(), self.opts.rerun, &self.opts.replay_id);
-                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body) {
+                let props = with_rerun(
+                    m.record.properties.clone(),
+                    self.opts.rerun,
+                    &self.opts.replay_id,
+                );
+                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body)
+                {
                     self.report.keys.push(key);
                 }
             }
@@ -798,7 +807,8 @@ pub async fn replay_file(
         let Some(publisher) = publisher.as_mut() else {
             if let Some(source) = &opts.keys_of {
                 let props = with_rerun(m.record.properties.clone(), opts.rerun, &opts.replay_id);
-                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body) {
+                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body)
+                {
                     report.keys.push(key);
                 }
             }

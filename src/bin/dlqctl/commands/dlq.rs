@@ -433,7 +433,8 @@ async fn count_handled(
     let Some(idem) = pipeline.idempotency.as_ref().filter(|_| a.dry_run) else {
         return Ok(());
     };
-    let url = dlqctl::idempotency::resolve(&idem.store, &pipeline.name, &|k| std::env::var(k).ok())?;
+    let url =
+        dlqctl::idempotency::resolve(&idem.store, &pipeline.name, &|k| std::env::var(k).ok())?;
     let brokers = super::brokers(&a.target.connection)?;
     let scope = dlqctl::core::idempotency::scope(brokers.get(0).vhost(), &pipeline.name);
     let store = dlqctl::idempotency::open(&url, &scope, dlqctl::idempotency::Create::No).await?;
