@@ -20,6 +20,7 @@ mod example;
 mod failover;
 mod idempotency;
 mod idempotency_faults;
+mod idempotency_paths;
 mod idempotency_store;
 mod jsonl;
 mod permissions;
