@@ -358,6 +358,33 @@ impl Management {
         })
     }
 
+    /// The distinct hosts the consumers of each queue of the vhost
+    /// connect from (`channel_details.peer_host` of `GET /api/consumers/
+    /// VHOST`), by queue, sorted.
+    pub(crate) async fn consumer_hosts(
+        &self,
+        vhost: &str,
+    ) -> Result<std::collections::HashMap<String, Vec<String>>> {
+        let rows: Vec<serde_json::Value> = self.list(&["consumers", vhost]).await?;
+        let mut out: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
+            std::collections::HashMap::new();
+        for r in &rows {
+            let (Some(queue), Some(host)) = (
+                r["queue"]["name"].as_str(),
+                r["channel_details"]["peer_host"].as_str(),
+            ) else {
+                continue;
+            };
+            out.entry(queue.to_string())
+                .or_default()
+                .insert(host.to_string());
+        }
+        Ok(out
+            .into_iter()
+            .map(|(q, hosts)| (q, hosts.into_iter().collect()))
+            .collect())
+    }
+
     /// A user's permissions in a vhost. Reading them needs the
     /// `administrator` tag: a refusal says so. `Ok(None)`: the user has no
     /// permissions there.
