@@ -92,8 +92,10 @@ pub fn store_check(f: &IdempotencyFacts) -> Judged {
             Level::Fail,
             subject,
             format!(
-                "{why}: dlqctl work exits 1 at start on a refused store and waits for an \
-                 unreachable one, and a running worker pauses consumption until it answers"
+                "{}: dlqctl work exits 1 at start on a refused store and waits for an \
+                 unreachable one, and a running worker pauses consumption until it answers",
+                // The subject already says what it is.
+                why.strip_prefix("idempotency store ").unwrap_or(why)
             ),
         ),
     }
