@@ -23,7 +23,9 @@
 use crate::core::check::circuit::CircuitReading;
 use crate::core::check::cycle::dead_letter_cycle;
 use crate::core::check::finding::Finding;
-use crate::core::check::idempotency::{hosts_check, keep_check, store_check, IdempotencyFacts};
+use crate::core::check::idempotency::{
+    self, hosts_check, keep_check, store_check, IdempotencyFacts,
+};
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
 use crate::core::dlq::redrive_state::RedriveState;
@@ -950,7 +952,14 @@ fn idempotency_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item>
         }
     }
     out.into_iter()
-        .map(|(level, subject, message)| (Area::Idempotency, level, subject, message))
+        .map(|(level, subject, message)| {
+            let level = match level {
+                idempotency::Level::Pass => Level::Pass,
+                idempotency::Level::Warn => Level::Warn,
+                idempotency::Level::Fail => Level::Fail,
+            };
+            (Area::Idempotency, level, subject, message)
+        })
         .collect()
 }
 

@@ -53,13 +53,23 @@ pub struct IdempotencyFacts {
     pub reading: StoreReading,
 }
 
+/// How an item came out (doctor's `pass`, `warn`, `fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// As it should be.
+    Pass,
+    /// Works, but deserves a look.
+    Warn,
+    /// The worker will not work as the topology asks.
+    Fail,
+}
+
 /// An item of the checklist: level, subject, message (the doctor adds
 /// its area and pipeline).
-pub type Judged = (crate::core::check::doctor::Level, String, String);
+pub type Judged = (Level, String, String);
 
 /// The store's item.
 pub fn store_check(f: &IdempotencyFacts) -> Judged {
-    use crate::core::check::doctor::Level;
     let subject = "idempotency store".to_string();
     match &f.reading {
         StoreReading::Answers => (
@@ -106,7 +116,6 @@ pub fn store_check(f: &IdempotencyFacts) -> Judged {
 /// handled finds no mark and runs again. `None` without a retention
 /// (messages stay until a person removes them: no bound to compare).
 pub fn keep_check(block: &Idempotency, dlq: &str, dlq_ttl_ms: Option<u64>) -> Option<Judged> {
-    use crate::core::check::doctor::Level;
     let ttl = dlq_ttl_ms?;
     let subject = "idempotency keep".to_string();
     let keep = tier_name(block.keep_ms);
@@ -139,7 +148,6 @@ pub fn keep_check(block: &Idempotency, dlq: &str, dlq_ttl_ms: Option<u64>) -> Op
 /// file per machine, so leases and marks are not shared and a message can
 /// run once on each. `None` with a Redis store, or fewer than two hosts.
 pub fn hosts_check(f: &IdempotencyFacts, queue: &str, hosts: &[String]) -> Option<Judged> {
-    use crate::core::check::doctor::Level;
     if !f.sqlite || hosts.len() < 2 {
         return None;
     }

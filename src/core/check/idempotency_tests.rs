@@ -1,5 +1,4 @@
 use super::*;
-use crate::core::check::doctor::Level;
 
 const DAY: u64 = 86_400_000;
 
