@@ -972,3 +972,115 @@ async fn doctor_passes_a_store_that_answers_and_leaves_no_key_behind() {
     assert!(!run.output().contains(redis.password), "{}", run.output());
     assert_eq!(redis.keys_with("dlqctl-doctor"), "");
 }
+
+/// Consumes `queue` over a connection whose source address is
+/// `127.0.0.2`: a relay on a free port binds its side of each connection
+/// to it, so the broker (on loopback) sees a second host. Returns the
+/// connection, the consumer (cancelled when dropped) and the relay's task.
+async fn consumer_from_another_host(
+    queue: &str,
+) -> (
+    lapin::Connection,
+    lapin::Consumer,
+    tokio::task::JoinHandle<()>,
+) {
+    let target = {
+        let url = reqwest::Url::parse(&crate::support::amqp_url()).expect("AMQP_URL");
+        let host = url.host_str().expect("a host").to_string();
+        let mut found = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5672)))
+            .await
+            .expect("the broker's address");
+        found
+            .find(|a| a.is_ipv4())
+            .expect("an IPv4 broker (the relay binds 127.0.0.2)")
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let relay = tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+                socket
+                    .bind("127.0.0.2:0".parse().unwrap())
+                    .expect("bind 127.0.0.2");
+                let Ok(mut server) = socket.connect(target).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    let mut url = reqwest::Url::parse(&crate::support::amqp_url()).unwrap();
+    url.set_host(Some("127.0.0.1")).unwrap();
+    url.set_port(Some(port)).unwrap();
+    let conn = lapin::Connection::connect(url.as_str(), lapin::ConnectionProperties::default())
+        .await
+        .expect("a connection through the relay");
+    let ch = conn.create_channel().await.expect("a channel");
+    let consumer = ch
+        .basic_consume(
+            queue.into(),
+            "from-127.0.0.2".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("a consumer");
+    (conn, consumer, relay)
+}
+
+#[tokio::test]
+async fn doctor_warns_on_an_sqlite_store_while_consumers_come_from_two_hosts() {
+    let (f, _) = provisioned("7d").await;
+    let q = f.pipe.name.clone();
+    let db = f.scratch.path().join("orders.db");
+    let file = with_idempotency(&f, &format!("{{store: 'sqlite:{}'}}", db.display()));
+    // One consumer from 127.0.0.1, one from 127.0.0.2.
+    let here = f.broker.channel().await;
+    let _here = here
+        .basic_consume(
+            q.as_str().into(),
+            "from-here".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("a consumer");
+    let (_conn, _there, relay) = consumer_from_another_host(&q).await;
+    let mgmt = crate::support::Mgmt::new();
+    crate::support::eventually("both consumers listed", Duration::from_secs(20), || {
+        let (mgmt, q) = (&mgmt, &q);
+        async move {
+            let rows = mgmt.get(&["consumers", "/"]).await?;
+            // Listed with their channel's peer (the statistics lag).
+            let n = (rows.as_array()?.iter())
+                .filter(|r| r["queue"]["name"] == q.as_str())
+                .filter(|r| r["channel_details"]["peer_host"].is_string())
+                .count();
+            (n == 2).then_some(())
+        }
+    })
+    .await;
+
+    let run = doctor(&file, &[]).await;
+    run.assert_code(0);
+    let lines = idempotency_lines(&run);
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "  warn  idempotency  idempotency store: the consumers of {q} come from 2 hosts \
+             (127.0.0.1, 127.0.0.2) but the store is sqlite:{}",
+            db.display()
+        ))),
+        "{}",
+        run.output()
+    );
+    // A Redis store is shared: no such warning.
+    let file = with_idempotency(&f, "{store: 'redis://127.0.0.1:1/0'}");
+    let run = doctor(&file, &[]).await;
+    assert!(
+        !run.stdout.contains("come from 2 hosts"),
+        "{}",
+        run.output()
+    );
+    relay.abort();
+}
