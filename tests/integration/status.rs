@@ -350,3 +350,59 @@ async fn status_and_the_web_page_show_duplicates_skipped_and_deferrals() {
         "{doc:#}"
     );
 }
+
+/// A worker guarding a pipeline with an SQLite store: status, given its
+/// metrics page, shows the pipeline at 0 before any duplicate, then the
+/// duplicate a second copy of a handled id was.
+///
+/// Needs the real stores (`idempotency::open`): fails while `open` is a
+/// placeholder.
+#[tokio::test]
+async fn status_counts_the_duplicates_a_guarding_worker_skipped() {
+    use crate::support::script::Script;
+    use crate::support::worker::{publish, with_id, PipeFixture, WorkerProc};
+    let f = PipeFixture::new(&[1000], 3, |_| {}).await;
+    f.pipe.provision(&f.scratch).await;
+    let db = f.scratch.path().join("idempotency.db");
+    let yaml = format!(
+        "{}    idempotency: {{store: 'sqlite:{}'}}\n",
+        f.pipe.yaml(),
+        db.display()
+    );
+    let file = f.scratch.write("idempotent.yaml", &yaml);
+    let script = Script::new(&f.scratch, "h", "exit 0");
+    let mut w = WorkerProc::with_script(
+        &file,
+        &f.pipe.name,
+        &script,
+        &["--metrics-addr", "127.0.0.1:0"],
+    );
+    let url = format!("http://{}/metrics", w.metrics_addr().await);
+    w.wait_consuming().await;
+    let q = f.pipe.name.clone();
+
+    let run = status(&file, &["--metrics-url", &url]).await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&format!(
+            "idempotency of {q}: 0 duplicates skipped, 0 deferrals\n"
+        )),
+        "{}",
+        run.output()
+    );
+    publish(&f.broker, "", &q, b"once", with_id("dup-1")).await;
+    script.wait_calls(1, Duration::from_secs(20)).await;
+    w.wait_decisions(1, Duration::from_secs(20)).await;
+    publish(&f.broker, "", &q, b"once", with_id("dup-1")).await;
+    w.wait_decisions(2, Duration::from_secs(20)).await;
+    let run = status(&file, &["--json", "--metrics-url", &url]).await;
+    assert_eq!(
+        json(&run)["pipelines"][0]["idempotency"],
+        serde_json::json!({"duplicates": 1, "deferrals": 0}),
+        "{}\n{}",
+        run.output(),
+        w.output()
+    );
+    assert_eq!(script.calls().len(), 1);
+    w.stop().await;
+}
