@@ -358,6 +358,17 @@ impl Management {
         })
     }
 
+    /// The distinct hosts the consumers of each queue of the vhost
+    /// connect from (`channel_details.peer_host` of `GET /api/consumers/
+    /// VHOST`), by queue, sorted.
+    pub(crate) async fn consumer_hosts(
+        &self,
+        vhost: &str,
+    ) -> Result<std::collections::HashMap<String, Vec<String>>> {
+        let rows: Vec<serde_json::Value> = self.list(&["consumers", vhost]).await?;
+        Ok(hosts_by_queue(&rows))
+    }
+
     /// A user's permissions in a vhost. Reading them needs the
     /// `administrator` tag: a refusal says so. `Ok(None)`: the user has no
     /// permissions there.
@@ -451,8 +462,48 @@ fn without_url(e: &reqwest::Error) -> String {
     s
 }
 
+/// The distinct `channel_details.peer_host` of consumer rows, by
+/// `queue.name`, sorted; rows without either are left out.
+fn hosts_by_queue(rows: &[serde_json::Value]) -> std::collections::HashMap<String, Vec<String>> {
+    let mut out: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
+        std::collections::HashMap::new();
+    for r in rows {
+        let (Some(queue), Some(host)) = (
+            r["queue"]["name"].as_str(),
+            r["channel_details"]["peer_host"].as_str(),
+        ) else {
+            continue;
+        };
+        out.entry(queue.to_string())
+            .or_default()
+            .insert(host.to_string());
+    }
+    out.into_iter()
+        .map(|(q, hosts)| (q, hosts.into_iter().collect()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn consumer_hosts_are_distinct_per_queue() {
+        let rows: Vec<serde_json::Value> = serde_json::from_str(
+            r#"[
+              {"queue": {"name": "orders", "vhost": "/"}, "channel_details": {"peer_host": "10.0.0.2", "peer_port": 5}},
+              {"queue": {"name": "orders", "vhost": "/"}, "channel_details": {"peer_host": "10.0.0.1"}},
+              {"queue": {"name": "orders", "vhost": "/"}, "channel_details": {"peer_host": "10.0.0.2"}},
+              {"queue": {"name": "pay", "vhost": "/"}, "channel_details": {"peer_host": "::1"}},
+              {"queue": {"name": "odd"}, "channel_details": []},
+              {"channel_details": {"peer_host": "10.0.0.9"}}
+            ]"#,
+        )
+        .unwrap();
+        let hosts = super::hosts_by_queue(&rows);
+        assert_eq!(hosts["orders"], vec!["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(hosts["pay"], vec!["::1"]);
+        assert_eq!(hosts.len(), 2);
+    }
+
     use super::reported_policies;
     use serde_json::json;
 

@@ -4,7 +4,8 @@
 //! version, each queue's policies, statistics and quorum members, the DLX's
 //! binding, and the user's permissions; the handler timeout from the
 //! command line or a worker's `/metrics`, and its circuit breakers from
-//! the same page. Changes nothing.
+//! the same page; each idempotency store, opened without creating
+//! anything, and the hosts the consumers come from. Changes nothing.
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
@@ -12,9 +13,12 @@ use crate::core::check::doctor::{
     checklist, handler_timeout_from_metrics, Check, HandlerTimeout, ManagementState,
     PermissionsUnknown, QueueFacts, Snapshot,
 };
+use crate::core::check::idempotency::{IdempotencyFacts, StoreReading};
 use crate::core::check::stale::ListedQueue;
+use crate::core::idempotency::{redact_url, Idempotency, StoreSpec};
 use crate::core::topology::plan::{Plan, Role};
 use crate::error::Result;
+use crate::idempotency::{open, resolve, Create, StoreUrl};
 use crate::ops::metrics_page::{circuits, fetch_text};
 use crate::ops::policies::PolicyView;
 use lapin::Connection;
@@ -38,6 +42,10 @@ pub struct DoctorOptions {
     /// How long to wait for the management API to report the policies of
     /// a queue just created, when the policy definitions cannot be read.
     pub policy_wait: Duration,
+    /// The `idempotency` block of each pipeline that has one, by pipeline:
+    /// its store is checked (an `env:` name read from this process's
+    /// environment).
+    pub idempotency: HashMap<String, Idempotency>,
 }
 
 /// Gathers the snapshot of the pipelines of `plan` (only `opts.only` when
@@ -97,9 +105,18 @@ pub async fn doctor(
         policies_from_queue_view: None,
         redrive: HashMap::new(),
         now_ms: crate::ops::dlq::now_ms(),
+        idempotency: stores(&plan, vhost, opts).await,
+        consumer_hosts: HashMap::new(),
     };
     if let (Some(m), ManagementState::Answers) = (mgmt, &management) {
         from_management(m, &plan, vhost, opts, &mut snapshot).await;
+        if snapshot.idempotency.values().any(|f| f.sqlite) {
+            // Only an SQLite store cares which hosts consume.
+            snapshot.consumer_hosts = m.consumer_hosts(vhost).await.unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "cannot list the consumers through the management API");
+                HashMap::new()
+            });
+        }
     }
     snapshot.handler_timeout_error = handler_timeouts(&plan, opts, &mut snapshot).await;
     for q in plan.queues.iter().filter(|q| q.role == Role::RedriveState) {
@@ -301,4 +318,84 @@ async fn handler_timeouts(plan: &Plan, opts: &DoctorOptions, s: &mut Snapshot) -
             crate::core::check::doctor::HANDLER_TIMEOUT_METRIC
         )
     })
+}
+
+/// How long doctor waits for one idempotency store.
+const STORE_WAIT: Duration = Duration::from_secs(10);
+
+/// Each pipeline's idempotency store, by pipeline (only those with
+/// `idempotency`).
+async fn stores(
+    plan: &Plan,
+    vhost: &str,
+    opts: &DoctorOptions,
+) -> HashMap<String, IdempotencyFacts> {
+    let env = |name: &str| std::env::var(name).ok();
+    let mut out = HashMap::new();
+    for q in plan.queues.iter().filter(|q| q.role == Role::MainQueue) {
+        if let Some(block) = opts.idempotency.get(&q.pipeline) {
+            let facts = store_facts(block, &q.pipeline, vhost, &env).await;
+            out.insert(q.pipeline.clone(), facts);
+        }
+    }
+    out
+}
+
+/// One store: its URL made concrete, then, for a file that exists or a
+/// Redis, opened without creating anything (`Create::No`) and asked to
+/// write, read back and delete a `dlqctl-doctor:` key. A missing SQLite
+/// file is never created.
+async fn store_facts(
+    block: &Idempotency,
+    pipeline: &str,
+    vhost: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> IdempotencyFacts {
+    let facts = |store: String, sqlite: bool, reading: StoreReading| IdempotencyFacts {
+        block: block.clone(),
+        store,
+        sqlite,
+        reading,
+    };
+    let url = match resolve(&block.store, pipeline, env) {
+        Ok(url) => url,
+        Err(e) => {
+            let (store, sqlite) = match &block.store {
+                StoreSpec::Sqlite(p) => (format!("sqlite:{}", p.as_deref().unwrap_or("")), true),
+                StoreSpec::Redis(u) => (redact_url(u), false),
+                StoreSpec::Env(name) => (format!("env:{name}"), false),
+            };
+            return facts(store, sqlite, StoreReading::Failed(e.to_string()));
+        }
+    };
+    let (store, sqlite) = match &url {
+        StoreUrl::Sqlite(path) => (format!("sqlite:{}", path.display()), true),
+        StoreUrl::Redis(u) => (redact_url(u), false),
+    };
+    if let StoreUrl::Sqlite(path) = &url {
+        if !path.try_exists().unwrap_or(true) {
+            let default = matches!(block.store, StoreSpec::Sqlite(None));
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            let reading = if default || dir.is_none_or(|d| d.is_dir()) {
+                StoreReading::NotCreated
+            } else {
+                StoreReading::NoDirectory
+            };
+            return facts(store, sqlite, reading);
+        }
+    }
+    let scope = crate::core::idempotency::scope(vhost, pipeline);
+    let checked = tokio::time::timeout(STORE_WAIT, async {
+        open(&url, &scope, Create::No).await?.check().await
+    })
+    .await;
+    let reading = match checked {
+        Ok(Ok(())) => StoreReading::Answers,
+        Ok(Err(e)) => StoreReading::Failed(e.to_string()),
+        Err(_) => StoreReading::Failed(format!(
+            "idempotency store {store} did not answer within {}s",
+            STORE_WAIT.as_secs()
+        )),
+    };
+    facts(store, sqlite, reading)
 }

@@ -1,8 +1,10 @@
 //! Reading a worker's `/metrics` page (`--metrics-url` of `doctor`,
-//! `drill` and `status`): the page's text, and the circuit breaker of each
-//! pipeline on it ([`crate::core::check::circuit`]).
+//! `drill` and `status`): the page's text, the circuit breaker of each
+//! pipeline on it ([`crate::core::check::circuit`]), and its duplicates
+//! skipped and deferrals ([`crate::core::check::idempotency`]).
 
 use crate::core::check::circuit::{circuit_from_metrics, ready_from_metrics, CircuitReading};
+use crate::core::check::idempotency::{idempotency_from_metrics, IdempotencyCounts};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,6 +45,10 @@ pub struct WorkerPage {
     /// Whether the worker is ready (`dlqctl_ready`); `None` when the page
     /// does not say.
     pub ready: Option<bool>,
+    /// The duplicates skipped and deferrals of the pipelines asked for, by
+    /// pipeline (only those the page has the counters for: a pipeline
+    /// with `idempotency`).
+    pub idempotency: HashMap<String, IdempotencyCounts>,
 }
 
 /// Reads the worker's metrics page at `url` for `pipelines`; the error is
@@ -56,12 +62,15 @@ pub async fn worker_page<'a>(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    let pipelines: Vec<&str> = pipelines.into_iter().collect();
     Ok(WorkerPage {
-        circuits: pipelines
-            .into_iter()
+        circuits: (pipelines.iter())
             .filter_map(|p| circuit_from_metrics(&text, p, now).map(|c| (p.to_string(), c)))
             .collect(),
         ready: ready_from_metrics(&text),
+        idempotency: (pipelines.iter())
+            .filter_map(|p| idempotency_from_metrics(&text, p).map(|c| (p.to_string(), c)))
+            .collect(),
     })
 }
 

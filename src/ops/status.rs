@@ -2,12 +2,14 @@
 //! consumers, fresh from AMQP, plus what only the management API knows
 //! (unacked messages, a quorum queue's `messages_dlx`, and the policies
 //! that override what the topology asked for); with a worker's metrics
-//! page, its circuit breakers.
+//! page, its circuit breakers, and the duplicates skipped and deferrals
+//! of the pipelines with `idempotency`.
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
 use crate::core::check::circuit::CircuitReading;
 use crate::core::check::finding::Finding;
+use crate::core::check::idempotency::IdempotencyCounts;
 use crate::core::check::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
@@ -84,6 +86,11 @@ pub struct PipelineStatus {
     /// this pipeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit: Option<CircuitReading>,
+    /// Duplicates skipped and deferrals, summed over the workers' metrics
+    /// pages read (`--metrics-url`) that count them for this pipeline (one
+    /// with `idempotency`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<IdempotencyCounts>,
 }
 
 /// A pipeline's automatic redrive as the broker keeps it: its
@@ -170,10 +177,11 @@ impl StatusReport {
         out
     }
 
-    /// Fills in each pipeline's circuit breaker and the worker's
-    /// readiness from the worker's metrics page at `url`, or says why it
-    /// could not be read. Called once per page: a breaker already read
-    /// from another worker's page is kept when it is the more paused one.
+    /// Fills in each pipeline's circuit breaker, duplicates and deferrals,
+    /// and the worker's readiness from the worker's metrics page at `url`,
+    /// or says why it could not be read. Called once per page: a breaker
+    /// already read from another worker's page is kept when it is the more
+    /// paused one; duplicates and deferrals add up over the pages.
     pub async fn read_circuits(&mut self, url: &str) {
         let names: Vec<String> = self.pipelines.iter().map(|p| p.name.clone()).collect();
         match crate::ops::metrics_page::worker_page(url, names.iter().map(String::as_str)).await {
@@ -183,6 +191,9 @@ impl StatusReport {
                         if p.circuit.as_ref().is_none_or(|old| !old.paused()) {
                             p.circuit = Some(c);
                         }
+                    }
+                    if let Some(c) = page.idempotency.remove(&p.name) {
+                        p.idempotency.get_or_insert_with(Default::default).add(c);
                     }
                 }
                 if let Some(ready) = page.ready {
@@ -364,6 +375,7 @@ fn pipelines(plan: &Plan, queue: impl Fn(&QueueSpec) -> QueueStatus) -> Vec<Pipe
                 dlq: queue(q),
                 redrive: None,
                 circuit: None,
+                idempotency: None,
             }),
             Role::RedriveState => {
                 if let Some(p) = pipelines.iter_mut().find(|p| p.name == q.pipeline) {
@@ -430,6 +442,7 @@ mod tests {
                     dlq,
                     redrive: None,
                     circuit: None,
+                    idempotency: None,
                 })
                 .collect(),
             missing_exchanges: vec![],

@@ -65,6 +65,13 @@ impl Guard {
         queue: &str,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // Both start at 0, so that /metrics (and `status --metrics-url`)
+        // shows the pipeline as guarded before the first one.
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        let _ = metrics.idempotency.duplicates.get_or_create(&labels);
+        let _ = metrics.idempotency.deferrals.get_or_create(&labels);
         Guard {
             store,
             key: idem.key.clone(),

@@ -729,3 +729,358 @@ async fn drill_publishes_again_for_a_while_only_on_khepri_brokers() {
     assert_eq!(script.calls().len(), 0);
     w.stop().await;
 }
+
+// ------------------------------------------------------------ idempotency
+
+/// The pipeline's topology with `idempotency: BLOCK` added, written next
+/// to the provisioned one.
+fn with_idempotency(f: &PipeFixture, block: &str) -> std::path::PathBuf {
+    let yaml = format!("{}    idempotency: {block}\n", f.pipe.yaml());
+    f.scratch.write("idempotent.yaml", &yaml)
+}
+
+/// The lines of the text checklist in the `idempotency` area.
+fn idempotency_lines(run: &Run) -> Vec<&str> {
+    run.stdout
+        .lines()
+        .filter(|l| l.get(8..).is_some_and(|r| r.starts_with("idempotency ")))
+        .collect()
+}
+
+#[tokio::test]
+async fn doctor_warns_on_a_keep_shorter_than_the_dlq_retention_and_never_creates_the_file() {
+    let (f, _) = provisioned("14d").await;
+    let db = f.scratch.path().join("orders.db");
+    let file = with_idempotency(
+        &f,
+        &format!("{{store: 'sqlite:{}', keep: 1d}}", db.display()),
+    );
+    let run = doctor(&file, &[]).await;
+    run.assert_code(0);
+    assert_eq!(
+        idempotency_lines(&run),
+        vec![
+            format!(
+                "  warn  idempotency  idempotency store: sqlite:{} does not exist yet: it is \
+                 created by dlqctl work when it starts (doctor never creates it); until then \
+                 nothing is remembered",
+                db.display()
+            )
+            .as_str(),
+            format!(
+                "  warn  idempotency  idempotency keep: keep 1d is shorter than \
+                 dead_letter.ttl 14d of {}: a copy replayed from the DLQ more than 1d after its \
+                 original was handled runs again; raise idempotency.keep to 14d or more",
+                f.pipe.dlq()
+            )
+            .as_str(),
+        ],
+        "{}",
+        run.output()
+    );
+    assert!(!db.exists(), "doctor created {}", db.display());
+
+    // A directory that does not exist: the worker would refuse to start.
+    let missing = f.scratch.path().join("nowhere/orders.db");
+    let file = with_idempotency(&f, &format!("{{store: 'sqlite:{}'}}", missing.display()));
+    let run = doctor(&file, &["--format", "json"]).await;
+    run.assert_code(3);
+    let doc: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    let items: Vec<&Value> = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["area"] == "idempotency")
+        .collect();
+    // The default keep, 7d, is under the 14d retention: a warning besides.
+    assert_eq!(items.len(), 2, "{doc:#}");
+    assert_eq!(items[0]["level"], "fail", "{doc:#}");
+    assert_eq!(items[0]["pipeline"], f.pipe.name.as_str());
+    assert!(
+        items[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its directory does not exist"),
+        "{doc:#}"
+    );
+    assert!(!missing.parent().unwrap().exists());
+}
+
+#[tokio::test]
+async fn doctor_fails_on_a_store_it_cannot_use_and_never_prints_its_password() {
+    let (f, _) = provisioned("14d").await;
+    // Nothing listens on port 1: refused, whatever the store.
+    let secret = "s3cret-do-not-print";
+    let url = format!("redis://:{secret}@127.0.0.1:1/0");
+    let shown = "redis://:***@127.0.0.1:1/0";
+    for (block, env) in [
+        (format!("{{store: '{url}', keep: 14d}}"), None),
+        (
+            "{store: 'env:IT_IDEMPOTENCY_STORE', keep: 14d}".to_string(),
+            Some(url.clone()),
+        ),
+    ] {
+        let file = with_idempotency(&f, &block);
+        for format in ["text", "json", "github"] {
+            let mut cmd = Dlqctl::new("doctor")
+                .arg(&file)
+                .args(["--format", format])
+                .env("RUST_LOG", "trace");
+            if let Some(v) = &env {
+                cmd = cmd.env("IT_IDEMPOTENCY_STORE", v);
+            }
+            let run = cmd.run().await;
+            run.assert_code(3);
+            assert!(!run.output().contains(secret), "{}", run.output());
+            assert!(run.stdout.contains(shown), "{}", run.output());
+            if format == "text" {
+                let lines = idempotency_lines(&run);
+                assert_eq!(lines.len(), 2, "{}", run.output());
+                assert!(
+                    lines[0]
+                        .starts_with(&format!("  fail  idempotency  idempotency store: {shown} "))
+                        && lines[0].contains("dlqctl work exits 1 at start"),
+                    "{}",
+                    run.output()
+                );
+                assert!(
+                    lines[1].starts_with("  pass  idempotency  idempotency keep: keep 14d covers"),
+                    "{}",
+                    run.output()
+                );
+            }
+        }
+    }
+
+    // An `env:` name that is not set: a fail naming it.
+    let file = with_idempotency(&f, "{store: 'env:IT_IDEMPOTENCY_UNSET'}");
+    let run = Dlqctl::new("doctor")
+        .arg(&file)
+        .env_remove("IT_IDEMPOTENCY_UNSET")
+        .run()
+        .await;
+    run.assert_code(3);
+    let lines = idempotency_lines(&run);
+    assert!(
+        lines[0].starts_with(
+            "  fail  idempotency  idempotency store: env:IT_IDEMPOTENCY_UNSET refused: the \
+             environment variable IT_IDEMPOTENCY_UNSET is not set"
+        ),
+        "{}",
+        run.output()
+    );
+}
+
+/// A `redis-server` of the test's own on a free port, with a password;
+/// stopped when dropped.
+struct OwnRedis {
+    child: std::process::Child,
+    port: u16,
+    password: &'static str,
+    _dir: crate::support::Scratch,
+}
+
+impl OwnRedis {
+    async fn start() -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = crate::support::Scratch::new();
+        let password = "doctor-s3cret";
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--requirepass",
+                password,
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        crate::support::eventually("redis-server answers", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+        })
+        .await;
+        OwnRedis {
+            child,
+            port,
+            password,
+            _dir: dir,
+        }
+    }
+
+    /// The keys whose name holds `part`.
+    fn keys_with(&self, part: &str) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--no-auth-warning"])
+            .args(["-a", self.password, "--scan", "--pattern"])
+            .arg(format!("*{part}*"))
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Needs the real stores (`idempotency::open`): fails while `open` is a
+/// placeholder.
+#[tokio::test]
+async fn doctor_passes_a_store_that_answers_and_leaves_no_key_behind() {
+    let (f, _) = provisioned("7d").await;
+    let redis = OwnRedis::start().await;
+    let url = format!("redis://:{}@127.0.0.1:{}/0", redis.password, redis.port);
+    let file = with_idempotency(&f, "{store: 'env:IT_IDEMPOTENCY_STORE'}");
+    let run = Dlqctl::new("doctor")
+        .arg(&file)
+        .env("IT_IDEMPOTENCY_STORE", &url)
+        .env("RUST_LOG", "trace")
+        .run()
+        .await;
+    run.assert_code(0);
+    assert_eq!(
+        idempotency_lines(&run),
+        vec![
+            format!(
+                "  pass  idempotency  idempotency store: redis://:***@127.0.0.1:{}/0 answers (a \
+                 dlqctl-doctor: key written, read back and deleted)",
+                redis.port
+            )
+            .as_str(),
+            format!(
+                "  pass  idempotency  idempotency keep: keep 7d covers dead_letter.ttl 7d of {}",
+                f.pipe.dlq()
+            )
+            .as_str(),
+        ],
+        "{}",
+        run.output()
+    );
+    assert!(!run.output().contains(redis.password), "{}", run.output());
+    assert_eq!(redis.keys_with("dlqctl-doctor"), "");
+}
+
+/// Consumes `queue` over a connection whose source address is
+/// `127.0.0.2`: a relay on a free port binds its side of each connection
+/// to it, so the broker (on loopback) sees a second host. Returns the
+/// connection, the consumer (cancelled when dropped) and the relay's task.
+async fn consumer_from_another_host(
+    queue: &str,
+) -> (
+    lapin::Connection,
+    lapin::Consumer,
+    tokio::task::JoinHandle<()>,
+) {
+    let target = {
+        let url = reqwest::Url::parse(&crate::support::amqp_url()).expect("AMQP_URL");
+        let host = url.host_str().expect("a host").to_string();
+        let mut found = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5672)))
+            .await
+            .expect("the broker's address");
+        found
+            .find(|a| a.is_ipv4())
+            .expect("an IPv4 broker (the relay binds 127.0.0.2)")
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let relay = tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+                socket
+                    .bind("127.0.0.2:0".parse().unwrap())
+                    .expect("bind 127.0.0.2");
+                let Ok(mut server) = socket.connect(target).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    let mut url = reqwest::Url::parse(&crate::support::amqp_url()).unwrap();
+    url.set_host(Some("127.0.0.1")).unwrap();
+    url.set_port(Some(port)).unwrap();
+    let conn = lapin::Connection::connect(url.as_str(), lapin::ConnectionProperties::default())
+        .await
+        .expect("a connection through the relay");
+    let ch = conn.create_channel().await.expect("a channel");
+    let consumer = ch
+        .basic_consume(
+            queue.into(),
+            "from-127.0.0.2".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("a consumer");
+    (conn, consumer, relay)
+}
+
+#[tokio::test]
+async fn doctor_warns_on_an_sqlite_store_while_consumers_come_from_two_hosts() {
+    let (f, _) = provisioned("7d").await;
+    let q = f.pipe.name.clone();
+    let db = f.scratch.path().join("orders.db");
+    let file = with_idempotency(&f, &format!("{{store: 'sqlite:{}'}}", db.display()));
+    // One consumer from 127.0.0.1, one from 127.0.0.2.
+    let here = f.broker.channel().await;
+    let _here = here
+        .basic_consume(
+            q.as_str().into(),
+            "from-here".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("a consumer");
+    let (_conn, _there, relay) = consumer_from_another_host(&q).await;
+    let mgmt = crate::support::Mgmt::new();
+    crate::support::eventually("both consumers listed", Duration::from_secs(20), || {
+        let (mgmt, q) = (&mgmt, &q);
+        async move {
+            let rows = mgmt.get(&["consumers", "/"]).await?;
+            // Listed with their channel's peer (the statistics lag).
+            let n = (rows.as_array()?.iter())
+                .filter(|r| r["queue"]["name"] == q.as_str())
+                .filter(|r| r["channel_details"]["peer_host"].is_string())
+                .count();
+            (n == 2).then_some(())
+        }
+    })
+    .await;
+
+    let run = doctor(&file, &[]).await;
+    run.assert_code(0);
+    let lines = idempotency_lines(&run);
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "  warn  idempotency  idempotency store: the consumers of {q} come from 2 hosts \
+             (127.0.0.1, 127.0.0.2) but the store is sqlite:{}",
+            db.display()
+        ))),
+        "{}",
+        run.output()
+    );
+    // A Redis store is shared: no such warning.
+    let file = with_idempotency(&f, "{store: 'redis://127.0.0.1:1/0'}");
+    let run = doctor(&file, &[]).await;
+    assert!(
+        !run.stdout.contains("come from 2 hosts"),
+        "{}",
+        run.output()
+    );
+    relay.abort();
+}

@@ -638,6 +638,62 @@ async fn validate_accepts_every_example_topology() {
     }
 }
 
+/// `validate` warns on a password written in the file and says what
+/// `key: body_sha256` means, never printing the password; the file stays
+/// valid (exit 0, the same summary).
+#[tokio::test]
+async fn validate_warns_on_an_inline_store_password_and_on_body_sha256() {
+    let dir = Scratch::new();
+    let file = dir.write(
+        "idem.yaml",
+        "version: 1\n\
+         pipelines:\n\
+         \x20 - name: a\n\
+         \x20   idempotency: {store: 'redis://:hunter2-s3cret@cache:6379/0'}\n\
+         \x20 - name: b\n\
+         \x20   idempotency: {key: body_sha256, store: 'env:IDEMPOTENCY_STORE'}\n\
+         \x20 - name: c\n\
+         \x20   idempotency: true\n",
+    );
+    let run = Dlqctl::new("validate").arg(&file).run().await;
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(": valid, 3 pipeline(s)"),
+        "{}",
+        run.output()
+    );
+    assert!(!run.output().contains("hunter2-s3cret"), "{}", run.output());
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.output());
+    let at = |line: u32| format!("{}:{line}: ", file.display());
+    assert!(
+        lines[0].starts_with(&format!(
+            "{}warning: pipeline a: idempotency.store redis://:***@cache:6379/0 has its password \
+             written in the topology file",
+            at(3)
+        )) && lines[0].contains("`store: env:NAME`"),
+        "{}",
+        run.output()
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "{}note: pipeline b: idempotency.key body_sha256 treats identical bodies as one \
+             message",
+            at(5)
+        )),
+        "{}",
+        run.output()
+    );
+    // A file without either: nothing on stderr.
+    let plain = dir.write(
+        "plain.yaml",
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {store: 'env:STORE'}\n",
+    );
+    let run = Dlqctl::new("validate").arg(&plain).run().await;
+    run.assert_code(0);
+    assert_eq!(run.stderr, "", "{}", run.output());
+}
+
 #[tokio::test]
 async fn validate_reports_every_problem_with_its_position() {
     let dir = Scratch::new();

@@ -74,7 +74,7 @@ impl CircuitReading {
 }
 
 /// The value of `metric` labelled `queue="PIPELINE"` on a metrics page.
-fn sample(text: &str, metric: &str, pipeline: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, metric: &str, pipeline: &str) -> Option<f64> {
     let label = format!(
         "queue=\"{}\"",
         pipeline.replace('\\', "\\\\").replace('"', "\\\"")

@@ -15,11 +15,17 @@
 //! - health: quorum members online, `messages_dlx` over two samples, the
 //!   DLX's binding to the DLQ, consumers on the main queue, `--max-dlq`,
 //!   and the worker's circuit breaker (from `--metrics-url`);
-//! - permissions: each command the connecting user could or could not run.
+//! - permissions: each command the connecting user could or could not run;
+//! - idempotency: the store answers, `keep` against the DLQ's retention,
+//!   an SQLite store while consumers come from several hosts
+//!   ([`crate::core::check::idempotency`]).
 
 use crate::core::check::circuit::CircuitReading;
 use crate::core::check::cycle::dead_letter_cycle;
 use crate::core::check::finding::Finding;
+use crate::core::check::idempotency::{
+    self, hosts_check, keep_check, store_check, IdempotencyFacts,
+};
 use crate::core::check::permissions::{verdicts, UserPermissions, Verdict};
 use crate::core::check::policy::{policy_findings, AppliedPolicies};
 use crate::core::dlq::redrive_state::RedriveState;
@@ -84,6 +90,8 @@ pub enum Area {
     Health,
     /// What the connecting user may run.
     Permissions,
+    /// The idempotency store of a pipeline with `idempotency`.
+    Idempotency,
 }
 
 impl Area {
@@ -96,6 +104,7 @@ impl Area {
             Area::Limits => "limits",
             Area::Health => "health",
             Area::Permissions => "permissions",
+            Area::Idempotency => "idempotency",
         }
     }
 }
@@ -207,6 +216,12 @@ pub struct Snapshot {
     pub redrive: HashMap<String, Result<Option<RedriveState>, String>>,
     /// When the snapshot was taken, ms since the Unix epoch.
     pub now_ms: u64,
+    /// Per pipeline with `idempotency`: its block and what its store
+    /// answered.
+    pub idempotency: HashMap<String, IdempotencyFacts>,
+    /// Per queue: the distinct hosts its consumers connect from
+    /// (`peer_host`, management API), sorted; absent when unknown.
+    pub consumer_hosts: HashMap<String, Vec<String>>,
 }
 
 /// The whole checklist: the broker's items, then each pipeline of `plan`
@@ -238,6 +253,7 @@ pub fn checklist(plan: &Plan, s: &Snapshot, only: Option<&str>) -> Vec<Check> {
             .chain(circuit_check(s, p))
             .chain(redrive_check(s, p))
             .chain(permission_checks(plan, s, p))
+            .chain(idempotency_checks(&queues, s, p))
         {
             add(area, level, subject, message);
         }
@@ -914,6 +930,35 @@ fn permission_checks(plan: &Plan, s: &Snapshot, p: &str) -> Vec<Item> {
                     format!("unknown for user {}: {reason}", s.user),
                 ),
             }
+        })
+        .collect()
+}
+
+/// The pipeline's idempotency store, its `keep` against the DLQ's
+/// retention (the `x-message-ttl` its `dead_letter.ttl` sets), and the
+/// hosts its consumers come from.
+fn idempotency_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<Item> {
+    let Some(f) = s.idempotency.get(p) else {
+        return Vec::new();
+    };
+    let mut out = vec![store_check(f)];
+    if let Some(dlq) = queues.iter().find(|q| q.role == Role::DeadLetterQueue) {
+        let ttl = int_arg(dlq, "x-message-ttl").map(|ms| ms.max(0) as u64);
+        out.extend(keep_check(&f.block, &dlq.name, ttl));
+    }
+    if let Some(main) = queues.iter().find(|q| q.role == Role::MainQueue) {
+        if let Some(hosts) = s.consumer_hosts.get(&main.name) {
+            out.extend(hosts_check(f, &main.name, hosts));
+        }
+    }
+    out.into_iter()
+        .map(|(level, subject, message)| {
+            let level = match level {
+                idempotency::Level::Pass => Level::Pass,
+                idempotency::Level::Warn => Level::Warn,
+                idempotency::Level::Fail => Level::Fail,
+            };
+            (Area::Idempotency, level, subject, message)
         })
         .collect()
 }

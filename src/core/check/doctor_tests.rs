@@ -69,6 +69,8 @@ fn healthy(plan: &Plan) -> Snapshot {
         policies_from_queue_view: None,
         redrive: HashMap::new(),
         now_ms: NOW_MS,
+        idempotency: HashMap::new(),
+        consumer_hosts: HashMap::new(),
     }
 }
 
@@ -681,4 +683,75 @@ fn an_open_or_half_open_circuit_breaker_warns_naming_since_when() {
         "circuit breaker".into(),
         "closed since 2025-12-07T09:10:00.000Z (for 1m)".into()
     )));
+}
+
+#[test]
+fn a_pipeline_with_idempotency_gets_its_store_keep_and_hosts_items() {
+    use crate::core::check::idempotency::{IdempotencyFacts, StoreReading};
+    use crate::core::idempotency::Idempotency;
+    let plan = plan_of("    dead_letter: {ttl: 14d}\n");
+    let mut s = healthy(&plan);
+    // Without `idempotency`: no item of its area.
+    let items = checklist(&plan, &s, None);
+    assert!(items.iter().all(|c| c.area != Area::Idempotency));
+
+    s.idempotency.insert(
+        "orders".into(),
+        IdempotencyFacts {
+            block: Idempotency {
+                keep_ms: DAY,
+                ..Idempotency::default()
+            },
+            store: "sqlite:/var/lib/dlqctl/orders.db".into(),
+            sqlite: true,
+            reading: StoreReading::Answers,
+        },
+    );
+    s.consumer_hosts
+        .insert("orders".into(), vec!["10.0.0.1".into(), "10.0.0.2".into()]);
+    let items: Vec<(Level, String)> = checklist(&plan, &s, None)
+        .into_iter()
+        .filter(|c| c.area == Area::Idempotency)
+        .map(|c| {
+            assert_eq!(c.pipeline.as_deref(), Some("orders"));
+            (c.level, format!("{}: {}", c.subject, c.message))
+        })
+        .collect();
+    assert_eq!(items.len(), 3, "{items:#?}");
+    assert_eq!(items[0].0, Level::Pass);
+    assert!(items[0]
+        .1
+        .starts_with("idempotency store: sqlite:/var/lib/dlqctl/orders.db answers"));
+    assert_eq!(items[1].0, Level::Warn);
+    assert!(items[1].1.starts_with(
+        "idempotency keep: keep 1d is shorter than dead_letter.ttl 14d of orders.dlq"
+    ));
+    assert_eq!(items[2].0, Level::Warn);
+    assert!(items[2].1.contains("come from 2 hosts"));
+
+    // A refused store fails the run; no retention, one host: no other item.
+    let plan = plan_of("");
+    let mut s = healthy(&plan);
+    s.idempotency.insert(
+        "orders".into(),
+        IdempotencyFacts {
+            block: Idempotency::default(),
+            store: "redis://:***@cache:6379/0".into(),
+            sqlite: false,
+            reading: StoreReading::Failed(
+                "idempotency store redis://:***@cache:6379/0 refused: WRONGPASS".into(),
+            ),
+        },
+    );
+    s.consumer_hosts
+        .insert("orders".into(), vec!["10.0.0.1".into()]);
+    let checks = checklist(&plan, &s, None);
+    let items: Vec<&Check> = checks
+        .iter()
+        .filter(|c| c.area == Area::Idempotency)
+        .collect();
+    assert_eq!(items.len(), 1, "{items:#?}");
+    assert_eq!(items[0].level, Level::Fail);
+    assert_eq!(worst(&checks), Level::Fail);
+    assert_eq!(Area::Idempotency.as_str(), "idempotency");
 }

@@ -14,6 +14,8 @@
 //! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
 //! - [`circuit`]: a worker's circuit breaker, read from its metrics page.
+//! - [`idempotency`]: a pipeline's idempotency store as doctor, status and
+//!   validate see it.
 
 pub mod circuit;
 pub mod consumer_timeout;
@@ -23,6 +25,7 @@ pub mod drift;
 pub mod drill;
 pub mod effective;
 pub mod finding;
+pub mod idempotency;
 pub mod permissions;
 pub mod policy;
 pub mod stale;

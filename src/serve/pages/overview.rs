@@ -153,6 +153,21 @@ fn refused_cell(p: &PipelineStatus) -> Markup {
     }
 }
 
+/// A pipeline's duplicates skipped and deferrals, as its workers' metrics
+/// pages count them (`--metrics-url`), under its name; nothing for a
+/// pipeline without `idempotency` or without a page read.
+fn idempotency_note(p: &PipelineStatus) -> Markup {
+    html! {
+        @if let Some(c) = &p.idempotency {
+            br;
+            small.muted data-test="idempotency"
+                title="idempotent handling, from the workers' metrics pages: deliveries acked without the handler because their key was marked handled (dlqctl_duplicates_total), and deliveries deferred to a retry tier because another run held their key's lease (dlqctl_deferrals_total)" {
+                (c.describe())
+            }
+        }
+    }
+}
+
 /// One pipeline's row.
 fn pipeline_row(p: &PipelineView, now_ms: u64, th: Thresholds) -> Markup {
     let s = &p.status;
@@ -164,7 +179,10 @@ fn pipeline_row(p: &PipelineView, now_ms: u64, th: Thresholds) -> Markup {
     );
     html! {
         tr data-pipeline=(s.name) data-health=(health_name(p.health)) {
-            td { a href=(dlq_url(&s.name)) { (s.name) } }
+            td {
+                a href=(dlq_url(&s.name)) { (s.name) }
+                (idempotency_note(s))
+            }
             td {
                 span class=(format!("badge health-{}", health_name(p.health))) { (health_name(p.health)) }
                 @if let Some(c) = s.circuit.as_ref().filter(|c| c.paused()) {
@@ -361,6 +379,31 @@ mod tests {
     }
 
     #[test]
+    fn a_guarded_pipeline_shows_its_duplicates_and_deferrals_under_its_name() {
+        let mut p = PipelineStatus {
+            name: "orders".into(),
+            main: q("orders", 0, 0, None, true),
+            tiers: vec![],
+            dlq: q("orders.dlq", 0, 0, None, true),
+            redrive: None,
+            circuit: None,
+            idempotency: None,
+        };
+        assert_eq!(idempotency_note(&p).into_string(), "");
+        p.idempotency = Some(crate::core::check::idempotency::IdempotencyCounts {
+            duplicates: 4,
+            deferrals: 1,
+        });
+        let note = idempotency_note(&p).into_string();
+        assert!(
+            note.starts_with(
+                r#"<br><small class="muted" data-test="idempotency" title="idempotent handling"#
+            ) && note.ends_with(">4 duplicates skipped, 1 deferral</small>"),
+            "{note}"
+        );
+    }
+
+    #[test]
     fn refused_dead_letters_sum_the_quorum_queues_messages_dlx_named_on_hover() {
         let p = |main: QueueStatus, dlq: QueueStatus| PipelineStatus {
             name: "orders".into(),
@@ -372,6 +415,7 @@ mod tests {
             dlq,
             redrive: None,
             circuit: None,
+            idempotency: None,
         };
         let cell = refused_cell(&p(
             q("orders", 0, 0, Some(4), true),

@@ -28,6 +28,9 @@ pub async fn doctor(a: &DoctorArgs) -> Result<Outcome> {
         max_dlq: a.max_dlq,
         sample_gap: a.sample_gap,
         policy_wait: Duration::from_secs(10),
+        idempotency: (t.pipelines.iter())
+            .filter_map(|p| Some((p.name.clone(), p.idempotency.clone()?)))
+            .collect(),
     };
     let result =
         dlqctl::ops::doctor::doctor(&conn, &p, Some(&mgmt), url.vhost(), url.user(), &opts).await;

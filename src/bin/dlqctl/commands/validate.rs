@@ -3,12 +3,16 @@
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
+use dlqctl::core::check::idempotency::topology_warnings;
 use dlqctl::core::topology::plan;
 use dlqctl::core::values::text::count;
 use dlqctl::load_topology;
 use std::path::Path;
 
-/// `dlqctl validate`.
+/// `dlqctl validate`: the summary on stdout; warnings and notes on what
+/// is valid but deserves a look (a password written in the file, a key
+/// that joins identical bodies) on stderr as `FILE:LINE: warning: ...`,
+/// without changing the exit code.
 pub fn validate(file: &Path) -> Result<Outcome> {
     let t = load_topology(file)?;
     let p = plan(&t);
@@ -20,5 +24,8 @@ pub fn validate(file: &Path) -> Result<Outcome> {
         count(p.queues.len() as u64, "queue"),
         count(p.bindings.len() as u64, "binding")
     ))?;
+    for (line, text) in topology_warnings(&t) {
+        output::stderr_line(&format!("{}:{}: {text}", file.display(), line.max(1)));
+    }
     Ok(Outcome::Success)
 }

@@ -297,9 +297,10 @@ const STATUS_HEAD: [&str; 7] = [
     "HELD-FOR-DLX",
 ];
 
-/// The circuit breakers `status --metrics-url` read: `CIRCUIT` lines for
-/// those open or half-open, a plain line for those closed, or why none
-/// could be read.
+/// What `status --metrics-url` read: `CIRCUIT` lines for the circuit
+/// breakers open or half-open, a plain line for those closed, each
+/// guarded pipeline's duplicates skipped and deferrals, or why none could
+/// be read.
 fn circuit_lines(report: &StatusReport) -> String {
     let mut out = String::new();
     for p in &report.pipelines {
@@ -308,6 +309,11 @@ fn circuit_lines(report: &StatusReport) -> String {
                 Some(paused) => format!("CIRCUIT {}: {paused}\n", p.name),
                 None => format!("circuit breaker of {}: {}\n", p.name, c.describe()),
             };
+        }
+    }
+    for p in &report.pipelines {
+        if let Some(c) = &p.idempotency {
+            out += &format!("idempotency of {}: {}\n", p.name, c.describe());
         }
     }
     for w in &report.workers {
