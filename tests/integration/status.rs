@@ -394,7 +394,12 @@ async fn status_counts_the_duplicates_a_guarding_worker_skipped() {
     script.wait_calls(1, Duration::from_secs(20)).await;
     w.wait_decisions(1, Duration::from_secs(20)).await;
     publish(&f.broker, "", &q, b"once", with_id("dup-1")).await;
-    w.wait_decisions(2, Duration::from_secs(20)).await;
+    // A duplicate is not run: logged as "message not run", decision
+    // duplicate.
+    let skipped = w
+        .wait_event("message not run", 1, Duration::from_secs(20))
+        .await;
+    assert_eq!(skipped[0]["decision"], "duplicate", "{}", w.output());
     let run = status(&file, &["--json", "--metrics-url", &url]).await;
     assert_eq!(
         json(&run)["pipelines"][0]["idempotency"],
