@@ -27,6 +27,12 @@
 //! 7. 1 MiB and 50 MiB bodies through exec, HTTP and `--jsonl`: peak RSS
 //!    against body × concurrency.
 //!
+//! 8. idempotency guard: the in-process no-op worker without a guard, with
+//!    the SQLite store and with the Redis store (a redis-server of the
+//!    bench's own, on a port of its own), in `BENCH_ROUNDS` interleaved
+//!    rounds, each on a fresh store; then exec `/bin/true` at concurrency 8
+//!    with and without the guard (SQLite). Median ratios.
+//!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
 #[allow(dead_code)] // shared by the benches: not every item is used by each
@@ -814,6 +820,11 @@ async fn run() {
         s.cleanup(&p).await;
     }
 
+    // 8. the idempotency guard
+    if only(8) {
+        guard_bench(&s, rounds.max(3)).await;
+    }
+
     // 3. exec handler
     if only(3) {
         let p = s.pipeline("exec", "[1h]", 5).await;
@@ -1070,4 +1081,136 @@ async fn http_sink() -> std::net::SocketAddr {
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     addr
+}
+
+/// A redis-server of the bench's own on a free port, killed when dropped.
+struct BenchRedis {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl BenchRedis {
+    fn start() -> Option<BenchRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        for _ in 0..50 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(BenchRedis { port, child });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn flush(&self) {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "flushall"])
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for BenchRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `p` guarded by `store` (none: unguarded).
+fn guarded(p: &Pipeline, store: Option<dlqctl::core::idempotency::StoreSpec>) -> Pipeline {
+    let mut p = p.clone();
+    p.idempotency = store.map(|store| dlqctl::core::idempotency::Idempotency {
+        store,
+        ..Default::default()
+    });
+    p
+}
+
+/// Scenario 8: the guard's cost, side by side with no guard.
+async fn guard_bench(s: &Setup, rounds: usize) {
+    use dlqctl::core::idempotency::StoreSpec;
+    let n = env_number("BENCH_GUARD_N", 10_000);
+    let n_exec = env_number("BENCH_EXEC_N", 600);
+    let dir = std::env::temp_dir().join(format!("dlqctl-bench-guard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a bench directory");
+    let redis = BenchRedis::start();
+    if redis.is_none() {
+        println!("(redis-server did not start: the Redis rows are left out)");
+    }
+    let p = s.pipeline("guard", "[1h]", 5).await;
+    let (mut sqlite, mut redis_ratio, mut exec) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut rates = [0.0f64; 3];
+        let order: [usize; 3] = [[0, 1, 2], [1, 2, 0], [2, 0, 1]][round % 3];
+        for which in order {
+            let store = match which {
+                0 => None,
+                1 => Some(StoreSpec::Sqlite(Some(
+                    dir.join(format!("r{round}.db")).display().to_string(),
+                ))),
+                _ => match &redis {
+                    Some(r) => {
+                        r.flush();
+                        Some(StoreSpec::Redis(r.url()))
+                    }
+                    None => continue,
+                },
+            };
+            let name = ["no guard", "SQLite guard", "Redis guard"][which];
+            s.preload(&p.name, n).await;
+            let noop = handler_fn(|_m: HandlerMessage| async { Outcome::Success });
+            rates[which] = measure(
+                &format!(
+                    "Worker, no-op handler, {name} (prefetch 200, conc. 200), round {}",
+                    round + 1
+                ),
+                n,
+                worker_run(s, &guarded(&p, store), noop, n, 200, 200),
+            )
+            .await;
+        }
+        sqlite.push(rates[1] / rates[0]);
+        if redis.is_some() {
+            redis_ratio.push(rates[2] / rates[0]);
+        }
+        let mut exec_rates = [0.0f64; 2];
+        for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+            let store = (which == 1).then(|| {
+                StoreSpec::Sqlite(Some(dir.join(format!("e{round}.db")).display().to_string()))
+            });
+            s.preload(&p.name, n_exec).await;
+            let h = ExecHandler::new("/bin/true", vec![], Duration::from_secs(30));
+            exec_rates[which] = row(
+                &format!(
+                    "Worker exec /bin/true, conc. 8, {}, round {}",
+                    ["no guard", "SQLite guard"][which],
+                    round + 1
+                ),
+                n_exec,
+                worker_run(s, &guarded(&p, store), h, n_exec, 50, 8).await,
+            );
+        }
+        exec.push(exec_rates[1] / exec_rates[0]);
+    }
+    println!("  ratio SQLite guard/no guard, no-op handler: median {:.2} of {sqlite:.2?} (target >= 0.75)", median(&mut sqlite.clone()));
+    if !redis_ratio.is_empty() {
+        println!("  ratio Redis guard/no guard, no-op handler: median {:.2} of {redis_ratio:.2?} (target >= 0.75)", median(&mut redis_ratio.clone()));
+    }
+    println!("  ratio SQLite guard/no guard, exec /bin/true: median {:.2} of {exec:.2?} (target >= 0.95)\n", median(&mut exec.clone()));
+    s.cleanup(&p).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -103,7 +103,7 @@ impl<H: Handler> DeliveryTask<H> {
     /// Handles `d`; `probe` is the half-open breaker's ticket when this
     /// run is its probe (given back unrecorded when no handler runs).
     pub(super) async fn process(self, d: Delivery, probe: Option<ProbeTicket>) {
-        let prepared = self.prepare(&d);
+        let mut prepared = self.prepare(&d);
         // A drill message never reaches the handler (core::retry::drill).
         let drill = drill_step(d.properties.headers().as_ref());
         let run = match drill {
@@ -119,7 +119,7 @@ impl<H: Handler> DeliveryTask<H> {
                 drop(probe);
                 Run::drill(step, prepared.attempt, self.cfg.pipeline.retry.max_attempts)
             }
-            None => self.guarded_run(&d, &prepared, probe).await,
+            None => self.guarded_run(&d, &mut prepared, probe).await,
         };
         let rules = Rules {
             pipeline: &self.cfg.pipeline,
@@ -166,7 +166,7 @@ impl<H: Handler> DeliveryTask<H> {
     async fn guarded_run(
         &self,
         d: &Delivery,
-        prepared: &Prepared,
+        prepared: &mut Prepared,
         probe: Option<ProbeTicket>,
     ) -> Run {
         let Some(guard) = self.shared.guard.get().filter(|_| prepared.msg.is_some()) else {
@@ -177,6 +177,9 @@ impl<H: Handler> DeliveryTask<H> {
             Entry::Unguarded => self.run_handler(prepared, probe).await,
             Entry::Skip(run) => run,
             Entry::Leased { lease, body } => {
+                if let Some(msg) = prepared.msg.as_mut() {
+                    msg.on_late_success = guard.late_mark(&lease, body);
+                }
                 let done = CancellationToken::new();
                 guard.renew_until(lease.clone(), done.clone());
                 let t0 = Instant::now();
@@ -262,6 +265,7 @@ impl<H: Handler> DeliveryTask<H> {
                 exchange: exchange_bytes,
                 routing_key: routing_key_bytes,
             },
+            on_late_success: Default::default(),
         }
     }
 

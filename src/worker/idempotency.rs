@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::core::handling::message::LateSuccess;
 use crate::core::handling::outcome::Outcome;
 use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
 use crate::core::retry::Run;
@@ -204,6 +205,29 @@ impl Guard {
             // expires by itself (the handler may still be running).
             None => {}
         }
+    }
+
+    /// What a success answered after its timeout does (a late `--jsonl`
+    /// answer): marks the key, in the background.
+    pub(crate) fn late_mark(self: &Arc<Self>, lease: &Lease, body: BodySha) -> LateSuccess {
+        let (guard, lease) = (self.clone(), lease.clone());
+        LateSuccess::new(move || {
+            let (guard, lease) = (guard.clone(), lease.clone());
+            tokio::spawn(async move {
+                match guard.store.mark(&lease, &body, guard.keep_ms).await {
+                    Ok(()) => info!(queue = %guard.queue, "a late success marked its key handled"),
+                    Err(e) => {
+                        guard
+                            .metrics
+                            .idempotency
+                            .mark_failures
+                            .get_or_create(&guard.labels())
+                            .inc();
+                        warn!(queue = %guard.queue, error = %e, "a late success could not mark its key handled");
+                    }
+                }
+            });
+        })
     }
 
     /// Pauses consumption for `e`, once, and waits in the background for

@@ -224,7 +224,7 @@ async fn a_killed_replay_then_a_second_replay_runs_no_id_twice_and_rerun_runs_on
         .collect();
     publish_many(&f.broker, &f.pipe.dlq(), msgs).await;
     let mut replay = crate::support::Dlqctl::on_queue(&["dlq", "replay"], &file, &f.pipe.name)
-        .args(&["--rate", "200"])
+        .args(["--rate", "200"])
         .spawn();
     // Killed mid-run: some copies confirmed whose originals are not acked.
     let start = Instant::now();

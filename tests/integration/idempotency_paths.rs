@@ -334,3 +334,65 @@ async fn a_store_that_cannot_be_used_at_start_exits_1_naming_it() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&ro.display().to_string()), "{stderr}");
 }
+
+/// A `--jsonl` answer of success after the message timed out marks the
+/// key: the retry copy (deferred while the lease lasts) is then acked as
+/// a duplicate, and the process got the message once.
+#[tokio::test]
+async fn a_late_jsonl_success_marks_the_key() {
+    let mut f = fixture(None).await;
+    f.pipe.idempotency = Some(sqlite_block(&f));
+    let file = f.pipe.provision(&f.scratch).await;
+    let log = f.scratch.path().join("handler.log");
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let handler = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/integration/support/jsonl_handler.py")
+        .display()
+        .to_string();
+    let log_arg = log.display().to_string();
+    let args = [
+        "--handler-timeout",
+        "1s",
+        "--concurrency",
+        "2",
+        "--jsonl",
+        "--",
+        python,
+        &handler,
+        "--log",
+        &log_arg,
+        "--threads",
+        "2",
+    ];
+    let mut w = WorkerProc::spawn(&file, &f.pipe.name, &args);
+    w.wait_consuming().await;
+    let body = br#"{"do": "success", "delay_ms": 2500}"#;
+    publish(&f.broker, "", &f.pipe.name, body, with_id("late-1")).await;
+    let dup = w
+        .wait_event("message not run", 1, Duration::from_secs(30))
+        .await;
+    let start = Instant::now();
+    while !w
+        .events("message not run")
+        .iter()
+        .any(|e| e["decision"] == "duplicate")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{dup:?}\n{}",
+            w.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let received = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"received\""))
+        .count();
+    assert_eq!(received, 1, "{}", w.output());
+    w.stop().await;
+}

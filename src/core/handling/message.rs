@@ -29,6 +29,51 @@ pub struct HandlerMessage {
     /// strings through as bytes): each is here as its bytes, and its field
     /// above is then `None` or empty.
     pub not_utf8: NotUtf8,
+    /// Called when the handler answers success after its message timed
+    /// out (a late `--jsonl` answer): the idempotency guard then marks the
+    /// key handled. Not part of the message's value (equal whatever it
+    /// holds).
+    pub on_late_success: LateSuccess,
+}
+
+/// What to do with a success that came after its message timed out (see
+/// [`HandlerMessage::on_late_success`]); by default nothing.
+#[derive(Clone, Default)]
+pub struct LateSuccess(Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
+
+impl LateSuccess {
+    /// Calls `f` on a late success.
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
+        LateSuccess(Some(std::sync::Arc::new(f)))
+    }
+
+    /// A late success came: calls what was set, if anything. Returns
+    /// whether something was.
+    pub fn call(&self) -> bool {
+        match &self.0 {
+            Some(f) => {
+                f();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl std::fmt::Debug for LateSuccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "LateSuccess(set)"
+        } else {
+            "LateSuccess(none)"
+        })
+    }
+}
+
+impl PartialEq for LateSuccess {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// The short strings of a message that are not UTF-8, as their bytes.
@@ -80,6 +125,7 @@ impl HandlerMessage {
             routing_key: "order.created".into(),
             headers: serde_json::json!({"tenant": "acme", "n": 3}),
             not_utf8: NotUtf8::default(),
+            on_late_success: Default::default(),
         }
     }
 }

@@ -128,7 +128,7 @@ impl JsonlHandler {
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
         let pool = &self.pool;
         loop {
-            let Some((live, id, mut rx)) = pool.reserve().await else {
+            let Some((live, id, mut rx)) = pool.reserve(&msg.on_late_success).await else {
                 return Outcome::transient(
                     "the JSON-lines handler is stopped: no process takes messages",
                 );

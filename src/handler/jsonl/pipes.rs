@@ -143,15 +143,24 @@ impl Answers<'_> {
                 let _ = reply.send(Reply::Done(answer.outcome));
                 self.pool.changed.notify_waiters();
             }
-            Some(Entry { reply: None, .. }) => {
+            Some(Entry {
+                reply: None, late, ..
+            }) => {
                 // Its place is free again.
                 self.recent.insert(answer.id);
                 self.pool.changed.notify_waiters();
+                let marked = answer.outcome == crate::core::handling::outcome::Outcome::Success
+                    && late.call();
                 self.complain(format!(
-                    "a late answer for id {} ({}), ignored: the message had timed out and \
+                    "a late answer for id {} ({}){}: the message had timed out and \
                      was already failed as transient",
                     answer.id,
-                    answer.outcome.label()
+                    answer.outcome.label(),
+                    if marked {
+                        "; its idempotency key is marked handled, so a retry of it will not run again"
+                    } else {
+                        ", ignored"
+                    }
                 ));
             }
             None if self.recent.contains(answer.id) => {

@@ -35,6 +35,9 @@ pub(super) struct Entry {
     /// the process answers it (a late answer, logged) or ends.
     pub(super) reply: Option<oneshot::Sender<Reply>>,
     pub(super) sent: bool,
+    /// What a success answered after the timeout calls (the idempotency
+    /// guard's mark).
+    pub(super) late: crate::core::handling::message::LateSuccess,
 }
 
 #[derive(Default)]
@@ -125,7 +128,10 @@ impl Live {
 impl Pool {
     /// Reserves a place on the ready process with the fewest messages in
     /// flight, waiting for one when none is ready or all are full.
-    pub(super) async fn reserve(&self) -> Option<(Arc<Live>, u64, oneshot::Receiver<Reply>)> {
+    pub(super) async fn reserve(
+        &self,
+        late: &crate::core::handling::message::LateSuccess,
+    ) -> Option<(Arc<Live>, u64, oneshot::Receiver<Reply>)> {
         loop {
             if self.stopping.is_cancelled() {
                 return None;
@@ -153,6 +159,7 @@ impl Pool {
                     Entry {
                         reply: Some(tx),
                         sent: false,
+                        late: late.clone(),
                     },
                 );
                 drop(p);
