@@ -66,13 +66,23 @@ impl Guard {
         queue: &str,
         metrics: Arc<Metrics>,
     ) -> Self {
-        // Both start at 0, so that /metrics (and `status --metrics-url`)
-        // shows the pipeline as guarded before the first one.
+        // Every counter starts at 0, so that /metrics (and `status
+        // --metrics-url`) shows the pipeline as guarded before the first
+        // one, and a rate() has a start.
         let labels = QueueLabels {
             queue: queue.to_string(),
         };
-        let _ = metrics.idempotency.duplicates.get_or_create(&labels);
-        let _ = metrics.idempotency.deferrals.get_or_create(&labels);
+        let m = &metrics.idempotency;
+        for family in [
+            &m.duplicates,
+            &m.deferrals,
+            &m.key_conflicts,
+            &m.unkeyed,
+            &m.store_pauses,
+            &m.mark_failures,
+        ] {
+            let _ = family.get_or_create(&labels);
+        }
         Guard {
             store,
             key: idem.key.clone(),

@@ -249,6 +249,24 @@ async fn a_killed_replay_then_a_second_replay_runs_no_id_twice_and_rerun_runs_on
     }
     let r = runs(&script);
     assert!(r.values().all(|&k| k == 1), "an id ran twice: {r:?}");
+    // A handled id back in the DLQ, with one never handled: the dry run
+    // counts the handled one (and --rerun none, its keys being new).
+    let back = vec![
+        (b"x".to_vec(), dead("p-7", "exhausted", "e", "t")),
+        (b"x".to_vec(), dead("new-1", "exhausted", "e", "t")),
+    ];
+    publish_many(&f.broker, &f.pipe.dlq(), back).await;
+    for (extra, want) in [(&[][..], 1), (&["--rerun"][..], 0)] {
+        let mut args = vec!["--dry-run", "--json"];
+        args.extend(extra);
+        let run = dlq("replay", &file, &f.pipe.name, &args).await;
+        run.assert_code(0);
+        let r: serde_json::Value = serde_json::from_str(&run.stdout).expect("a JSON report");
+        assert_eq!(r["moved"], 2, "{r:#}");
+        assert_eq!(r["already_handled"], want, "{extra:?}: {r:#}");
+    }
+    let drained = crate::support::worker::drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(drained.len(), 2);
     // A handled id back in the DLQ: a plain replay acks it as a duplicate,
     // --rerun runs it again, once.
     for extra in [&[][..], &["--rerun"][..]] {

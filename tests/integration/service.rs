@@ -242,12 +242,17 @@ async fn every_metric_the_docs_name_is_on_the_workers_metrics() {
         "the docs should name the worker's metrics: {names:?}"
     );
     // With a redrive policy: its families appear once a run has counted;
-    // with a circuit breaker: its state, since when and its transitions.
-    let f = PipeFixture::new(&[100], 2, |p| {
+    // with a circuit breaker: its state, since when and its transitions;
+    // with idempotency: its counters, from 0.
+    let mut f = PipeFixture::new(&[100], 2, |p| {
         p.redrive = Some("{min_age: 1s, every: 1s, canary: 0}".into());
         p.circuit_breaker = Some("{min_calls: 100, open_for: 30s}".into());
     })
     .await;
+    f.pipe.idempotency = Some(format!(
+        "{{store: 'sqlite:{}'}}",
+        f.scratch.path().join("keys.db").display()
+    ));
     let (_, _, mut w) = f
         .start_worker("exit 0", &["--metrics-addr", "127.0.0.1:0"])
         .await;

@@ -59,6 +59,14 @@ fn with_rerun(
     props.with_headers(headers)
 }
 
+/// On a dry run with [`ReplayOptions::keys_of`]: the idempotency key
+/// the copy of `m` would have.
+fn dry_run_key(opts: &ReplayOptions, m: &super::Message) -> Option<Vec<u8>> {
+    let source = opts.keys_of.as_ref()?;
+    let props = with_rerun(m.record.properties.clone(), opts.rerun, &opts.replay_id);
+    crate::core::idempotency::key_of(source, &props, &m.record.body)
+}
+
 /// The canary of a replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Canary {
@@ -464,17 +472,7 @@ impl Pass<'_> {
         self.p.selected += 1;
         if self.publisher.is_none() {
             // Dry run.
-            if let Some(source) = &self.opts.keys_of {
-                let props = with_rerun(
-                    m.record.properties.clone(),
-                    self.opts.rerun,
-                    &self.opts.replay_id,
-                );
-                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body)
-                {
-                    self.report.keys.push(key);
-                }
-            }
+            self.report.keys.extend(dry_run_key(self.opts, &m));
             self.report.moved += 1;
             self.p.done += 1;
             r.keep(m, now).await?;
@@ -805,13 +803,7 @@ pub async fn replay_file(
         }
         p.selected += 1;
         let Some(publisher) = publisher.as_mut() else {
-            if let Some(source) = &opts.keys_of {
-                let props = with_rerun(m.record.properties.clone(), opts.rerun, &opts.replay_id);
-                if let Some(key) = crate::core::idempotency::key_of(source, &props, &m.record.body)
-                {
-                    report.keys.push(key);
-                }
-            }
+            report.keys.extend(dry_run_key(opts, &m));
             report.moved += 1;
             p.done += 1;
             progress(&p);
