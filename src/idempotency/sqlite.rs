@@ -6,18 +6,20 @@
 //! key. WAL, `synchronous=NORMAL` and a busy timeout; refused on NFS,
 //! CIFS/SMB and FUSE, where WAL's shared memory is unsafe.
 //!
-//! rusqlite blocks: each call takes the connection (an async mutex, so a
-//! waiting call holds no thread) and runs on the blocking pool, bounded
-//! by [`CALL_TIMEOUT`].
+//! rusqlite blocks: the connection lives on a thread of its own, which
+//! takes the calls queued meanwhile (at most [`MAX_BATCH`]) and runs them
+//! in one `BEGIN IMMEDIATE` transaction, each in a savepoint of its own,
+//! then answers each once the transaction committed (group commit: one
+//! commit for the messages in flight, instead of two a message). A call
+//! is bounded by [`CALL_TIMEOUT`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
-use tokio::sync::Mutex;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
+use tokio::sync::oneshot;
 
 use super::store::{Begin, BodySha, Create, Lease, Store, StoreError};
 
@@ -30,6 +32,8 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often expired rows are deleted, and how many per statement.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: i64 = 1_000;
+/// The most calls one transaction takes.
+const MAX_BATCH: usize = 256;
 
 /// Now by SQLite's clock, in ms since the epoch.
 macro_rules! now_ms {
@@ -62,8 +66,80 @@ CREATE INDEX IF NOT EXISTS dlqctl_keys_expiry ON dlqctl_keys (expires_at_ms);
 pub(super) struct SqliteStore {
     describe: String,
     scope: Vec<u8>,
-    conn: Arc<Mutex<Connection>>,
+    calls: Calls,
     sweeper: tokio::task::AbortHandle,
+    /// Alive while the connection's thread runs (the tests watch it end).
+    #[allow(dead_code)]
+    alive: std::sync::Weak<()>,
+}
+
+/// What a call leaves to do once its transaction ended: answer its
+/// caller, with the commit's outcome.
+type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// A call, run on the connection (`None`: its transaction could not
+/// start), giving what answers it after the commit.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Finish + Send>;
+/// Where calls are queued for the connection's thread.
+type Calls = std::sync::mpsc::Sender<Job>;
+
+/// The connection's thread: a transaction for every batch of calls queued
+/// meanwhile. Ends when every sender is gone (the store dropped).
+fn serve(conn: Connection, calls: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = calls.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match calls.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let begun = conn.execute_batch("BEGIN IMMEDIATE");
+        let finish: Vec<Finish> = jobs
+            .into_iter()
+            .map(|job| job(begun.is_ok().then_some(&conn)))
+            .collect();
+        let ended = match begun {
+            Ok(()) => conn.execute_batch("COMMIT").map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if ended.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for f in finish {
+            f(ended.clone());
+        }
+    }
+}
+
+/// A job running `f` in a savepoint of its own (undone when it fails),
+/// answering on `reply` once the transaction ended.
+fn job<T, F>(f: F, reply: oneshot::Sender<Result<T, String>>) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+{
+    Box::new(move |conn: Option<&Connection>| -> Finish {
+        let ran = conn.map(|c| {
+            c.execute_batch("SAVEPOINT call")?;
+            let r = f(c);
+            let end = if r.is_ok() {
+                "RELEASE call"
+            } else {
+                "ROLLBACK TO call; RELEASE call"
+            };
+            c.execute_batch(end)?;
+            r
+        });
+        Box::new(move |ended: Result<(), String>| {
+            let answer = match (ended, ran) {
+                (Err(e), _) => Err(e),
+                (Ok(()), Some(Ok(v))) => Ok(v),
+                (Ok(()), Some(Err(e))) => Err(e.to_string()),
+                (Ok(()), None) => Err("the transaction did not start".into()),
+            };
+            let _ = reply.send(answer);
+        })
+    })
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -106,45 +182,55 @@ impl SqliteStore {
 
     /// The store over an open connection, its sweeper started.
     fn start(describe: String, scope: &[u8], conn: Connection) -> SqliteStore {
-        let conn = Arc::new(Mutex::new(conn));
-        let sweeper = tokio::spawn(sweep_forever(describe.clone(), conn.clone())).abort_handle();
+        let (calls, queue) = std::sync::mpsc::channel();
+        let token = std::sync::Arc::new(());
+        let alive = std::sync::Arc::downgrade(&token);
+        std::thread::Builder::new()
+            .name("dlqctl-sqlite".into())
+            .spawn(move || {
+                serve(conn, queue);
+                drop(token);
+            })
+            .expect("a thread for the SQLite store");
+        let sweeper = tokio::spawn(sweep_forever(describe.clone(), calls.clone())).abort_handle();
         SqliteStore {
             describe,
             scope: scope.to_vec(),
-            conn,
+            calls,
             sweeper,
+            alive,
         }
     }
 
-    /// Runs `f` on the connection, on the blocking pool, bounded.
+    /// Runs `f` on the connection's thread, in the next transaction,
+    /// bounded.
     async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        call(&self.describe, &self.conn, f).await
+        call(&self.describe, &self.calls, f).await
     }
 }
 
-async fn call<T, F>(describe: &str, conn: &Arc<Mutex<Connection>>, f: F) -> Result<T, StoreError>
+async fn call<T, F>(describe: &str, calls: &Calls, f: F) -> Result<T, StoreError>
 where
     T: Send + 'static,
-    F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
 {
-    let conn = conn.clone();
-    let run = async move {
-        let mut guard = conn.lock_owned().await;
-        tokio::task::spawn_blocking(move || f(&mut guard)).await
-    };
-    match tokio::time::timeout(CALL_TIMEOUT, run).await {
+    let (reply, answer) = oneshot::channel();
+    if calls.send(job(f, reply)).is_err() {
+        return Err(unavailable(describe, "the store's thread is gone".into()));
+    }
+    match tokio::time::timeout(CALL_TIMEOUT, answer).await {
         Err(_) => Err(unavailable(
             describe,
             format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
         )),
-        Ok(Err(join)) => Err(unavailable(describe, join.to_string())),
+        Ok(Err(_)) => Err(unavailable(describe, "the store's thread is gone".into())),
         // After the start, any failure is an outage (a file locked or made
         // unwritable can be fixed while the worker waits).
-        Ok(Ok(Err(e))) => Err(unavailable(describe, e.to_string())),
+        Ok(Ok(Err(e))) => Err(unavailable(describe, e)),
         Ok(Ok(Ok(v))) => Ok(v),
     }
 }
@@ -229,7 +315,7 @@ impl Store for SqliteStore {
                 "lease_token = CASE WHEN lease_token = ?5 THEN NULL ELSE lease_token END"
             );
             let args = params![scope, lease.key, &body[..], ms(keep_ms), &lease.token[..]];
-            c.execute(sql, args).map(|_| ())
+            c.prepare_cached(sql)?.execute(args).map(|_| ())
         })
         .boxed()
     }
@@ -237,31 +323,25 @@ impl Store for SqliteStore {
     fn count_marked<'a>(&'a self, keys: &'a [Vec<u8>]) -> BoxFuture<'a, Result<usize, StoreError>> {
         let (scope, keys) = (self.scope.clone(), keys.to_vec());
         self.call(move |c| {
-            let tx = c.transaction()?;
+            let sql = concat!(
+                "SELECT count(*) FROM dlqctl_keys WHERE scope = ?1 AND key = ?2 AND done_expires_ms > ",
+                now_ms!()
+            );
+            let mut stmt = c.prepare_cached(sql)?;
             let mut n = 0;
-            {
-                let sql = concat!(
-                    "SELECT count(*) FROM dlqctl_keys WHERE scope = ?1 AND key = ?2 AND done_expires_ms > ",
-                    now_ms!()
-                );
-                let mut stmt = tx.prepare(sql)?;
-                for key in &keys {
-                    n += stmt.query_row(params![scope, key], |r| r.get::<_, i64>(0))? as usize;
-                }
+            for key in &keys {
+                n += stmt.query_row(params![scope, key], |r| r.get::<_, i64>(0))? as usize;
             }
-            tx.commit()?;
             Ok(n)
         })
         .boxed()
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        // The write lock, not only a read: a worker needs to write.
-        self.call(|c| {
-            c.transaction_with_behavior(TransactionBehavior::Immediate)?
-                .rollback()
-        })
-        .boxed()
+        // The write lock, not only a read (a worker needs to write): the
+        // call's transaction took it.
+        self.call(|c| c.query_row("SELECT 1", [], |_| Ok(())))
+            .boxed()
     }
 
     fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -283,14 +363,13 @@ impl Store for SqliteStore {
 
 /// [`Store::begin`], in one `BEGIN IMMEDIATE` transaction.
 fn begin(
-    c: &mut Connection,
+    c: &Connection,
     scope: &[u8],
     key: &[u8],
     body: &BodySha,
     token: [u8; 16],
     lease_ms: i64,
 ) -> rusqlite::Result<Begin> {
-    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let sql = concat!(
         "SELECT done_sha, coalesce(done_expires_ms, 0) - ",
         now_ms!(),
@@ -298,8 +377,9 @@ fn begin(
         now_ms!(),
         " FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
     );
-    let row: Option<(Option<Vec<u8>>, i64, i64)> = tx
-        .query_row(sql, params![scope, key], |r| {
+    let row: Option<(Option<Vec<u8>>, i64, i64)> = c
+        .prepare_cached(sql)?
+        .query_row(params![scope, key], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
         .optional()?;
@@ -326,8 +406,8 @@ fn begin(
         now_ms!(),
         " THEN done_expires_ms END"
     );
-    tx.execute(sql, params![scope, key, &token[..], lease_ms])?;
-    tx.commit()?;
+    c.prepare_cached(sql)?
+        .execute(params![scope, key, &token[..], lease_ms])?;
     Ok(Begin::Acquired {
         lease: Lease {
             key: key.to_vec(),
@@ -339,10 +419,9 @@ fn begin(
 
 /// [`Store::release`]: the lease dropped if ours, the row with it when
 /// no mark is left.
-fn release(c: &mut Connection, scope: &[u8], lease: &Lease) -> rusqlite::Result<()> {
-    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+fn release(c: &Connection, scope: &[u8], lease: &Lease) -> rusqlite::Result<()> {
     let args = params![scope, lease.key, &lease.token[..]];
-    let ours = tx.execute(
+    let ours = c.execute(
         "UPDATE dlqctl_keys SET lease_token = NULL, lease_expires_ms = NULL \
          WHERE scope = ?1 AND key = ?2 AND lease_token = ?3",
         args,
@@ -353,52 +432,50 @@ fn release(c: &mut Connection, scope: &[u8], lease: &Lease) -> rusqlite::Result<
             "AND coalesce(done_expires_ms, 0) <= ",
             now_ms!()
         );
-        tx.execute(sql, params![scope, lease.key])?;
+        c.execute(sql, params![scope, lease.key])?;
     }
-    tx.commit()
+    Ok(())
 }
 
 /// [`Store::check`]: a `dlqctl-doctor:` key written, read back and
 /// deleted, in one transaction (nothing is left even after a crash).
-fn check(c: &mut Connection, scope: &[u8]) -> rusqlite::Result<bool> {
+fn check(c: &Connection, scope: &[u8]) -> rusqlite::Result<bool> {
     let key = format!("dlqctl-doctor:{:032x}", rand::random::<u128>());
-    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let sql = concat!(
         "INSERT INTO dlqctl_keys (scope, key, done_sha, done_expires_ms) VALUES (?1, ?2, ?3, ",
         now_ms!(),
         " + 60000)"
     );
-    tx.execute(sql, params![scope, key.as_bytes(), &[0u8; 32][..]])?;
-    let found: i64 = tx.query_row(
+    c.execute(sql, params![scope, key.as_bytes(), &[0u8; 32][..]])?;
+    let found: i64 = c.query_row(
         "SELECT count(*) FROM dlqctl_keys WHERE scope = ?1 AND key = ?2",
         params![scope, key.as_bytes()],
         |r| r.get(0),
     )?;
-    tx.execute(
+    c.execute(
         "DELETE FROM dlqctl_keys WHERE scope = ?1 AND key = ?2",
         params![scope, key.as_bytes()],
     )?;
-    tx.commit()?;
     Ok(found == 1)
 }
 
 /// Deletes the rows whose lease and mark have both expired, every
 /// [`SWEEP_EVERY`], in batches (the lock is let go between them). Runs
 /// until the store is dropped (which aborts it).
-async fn sweep_forever(describe: String, conn: Arc<Mutex<Connection>>) {
+async fn sweep_forever(describe: String, calls: Calls) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
-        if let Err(e) = sweep(&describe, &conn).await {
+        if let Err(e) = sweep(&describe, &calls).await {
             tracing::debug!(error = %e, "idempotency store: deleting expired keys failed");
         }
     }
 }
 
 /// One sweep: batches until one is not full. The number deleted.
-async fn sweep(describe: &str, conn: &Arc<Mutex<Connection>>) -> Result<usize, StoreError> {
+async fn sweep(describe: &str, calls: &Calls) -> Result<usize, StoreError> {
     let mut total = 0;
     loop {
-        let n = call(describe, conn, |c| {
+        let n = call(describe, calls, |c| {
             let sql = concat!(
                 "DELETE FROM dlqctl_keys WHERE (scope, key) IN (SELECT scope, key FROM dlqctl_keys ",
                 "WHERE expires_at_ms <= ",

@@ -171,14 +171,14 @@ async fn leases_and_marks_expire_by_the_store_clock_and_are_swept() {
     assert_eq!(s.count_marked(&[b"marked".to_vec()]).await.unwrap(), 0);
 
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let rows = |c: &mut Connection| {
+    let rows = |c: &Connection| {
         c.query_row("SELECT count(*) FROM dlqctl_keys", [], |r| {
             r.get::<_, i64>(0)
         })
     };
     assert_eq!(s.call(rows).await.unwrap(), 3);
     // "short" and "marked" (leased again for 150 ms) have expired.
-    assert_eq!(sweep(&s.describe, &s.conn).await.unwrap(), 2);
+    assert_eq!(sweep(&s.describe, &s.calls).await.unwrap(), 2);
     assert_eq!(s.call(rows).await.unwrap(), 1);
     assert_eq!(s.begin(b"kept", &BODY, 1).await.unwrap(), Begin::Handled);
 }
@@ -225,12 +225,16 @@ fn two_threads_on_one_file_never_both_acquire_a_key() {
         .map(|_| {
             let path = path.clone();
             std::thread::spawn(move || {
-                let mut c = open_file("t", &path, Create::Yes, &[]).unwrap();
+                let c = open_file("t", &path, Create::Yes, &[]).unwrap();
                 (0..300)
                     .filter(|i| {
                         let key = format!("k{i}");
                         let token = rand::random();
-                        let b = begin(&mut c, SCOPE, key.as_bytes(), &BODY, token, 30_000);
+                        // As the store's thread runs every call: in a
+                        // BEGIN IMMEDIATE transaction.
+                        c.execute_batch("BEGIN IMMEDIATE").unwrap();
+                        let b = begin(&c, SCOPE, key.as_bytes(), &BODY, token, 30_000);
+                        c.execute_batch("COMMIT").unwrap();
                         matches!(b.unwrap(), Begin::Acquired { .. })
                     })
                     .count()
@@ -245,7 +249,7 @@ fn two_threads_on_one_file_never_both_acquire_a_key() {
 async fn a_dropped_store_stops_its_sweeper_and_closes_the_file() {
     let dir = TempDir::new();
     let s = store(&dir.0.join("orders.db")).await;
-    let conn = Arc::downgrade(&s.conn);
+    let conn = s.alive.clone();
     let sweeper = s.sweeper.clone();
     assert!(!sweeper.is_finished());
     drop(s);
@@ -265,14 +269,13 @@ async fn check_and_ping_leave_nothing() {
     let s = store(&dir.0.join("orders.db")).await;
     s.check().await.unwrap();
     s.ping().await.unwrap();
-    let rows = |c: &mut Connection| {
+    let rows = |c: &Connection| {
         c.query_row("SELECT count(*) FROM dlqctl_keys", [], |r| {
             r.get::<_, i64>(0)
         })
     };
     assert_eq!(s.call(rows).await.unwrap(), 0);
-    let mode =
-        |c: &mut Connection| c.query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0));
+    let mode = |c: &Connection| c.query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0));
     assert_eq!(s.call(mode).await.unwrap(), "wal");
 }
 
@@ -283,7 +286,7 @@ async fn a_held_write_lock_is_unavailable_not_refused() {
     let s = store(&path).await;
     let mut other = open_file("t", &path, Create::Yes, &[]).unwrap();
     let tx = other
-        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .unwrap();
     let started = std::time::Instant::now();
     match s.begin(b"k", &BODY, 30_000).await {
