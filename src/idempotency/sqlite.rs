@@ -8,8 +8,8 @@
 //!
 //! rusqlite blocks: the connection lives on a thread of its own, which
 //! takes the calls queued meanwhile (at most [`MAX_BATCH`]) and runs them
-//! in one `BEGIN IMMEDIATE` transaction, each in a savepoint of its own,
-//! then answers each once the transaction committed (group commit: one
+//! in one `BEGIN IMMEDIATE` transaction, then answers each once the
+//! transaction committed (group commit: one
 //! commit for the messages in flight, instead of two a message). A call
 //! is bounded by [`CALL_TIMEOUT`].
 
@@ -111,25 +111,17 @@ fn serve(conn: Connection, calls: std::sync::mpsc::Receiver<Job>) {
     }
 }
 
-/// A job running `f` in a savepoint of its own (undone when it fails),
-/// answering on `reply` once the transaction ended.
+/// A job running `f`, answering on `reply` once the transaction ended.
 fn job<T, F>(f: F, reply: oneshot::Sender<Result<T, String>>) -> Job
 where
     T: Send + 'static,
     F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
 {
     Box::new(move |conn: Option<&Connection>| -> Finish {
-        let ran = conn.map(|c| {
-            c.execute_batch("SAVEPOINT call")?;
-            let r = f(c);
-            let end = if r.is_ok() {
-                "RELEASE call"
-            } else {
-                "ROLLBACK TO call; RELEASE call"
-            };
-            c.execute_batch(end)?;
-            r
-        });
+        // A failed statement undoes itself, not the transaction; a call
+        // of several writes that must go together (`check`) keeps them in
+        // a savepoint of its own.
+        let ran = conn.map(f);
         Box::new(move |ended: Result<(), String>| {
             let answer = match (ended, ran) {
                 (Err(e), _) => Err(e),
@@ -440,6 +432,19 @@ fn release(c: &Connection, scope: &[u8], lease: &Lease) -> rusqlite::Result<()> 
 /// [`Store::check`]: a `dlqctl-doctor:` key written, read back and
 /// deleted, in one transaction (nothing is left even after a crash).
 fn check(c: &Connection, scope: &[u8]) -> rusqlite::Result<bool> {
+    // All or nothing: the key written is gone also when a step fails.
+    c.execute_batch("SAVEPOINT doctor")?;
+    let found = check_steps(c, scope);
+    let end = match found {
+        Ok(_) => "RELEASE doctor",
+        Err(_) => "ROLLBACK TO doctor; RELEASE doctor",
+    };
+    c.execute_batch(end)?;
+    found
+}
+
+/// [`check`]'s writes and read.
+fn check_steps(c: &Connection, scope: &[u8]) -> rusqlite::Result<bool> {
     let key = format!("dlqctl-doctor:{:032x}", rand::random::<u128>());
     let sql = concat!(
         "INSERT INTO dlqctl_keys (scope, key, done_sha, done_expires_ms) VALUES (?1, ?2, ?3, ",
