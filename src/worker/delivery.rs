@@ -169,9 +169,22 @@ impl<H: Handler> DeliveryTask<H> {
         prepared: &mut Prepared,
         probe: Option<ProbeTicket>,
     ) -> Run {
-        let Some(guard) = self.shared.guard.get().filter(|_| prepared.msg.is_some()) else {
-            return self.run_handler(prepared, probe).await;
-        };
+        match self.shared.guard.get().filter(|_| prepared.msg.is_some()) {
+            None => self.run_handler(prepared, probe).await,
+            // Boxed: an unguarded delivery's future does not carry the
+            // guard's state (measured: the success path's spawn copies it).
+            Some(guard) => Box::pin(self.run_guarded(guard, d, prepared, probe)).await,
+        }
+    }
+
+    /// [`Self::guarded_run`] with the guard.
+    async fn run_guarded(
+        &self,
+        guard: &Arc<super::idempotency::Guard>,
+        d: &Delivery,
+        prepared: &mut Prepared,
+        probe: Option<ProbeTicket>,
+    ) -> Run {
         let message_id = prepared.message_id.as_deref().unwrap_or("");
         match guard.enter(d, message_id).await {
             Entry::Unguarded => self.run_handler(prepared, probe).await,
