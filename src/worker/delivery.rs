@@ -193,11 +193,10 @@ impl<H: Handler> DeliveryTask<H> {
                 if let Some(msg) = prepared.msg.as_mut() {
                     msg.on_late_success = guard.late_mark(&lease, body);
                 }
-                let done = CancellationToken::new();
-                guard.renew_until(lease.clone(), done.clone());
                 let t0 = Instant::now();
-                let run = self.run_handler(prepared, probe).await;
-                done.cancel();
+                let run = guard
+                    .renew_while(&lease, self.run_handler(prepared, probe))
+                    .await;
                 // A transient failure that took the whole handler timeout
                 // is the timeout: the handler may still be working.
                 let timed_out = self

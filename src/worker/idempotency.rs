@@ -6,13 +6,13 @@
 //! handler may still be working). A store that does not answer pauses
 //! consumption: no handler runs unguarded.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::message::Delivery;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::core::handling::message::LateSuccess;
@@ -163,29 +163,31 @@ impl Guard {
         }
     }
 
-    /// Renews `lease` every third of its length until `done` is
-    /// cancelled. A renewal that fails is logged: the run goes on.
-    pub(crate) fn renew_until(self: &Arc<Self>, lease: Lease, done: CancellationToken) {
-        let guard = self.clone();
-        tokio::spawn(async move {
-            let every = Duration::from_millis((guard.lease_ms / 3).max(100));
+    /// Runs `work` (the handler), renewing `lease` every third of its
+    /// length meanwhile, in the same task (no task spawned a message). A
+    /// renewal that fails is logged: the run goes on.
+    pub(crate) async fn renew_while<T>(&self, lease: &Lease, work: impl Future<Output = T>) -> T {
+        let every = Duration::from_millis((self.lease_ms / 3).max(100));
+        let renewing = async {
             loop {
-                tokio::select! {
-                    _ = done.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                match guard.store.renew(&lease, guard.lease_ms).await {
+                tokio::time::sleep(every).await;
+                match self.store.renew(lease, self.lease_ms).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        warn!(queue = %guard.queue, "the lease on a running handler's key was lost (expired and taken): another run of the same key may start");
-                        return;
+                        warn!(queue = %self.queue, "the lease on a running handler's key was lost (expired and taken): another run of the same key may start");
+                        return std::future::pending::<()>().await;
                     }
                     Err(e) => {
-                        warn!(queue = %guard.queue, error = %e, "renewing a lease failed; trying again")
+                        warn!(queue = %self.queue, error = %e, "renewing a lease failed; trying again")
                     }
                 }
             }
-        });
+        };
+        tokio::select! {
+            biased;
+            out = work => out,
+            () = renewing => unreachable!("renewing never ends"),
+        }
     }
 
     /// After the handler: a success marks the key (a failed mark is

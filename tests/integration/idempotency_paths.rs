@@ -396,3 +396,59 @@ async fn a_late_jsonl_success_marks_the_key() {
     assert_eq!(received, 1, "{}", w.output());
     w.stop().await;
 }
+
+/// A handler that runs longer than its lease keeps it: the lease is
+/// renewed while it runs, so the second copy of its id is deferred (again
+/// and again) instead of running beside it, then acked as a duplicate.
+#[tokio::test]
+async fn a_handler_longer_than_its_lease_keeps_it_by_renewing() {
+    let mut f = fixture(None).await;
+    f.pipe.idempotency = Some(sqlite_block(&f));
+    let file = f.pipe.provision(&f.scratch).await;
+    let pipeline = dlqctl::load_pipeline(&file, &f.pipe.name).expect("the pipeline");
+    let url = dlqctl::BrokerUrl::parse(&crate::support::amqp_url()).expect("AMQP_URL");
+    let mut cfg = dlqctl::WorkerConfig::new(pipeline, url);
+    cfg.concurrency = 2;
+    cfg.prefetch = 2;
+    // Renewed every 0.67 s; the handler takes 4 s.
+    cfg.lease = Some(Duration::from_secs(2));
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let handler = dlqctl::handler_fn(move |_m: dlqctl::HandlerMessage| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            dlqctl::Outcome::Success
+        }
+    });
+    let stop = dlqctl::CancellationToken::new();
+    let worker = dlqctl::Worker::new(cfg, handler);
+    let metrics = worker.metrics();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+    publish_twice(&f, "long-", 1).await;
+    let start = Instant::now();
+    loop {
+        let text = metrics.render();
+        if text
+            .lines()
+            .any(|l| l.starts_with("dlqctl_duplicates_total{") && l.ends_with(" 1"))
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let text = metrics.render();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("dlqctl_deferrals_total{") && !l.ends_with(" 0")),
+        "{text}"
+    );
+    stop.cancel();
+    run.await.expect("the worker task").expect("the worker");
+}
