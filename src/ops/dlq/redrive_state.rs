@@ -10,7 +10,9 @@
 //! `dlqctl serve`) takes the message the same way and hands it back by
 //! closing its channel; a run that finds the queue empty looks again for
 //! up to 2 s, in case such a reader held the message just then, and a
-//! write after a run falls back to the state the run started from.
+//! write after a run falls back to the state the run started from. A
+//! reader that finds it empty looks again too, for up to 0.5 s, in case a
+//! worker looking whether its run is due held it just then.
 
 use crate::amqp::batch::BatchPublisher;
 use crate::core::dlq::redrive_state::{newest, RedriveState};
@@ -143,10 +145,26 @@ impl Held {
 /// The state of `queue` for a reader without the lock: `Ok(None)` when
 /// the queue does not exist or holds no state.
 pub async fn peek(conn: &Connection, queue: &str) -> Result<Option<RedriveState>> {
-    let Some(held) = read(conn, queue, false).await? else {
-        return Ok(None);
-    };
-    let state = held.state.clone();
-    held.release().await;
-    Ok(state)
+    // A worker looking whether its run is due holds the message for a few
+    // round trips, several times a second with a fleet: a reader that
+    // finds the queue empty looks again, a little (a queue that never
+    // held a state costs it the whole [`PEEK_LOOKS`] × [`PEEK_RETRY`]).
+    for look in 0..=PEEK_LOOKS {
+        let Some(held) = read(conn, queue, false).await? else {
+            return Ok(None);
+        };
+        let state = held.state.clone();
+        held.release().await;
+        if state.is_some() || look == PEEK_LOOKS {
+            return Ok(state);
+        }
+        tokio::time::sleep(PEEK_RETRY).await;
+    }
+    Ok(None)
 }
+
+/// How often, and how long apart, a reader without the lock looks again
+/// at a queue it found empty (seen: `status` read no state while three
+/// workers looked in turn).
+const PEEK_LOOKS: u32 = 5;
+const PEEK_RETRY: Duration = Duration::from_millis(100);
