@@ -19,6 +19,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+use store::default_dirs;
 pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
 
 /// A store URL made concrete: `env:` read, the default SQLite path
@@ -62,20 +63,13 @@ pub fn resolve(
         StoreSpec::Sqlite(Some(path)) => Ok(StoreUrl::Sqlite(path.into())),
         StoreSpec::Sqlite(None) => {
             let file = format!("{}.db", file_safe(pipeline));
-            let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
-            let dir = if let Some(dirs) = nonempty("STATE_DIRECTORY") {
-                std::path::PathBuf::from(dirs.split(':').next().unwrap_or(&dirs))
-            } else if let Some(xdg) = nonempty("XDG_STATE_HOME") {
-                std::path::Path::new(&xdg).join("dlqctl")
-            } else if let Some(home) = nonempty("HOME") {
-                std::path::Path::new(&home).join(".local/state/dlqctl")
-            } else {
-                return Err(refused(
+            match default_dirs(env).into_iter().next() {
+                Some(dir) => Ok(StoreUrl::Sqlite(dir.join(file))),
+                None => Err(refused(
                     "sqlite (default path)",
                     "no STATE_DIRECTORY, XDG_STATE_HOME or HOME to put the default file in: give idempotency.store: sqlite:PATH".into(),
-                ));
-            };
-            Ok(StoreUrl::Sqlite(dir.join(file)))
+                )),
+            }
         }
         StoreSpec::Redis(url) => Ok(StoreUrl::Redis(url.clone())),
         StoreSpec::Env(name) => {

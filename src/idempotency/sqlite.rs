@@ -156,7 +156,7 @@ impl SqliteStore {
         create: Create,
     ) -> Result<SqliteStore, StoreError> {
         let describe = format!("sqlite:{}", path.display());
-        let dirs = default_dirs(&|name| std::env::var(name).ok());
+        let dirs = super::store::default_dirs(&|name| std::env::var(name).ok());
         let (store, path) = (describe.clone(), path.to_path_buf());
         let opening = tokio::task::spawn_blocking(move || open_file(&store, &path, create, &dirs));
         let conn = match tokio::time::timeout(OPEN_TIMEOUT, opening).await {
@@ -496,25 +496,6 @@ async fn sweep(describe: &str, calls: &Calls) -> Result<usize, StoreError> {
         }
         tokio::task::yield_now().await;
     }
-}
-
-/// The directories [`open`](super::open) may create: the default ones
-/// ([`super::resolve`]), whose parents are the user's or systemd's.
-fn default_dirs(env: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
-    let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
-    let mut dirs = Vec::new();
-    if let Some(dirs_var) = nonempty("STATE_DIRECTORY") {
-        dirs.push(PathBuf::from(
-            dirs_var.split(':').next().unwrap_or(&dirs_var),
-        ));
-    }
-    if let Some(xdg) = nonempty("XDG_STATE_HOME") {
-        dirs.push(Path::new(&xdg).join("dlqctl"));
-    }
-    if let Some(home) = nonempty("HOME") {
-        dirs.push(Path::new(&home).join(".local/state/dlqctl"));
-    }
-    dirs
 }
 
 /// Opens the file: the directory checked (created only when it is a

@@ -120,3 +120,24 @@ pub enum Create {
     /// Never create anything: `doctor`, `dlq replay --dry-run`.
     No,
 }
+
+/// The default state directories, in the order [`super::resolve`] prefers them
+/// (the first is the default file's home): `$STATE_DIRECTORY` (its
+/// first), `$XDG_STATE_HOME/dlqctl`, `$HOME/.local/state/dlqctl`. The
+/// SQLite store creates only these.
+pub(crate) fn default_dirs(env: &dyn Fn(&str) -> Option<String>) -> Vec<std::path::PathBuf> {
+    let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+    let mut dirs = Vec::new();
+    if let Some(dirs_var) = nonempty("STATE_DIRECTORY") {
+        dirs.push(std::path::PathBuf::from(
+            dirs_var.split(':').next().unwrap_or(&dirs_var),
+        ));
+    }
+    if let Some(xdg) = nonempty("XDG_STATE_HOME") {
+        dirs.push(std::path::Path::new(&xdg).join("dlqctl"));
+    }
+    if let Some(home) = nonempty("HOME") {
+        dirs.push(std::path::Path::new(&home).join(".local/state/dlqctl"));
+    }
+    dirs
+}

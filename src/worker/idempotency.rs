@@ -190,6 +190,20 @@ impl Guard {
         }
     }
 
+    /// Marks the key of `lease` handled, kept `keep`; a failure is counted
+    /// (`dlqctl_idempotency_mark_failures_total`) for the caller to warn.
+    async fn mark(&self, lease: &Lease, body: &BodySha) -> Result<(), StoreError> {
+        let marked = self.store.mark(lease, body, self.keep_ms).await;
+        if marked.is_err() {
+            self.metrics
+                .idempotency
+                .mark_failures
+                .get_or_create(&self.labels())
+                .inc();
+        }
+        marked
+    }
+
     /// After the handler: a success marks the key (a failed mark is
     /// warned and counted: the message is acked anyway); an answered
     /// failure releases the lease; a timeout (`timed_out`) keeps it to its
@@ -197,12 +211,7 @@ impl Guard {
     pub(crate) async fn finish(&self, lease: &Lease, body: &BodySha, run: &Run, timed_out: bool) {
         match run.outcome() {
             Some(Outcome::Success) => {
-                if let Err(e) = self.store.mark(lease, body, self.keep_ms).await {
-                    self.metrics
-                        .idempotency
-                        .mark_failures
-                        .get_or_create(&self.labels())
-                        .inc();
+                if let Err(e) = self.mark(lease, body).await {
                     warn!(queue = %self.queue, error = %e,
                         "the handler succeeded but its key could not be marked handled: acked anyway; a redelivery of it would run again");
                 }
@@ -226,16 +235,10 @@ impl Guard {
         LateSuccess::new(move || {
             let (guard, lease) = (guard.clone(), lease.clone());
             tokio::spawn(async move {
-                match guard.store.mark(&lease, &body, guard.keep_ms).await {
+                match guard.mark(&lease, &body).await {
                     Ok(()) => info!(queue = %guard.queue, "a late success marked its key handled"),
                     Err(e) => {
-                        guard
-                            .metrics
-                            .idempotency
-                            .mark_failures
-                            .get_or_create(&guard.labels())
-                            .inc();
-                        warn!(queue = %guard.queue, error = %e, "a late success could not mark its key handled");
+                        warn!(queue = %guard.queue, error = %e, "a late success could not mark its key handled")
                     }
                 }
             });

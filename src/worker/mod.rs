@@ -362,13 +362,7 @@ impl<H: Handler> Worker<H> {
             self.cfg.confirm_timeout,
         ));
         publisher.warm_up().await?;
-        let consumer = consume
-            .basic_consume(
-                p.name.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
+        let consumer = start_consumer(&consume, &p.name)
             .await
             .map_err(|e| Error::broker(format!("cannot consume from queue {}", p.name), &e))?;
         info!(queue = %p.name, prefetch = self.cfg.prefetch, concurrency = self.cfg.concurrency, "consuming");
@@ -484,13 +478,7 @@ impl<H: Handler> Worker<H> {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
-        *consumer = consume
-            .basic_consume(
-                p.name.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
+        *consumer = start_consumer(consume, &p.name)
             .await
             .map_err(|e| SessionEnd::Lost(describe_lapin_error(&e)))?;
         Ok(())
@@ -592,6 +580,19 @@ async fn return_unstarted(consume: &Channel) {
         }
         Err(_) => debug!("returning unstarted deliveries timed out; closing returns them"),
     }
+}
+
+/// A consumer on `queue`, on the consuming channel (at the session's
+/// start, and again after a pause for the idempotency store).
+async fn start_consumer(consume: &Channel, queue: &str) -> lapin::Result<Consumer> {
+    consume
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
 }
 
 /// The longest pause between two tries to reach the broker at start

@@ -46,11 +46,10 @@ pub fn retry_copy(
     expiration: Option<String>,
 ) -> BasicProperties {
     let headers = copy_headers(original.headers().as_ref(), ctx, true);
-    let props = kept_properties(original, ctx.connection_user).with_headers(headers);
-    match expiration.and_then(|e| ShortString::try_new(e).ok()) {
-        Some(e) => props.with_expiration(e),
-        None => props,
-    }
+    with_expiration(
+        kept_properties(original, ctx.connection_user).with_headers(headers),
+        expiration,
+    )
 }
 
 /// The properties of a copy to the dead-letter exchange.
@@ -115,23 +114,11 @@ pub fn defer_copy(
         AMQPValue::LongLongInt(runs_made.into()),
     );
     out.insert(DEFERRED_HEADER.into(), AMQPValue::Boolean(true));
-    let (exchange, routing_key) =
-        original_exchange_and_key(headers, delivery_exchange, delivery_routing_key);
-    insert_bytes(
-        &mut out,
-        ORIGINAL_EXCHANGE_HEADER,
-        &shortstr::raw_bytes(&exchange),
-    );
-    insert_bytes(
-        &mut out,
-        ORIGINAL_ROUTING_KEY_HEADER,
-        &shortstr::raw_bytes(&routing_key),
-    );
-    let props = kept_properties(original, connection_user).with_headers(out);
-    match expiration.and_then(|e| ShortString::try_new(e).ok()) {
-        Some(e) => props.with_expiration(e),
-        None => props,
-    }
+    insert_original(&mut out, headers, delivery_exchange, delivery_routing_key);
+    with_expiration(
+        kept_properties(original, connection_user).with_headers(out),
+        expiration,
+    )
 }
 
 /// The exchange and routing key a message was first delivered with: the
@@ -270,20 +257,44 @@ fn copy_headers(
         AMQPValue::FieldArray(FieldArray::from(history)),
     );
 
-    let (exchange, routing_key) =
-        original_exchange_and_key(original, ctx.delivery_exchange, ctx.delivery_routing_key);
-    // As the bytes they had on the wire, UTF-8 or not.
-    insert_bytes(
+    insert_original(
         &mut out,
+        original,
+        ctx.delivery_exchange,
+        ctx.delivery_routing_key,
+    );
+    out
+}
+
+/// Writes `dlqctl-original-exchange` and `dlqctl-original-routing-key`
+/// (see [`original_exchange_and_key`]), as the bytes they had on the
+/// wire, UTF-8 or not.
+fn insert_original(
+    out: &mut FieldTable,
+    original: Option<&FieldTable>,
+    delivery_exchange: &str,
+    delivery_routing_key: &str,
+) {
+    let (exchange, routing_key) =
+        original_exchange_and_key(original, delivery_exchange, delivery_routing_key);
+    insert_bytes(
+        out,
         ORIGINAL_EXCHANGE_HEADER,
         &shortstr::raw_bytes(&exchange),
     );
     insert_bytes(
-        &mut out,
+        out,
         ORIGINAL_ROUTING_KEY_HEADER,
         &shortstr::raw_bytes(&routing_key),
     );
-    out
+}
+
+/// `props` with `expiration` when it is one (a short string).
+fn with_expiration(props: BasicProperties, expiration: Option<String>) -> BasicProperties {
+    match expiration.and_then(|e| ShortString::try_new(e).ok()) {
+        Some(e) => props.with_expiration(e),
+        None => props,
+    }
 }
 
 /// The well-formed entries of an existing `dlqctl-errors`, rebuilt within

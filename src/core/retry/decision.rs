@@ -165,6 +165,6 @@ pub fn defer_tier(policy: &RetryPolicy, remaining_ms: u64) -> Option<u64> {
     tiers
         .iter()
         .copied()
-        .find(|&d| (d as f64 * (1.0 - jitter)).floor() as u64 > remaining_ms)
+        .find(|&d| shortest_wait(d, jitter) > remaining_ms)
         .or_else(|| tiers.last().copied())
 }

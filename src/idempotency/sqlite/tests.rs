@@ -398,7 +398,7 @@ fn a_missing_directory_is_created_only_when_it_is_the_default_one() {
         "HOME" => Some("/nonexistent-home".to_string()),
         _ => None,
     };
-    let defaults = default_dirs(&env);
+    let defaults = crate::idempotency::store::default_dirs(&env);
     assert_eq!(
         defaults,
         vec![
