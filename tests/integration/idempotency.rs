@@ -94,6 +94,22 @@ pub(crate) fn assert_once_each(script: &Script, prefix: &str, n: usize) {
     assert_eq!(r, want, "each id ran once");
 }
 
+/// Two worker processes of `f`'s pipeline, each with two handlers taking
+/// 300 ms, once both consume.
+async fn two_workers(f: &PipeFixture) -> (Script, WorkerProc, WorkerProc) {
+    let args = ["--concurrency", "2"];
+    let (file, script, mut w1) = f.start_worker("sleep 0.3", &args).await;
+    let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &args);
+    w1.wait_consuming().await;
+    w2.wait_consuming().await;
+    (script, w1, w2)
+}
+
+async fn stop_both(mut w1: WorkerProc, mut w2: WorkerProc) {
+    w1.stop().await;
+    w2.stop().await;
+}
+
 /// Two worker processes, each with two handlers, on one SQLite file:
 /// every id published twice runs once; the overlapping copies are
 /// deferred, then acked as duplicates.
@@ -101,10 +117,7 @@ pub(crate) fn assert_once_each(script: &Script, prefix: &str, n: usize) {
 async fn two_processes_on_one_sqlite_file_run_each_id_once() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
-    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
-    let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
-    w1.wait_consuming().await;
-    w2.wait_consuming().await;
+    let (script, w1, w2) = two_workers(&f).await;
     publish_twice(&f, "s-", 20).await;
     wait_settled(&[&w1, &w2], 20, 20, Duration::from_secs(60)).await;
     assert_once_each(&script, "s-", 20);
@@ -120,8 +133,7 @@ async fn two_processes_on_one_sqlite_file_run_each_id_once() {
             .wait_for_count(&q, 0, Duration::from_secs(10))
             .await;
     }
-    w1.stop().await;
-    w2.stop().await;
+    stop_both(w1, w2).await;
 }
 
 /// The same with two workers on one Redis (as on two machines).
@@ -129,10 +141,7 @@ async fn two_processes_on_one_sqlite_file_run_each_id_once() {
 async fn two_workers_on_one_redis_run_each_id_once() {
     let redis = RedisServer::start();
     let f = fixture(Some(&format!("{{store: '{}'}}", redis.url()))).await;
-    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
-    let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
-    w1.wait_consuming().await;
-    w2.wait_consuming().await;
+    let (script, w1, w2) = two_workers(&f).await;
     publish_twice(&f, "r-", 20).await;
     wait_settled(&[&w1, &w2], 20, 20, Duration::from_secs(60)).await;
     assert_once_each(&script, "r-", 20);
@@ -142,8 +151,7 @@ async fn two_workers_on_one_redis_run_each_id_once() {
             .wait_for_count(&q, 0, Duration::from_secs(10))
             .await;
     }
-    w1.stop().await;
-    w2.stop().await;
+    stop_both(w1, w2).await;
 }
 
 /// The control: the same two workers without `idempotency` run the
@@ -152,14 +160,10 @@ async fn two_workers_on_one_redis_run_each_id_once() {
 #[tokio::test]
 async fn without_the_guard_the_overlapping_copies_run_twice() {
     let f = fixture(None).await;
-    let (file, script, mut w1) = f.start_worker("sleep 0.3", &["--concurrency", "2"]).await;
-    let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &["--concurrency", "2"]);
-    w1.wait_consuming().await;
-    w2.wait_consuming().await;
+    let (script, w1, w2) = two_workers(&f).await;
     publish_twice(&f, "c-", 10).await;
     wait_settled(&[&w1, &w2], 20, 0, Duration::from_secs(60)).await;
     let r = runs(&script);
     assert!(r.values().all(|&n| n == 2), "{r:?}");
-    w1.stop().await;
-    w2.stop().await;
+    stop_both(w1, w2).await;
 }

@@ -93,19 +93,72 @@ async fn a_jsonl_handler_gets_each_id_once() {
     w.stop().await;
 }
 
+/// A worker of `f`'s pipeline run in this process around a Rust handler.
+struct InProcess {
+    metrics: std::sync::Arc<dlqctl::Metrics>,
+    stop: dlqctl::CancellationToken,
+    run: tokio::task::JoinHandle<dlqctl::Result<()>>,
+}
+
+impl InProcess {
+    /// Provisions `f`'s pipeline and starts the worker, with `concurrency`
+    /// handlers and leases of `lease`.
+    async fn start<H: dlqctl::Handler>(
+        f: &crate::support::worker::PipeFixture,
+        concurrency: usize,
+        lease: Duration,
+        handler: H,
+    ) -> InProcess {
+        let file = f.pipe.provision(&f.scratch).await;
+        let pipeline = dlqctl::load_pipeline(&file, &f.pipe.name).expect("the pipeline");
+        let url = dlqctl::BrokerUrl::parse(&crate::support::amqp_url()).expect("AMQP_URL");
+        let mut cfg = dlqctl::WorkerConfig::new(pipeline, url);
+        cfg.concurrency = concurrency;
+        cfg.prefetch = concurrency as u16;
+        cfg.lease = Some(lease);
+        let stop = dlqctl::CancellationToken::new();
+        let worker = dlqctl::Worker::new(cfg, handler);
+        let metrics = worker.metrics();
+        let run = tokio::spawn({
+            let stop = stop.clone();
+            async move { worker.run(stop).await }
+        });
+        InProcess { metrics, stop, run }
+    }
+
+    /// Waits until `dlqctl_duplicates_total` reads `n`; panics with the
+    /// metrics after `deadline`.
+    async fn wait_duplicates(&self, n: u64, deadline: Duration) {
+        let start = Instant::now();
+        let want = format!(" {n}");
+        loop {
+            let text = self.metrics.render();
+            if text
+                .lines()
+                .any(|l| l.starts_with("dlqctl_duplicates_total{") && l.ends_with(&want))
+            {
+                return;
+            }
+            assert!(start.elapsed() < deadline, "{text}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.run
+            .await
+            .expect("the worker task")
+            .expect("the worker");
+    }
+}
+
 /// The library: a Rust `Handler` goes through the same guard, with the
 /// lease length from `WorkerConfig`.
 #[tokio::test]
 async fn a_rust_handler_runs_each_id_once() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
-    let file = f.pipe.provision(&f.scratch).await;
-    let pipeline = dlqctl::load_pipeline(&file, &f.pipe.name).expect("the pipeline");
-    let url = dlqctl::BrokerUrl::parse(&crate::support::amqp_url()).expect("AMQP_URL");
-    let mut cfg = dlqctl::WorkerConfig::new(pipeline, url);
-    cfg.concurrency = 4;
-    cfg.prefetch = 4;
-    cfg.lease = Some(Duration::from_secs(20));
     let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
     let counted = seen.clone();
     let handler = dlqctl::handler_fn(move |m: dlqctl::HandlerMessage| {
@@ -120,30 +173,12 @@ async fn a_rust_handler_runs_each_id_once() {
             dlqctl::Outcome::Success
         }
     });
-    let stop = dlqctl::CancellationToken::new();
-    let worker = dlqctl::Worker::new(cfg, handler);
-    let metrics = worker.metrics();
-    let run = tokio::spawn({
-        let stop = stop.clone();
-        async move { worker.run(stop).await }
-    });
+    let w = InProcess::start(&f, 4, Duration::from_secs(20), handler).await;
     publish_twice(&f, "rs-", 10).await;
-    let start = Instant::now();
-    loop {
-        let text = metrics.render();
-        let dups = text
-            .lines()
-            .any(|l| l.starts_with("dlqctl_duplicates_total{") && l.ends_with(" 10"));
-        if dups {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    w.wait_duplicates(10, Duration::from_secs(60)).await;
     let want: BTreeMap<String, usize> = (0..10).map(|k| (format!("rs-{k}"), 1)).collect();
     assert_eq!(*seen.lock().unwrap(), want);
-    stop.cancel();
-    run.await.expect("the worker task").expect("the worker");
+    w.stop().await;
 }
 
 /// `--dead-letter nack`: a deferral is still a copy to a tier, never a
@@ -404,14 +439,6 @@ async fn a_late_jsonl_success_marks_the_key() {
 async fn a_handler_longer_than_its_lease_keeps_it_by_renewing() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
-    let file = f.pipe.provision(&f.scratch).await;
-    let pipeline = dlqctl::load_pipeline(&file, &f.pipe.name).expect("the pipeline");
-    let url = dlqctl::BrokerUrl::parse(&crate::support::amqp_url()).expect("AMQP_URL");
-    let mut cfg = dlqctl::WorkerConfig::new(pipeline, url);
-    cfg.concurrency = 2;
-    cfg.prefetch = 2;
-    // Renewed every 0.67 s; the handler takes 4 s.
-    cfg.lease = Some(Duration::from_secs(2));
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = runs.clone();
     let handler = dlqctl::handler_fn(move |_m: dlqctl::HandlerMessage| {
@@ -422,33 +449,16 @@ async fn a_handler_longer_than_its_lease_keeps_it_by_renewing() {
             dlqctl::Outcome::Success
         }
     });
-    let stop = dlqctl::CancellationToken::new();
-    let worker = dlqctl::Worker::new(cfg, handler);
-    let metrics = worker.metrics();
-    let run = tokio::spawn({
-        let stop = stop.clone();
-        async move { worker.run(stop).await }
-    });
+    // Renewed every 0.67 s; the handler takes 4 s.
+    let w = InProcess::start(&f, 2, Duration::from_secs(2), handler).await;
     publish_twice(&f, "long-", 1).await;
-    let start = Instant::now();
-    loop {
-        let text = metrics.render();
-        if text
-            .lines()
-            .any(|l| l.starts_with("dlqctl_duplicates_total{") && l.ends_with(" 1"))
-        {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    w.wait_duplicates(1, Duration::from_secs(30)).await;
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let text = metrics.render();
+    let text = w.metrics.render();
     assert!(
         text.lines()
             .any(|l| l.starts_with("dlqctl_deferrals_total{") && !l.ends_with(" 0")),
         "{text}"
     );
-    stop.cancel();
-    run.await.expect("the worker task").expect("the worker");
+    w.stop().await;
 }
