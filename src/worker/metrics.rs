@@ -736,6 +736,8 @@ mod tests {
             replay_id: "r".into(),
             next_wait_ms: 120_000,
             elapsed_ms: 0,
+            started_at_ms: 0,
+            ended_at_ms: 0,
             shared: None,
             shared_unavailable: None,
         };

@@ -137,9 +137,6 @@ fn log_run(r: &RedriveReport) {
     let (sent, back) = r.canary.as_ref().map_or((0, 0), |c| (c.sent, c.came_back));
     let why = r.why.as_deref().unwrap_or("");
     let result = r.result.label();
-    let ended_at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     macro_rules! line {
         ($level:ident) => {
             $level!(
@@ -152,7 +149,8 @@ fn log_run(r: &RedriveReport) {
                 shared_wait = r.shared.is_some(),
                 next_wait_ms = r.next_wait_ms,
                 elapsed_ms = r.elapsed_ms,
-                ended_at_ms,
+                started_at_ms = r.started_at_ms,
+                ended_at_ms = r.ended_at_ms,
                 replay_id = %r.replay_id,
                 why,
                 "redrive run"

@@ -52,6 +52,13 @@ pub struct RedriveReport {
     pub next_wait_ms: u64,
     /// Wall time, in ms.
     pub elapsed_ms: u64,
+    /// When the run found itself due and began, ms since the Unix epoch
+    /// (0 for a busy turn).
+    pub started_at_ms: u64,
+    /// When it ended, ms since the Unix epoch: the time it recorded in the
+    /// shared state when it wrote one (the next run's wait counts from
+    /// there), else the end of its work.
+    pub ended_at_ms: u64,
     /// The pipeline's shared redrive state after the run (`None`: not
     /// read or not written; see [`RedriveReport::shared_unavailable`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -189,6 +196,8 @@ async fn turn(
         replay_id: new_replay_id(),
         next_wait_ms: 0,
         elapsed_ms: 0,
+        started_at_ms: 0,
+        ended_at_ms: 0,
         shared: None,
         shared_unavailable: None,
     };
@@ -200,19 +209,22 @@ async fn turn(
             report.why = Some(format!("another redrive run holds {lock}"));
             report.next_wait_ms = policy.every;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
+            report.ended_at_ms = super::now_ms();
             return Ok(Turn::Ran(Box::new(report)));
         }
         Err(e) => {
             report.why = Some(e.to_string());
             report.next_wait_ms = next_wait(policy.every, previous_wait_ms, RunResult::Failed);
             report.elapsed_ms = started.elapsed().as_millis() as u64;
+            report.ended_at_ms = super::now_ms();
             return Ok(Turn::Ran(Box::new(report)));
         }
     };
     let state_queue = pipeline.redrive_state_queue();
     let before = read_shared(t, &state_queue, policy.every, &mut report).await;
+    let looked_at = super::now_ms();
     let not_due = before.as_ref().and_then(|s| {
-        let remaining_ms = s.remaining_ms(policy.every, super::now_ms());
+        let remaining_ms = s.remaining_ms(policy.every, looked_at);
         (if_due && remaining_ms > 0).then(|| Turn::NotDue {
             state: s.clone(),
             remaining_ms,
@@ -222,10 +234,12 @@ async fn turn(
         unlock(held, &lock).await;
         return Ok(n);
     }
+    report.started_at_ms = looked_at;
     let (result, why) = locked(t, pipeline, policy, &mut report).await;
     report.result = result;
     report.why = why;
     report.next_wait_ms = next_wait(policy.every, previous_wait_ms, result);
+    report.ended_at_ms = super::now_ms();
     // A run cut short by a stop (SIGTERM) is no result: the state stays
     // as it was.
     let stopped = t.read.cancel.is_cancelled();
@@ -313,6 +327,9 @@ async fn write_shared(
     match written {
         Ok(next) => {
             report.next_wait_ms = next.wait_ms;
+            if let Some(run) = next.runs.first() {
+                report.ended_at_ms = run.at_ms;
+            }
             report.shared = Some(next);
         }
         Err(e) => report.shared_unavailable = Some(e.to_string()),
