@@ -29,6 +29,10 @@
 //! by round trips, not by work. For profiling by hand, `target/release/deps/
 //! dlq-* --fill QUEUE N` fills QUEUE with N DLQ records and exits.
 
+// A test or a benchmark may be as long as its scenario or its table:
+// the length rule (clippy::too_many_lines) is for the code they run.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 #[path = "common/cpu.rs"]
 #[allow(dead_code)] // shared by the benches: not every item is used by each

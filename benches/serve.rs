@@ -18,6 +18,10 @@
 //! Needs the broker of the integration tests and its management API.
 //! Everything is created under a unique prefix and deleted at the end.
 
+// A test or a benchmark may be as long as its scenario or its table:
+// the length rule (clippy::too_many_lines) is for the code they run.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use lapin::{Connection, ConnectionProperties};

@@ -35,6 +35,10 @@
 //!
 //! `BENCH_ONLY=5` runs only scenario 5 (a list: `BENCH_ONLY=1,5`).
 
+// A test or a benchmark may be as long as its scenario or its table:
+// the length rule (clippy::too_many_lines) is for the code they run.
+#![allow(clippy::too_many_lines)]
+
 #[allow(dead_code)] // shared by the benches: not every item is used by each
 mod common;
 #[path = "common/cpu.rs"]

@@ -1,13 +1,11 @@
 //! The user guide holds together: every relative link in README.md and
 //! docs/*.md points at a file that exists, and a `#anchor` at a heading of
-//! that page; and README.md stays short (under 300 lines), the rest of the
-//! manual living in docs/. No broker, no network: files only.
+//! that page. No broker, no network: files only. (How long the README is
+//! is a reader's judgement, not a line count: docs/development.md.)
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
-
-const README_MAX_LINES: usize = 300;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -247,16 +245,6 @@ fn docs_links_resolve() {
         "{} broken relative link(s):\n{}",
         problems.len(),
         problems.join("\n")
-    );
-}
-
-#[test]
-fn docs_readme_is_under_300_lines() {
-    let text = fs::read_to_string(root().join("README.md")).expect("README.md is readable");
-    let lines = text.lines().count();
-    assert!(
-        lines < README_MAX_LINES,
-        "README.md has {lines} lines; keep it under {README_MAX_LINES} and move the rest to docs/"
     );
 }
 

@@ -238,39 +238,55 @@ fn version_names_the_commit_when_built_from_git() {
     }
 }
 
-/// `cargo package --list` (what `cargo package` and a crates.io upload
-/// would hold) lists the code, the user guide, the examples and the
-/// licences, and nothing else: no tests, benches, screenshots, CI or
-/// deploy files.
-#[test]
-fn the_package_lists_only_what_belongs() {
+/// `cargo package --list` of `package` (what `cargo package` and a
+/// crates.io upload would hold).
+fn package_list(package: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["package", "--list", "--locked", "--allow-dirty"])
+        .args([
+            "package",
+            "--list",
+            "--locked",
+            "--allow-dirty",
+            "-p",
+            package,
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo package --list");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let listed = text(&out.stdout);
-    let files: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
-    let belongs = |f: &str| {
+    text(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Each crate's package lists the code, the user guide, the examples and
+/// the licences, and nothing else: no tests, benches, screenshots, CI or
+/// deploy files.
+#[test]
+fn the_package_lists_only_what_belongs() {
+    let common = |f: &str| {
         [
             ".cargo_vcs_info.json",
             "Cargo.toml",
             "Cargo.toml.orig",
             "Cargo.lock",
-            "build.rs",
             "README.md",
-            "LICENSE-MIT",
-            "LICENSE-APACHE",
         ]
         .contains(&f)
             || f.starts_with("src/")
+    };
+    let cli = package_list("dlqctl-cli");
+    let belongs = |f: &str| {
+        common(f)
+            || ["build.rs", "LICENSE-MIT", "LICENSE-APACHE"].contains(&f)
             || f.starts_with("examples/")
             || f.starts_with("topology/")
             || (f.starts_with("docs/") && (f.ends_with(".md") || f.starts_with("docs/ci/")))
     };
-    let stray: Vec<&&str> = files.iter().filter(|f| !belongs(f)).collect();
+    let stray: Vec<&String> = cli.iter().filter(|f| !belongs(f)).collect();
     assert!(stray.is_empty(), "files that do not belong: {stray:?}");
     for needed in [
         "LICENSE-MIT",
@@ -278,16 +294,35 @@ fn the_package_lists_only_what_belongs() {
         "README.md",
         "Cargo.lock",
         "build.rs",
-        "src/lib.rs",
-        "src/bin/dlqctl/main.rs",
+        "src/main.rs",
+        "src/serve/mod.rs",
         "topology/orders.yaml",
         "topology/demo-handler.sh",
         "examples/publish.rs",
         "docs/production.md",
     ] {
         assert!(
-            files.contains(&needed),
-            "{needed} is not in the package: {files:?}"
+            cli.iter().any(|f| f == needed),
+            "{needed} is not in the package: {cli:?}"
         );
+    }
+    // The library and the core: their code, their README, the core's lint
+    // rules, the library's example.
+    for (package, needed) in [
+        ("dlqctl", &["src/lib.rs", "examples/embedded_worker.rs"][..]),
+        ("dlqctl-core", &["src/lib.rs", "clippy.toml"][..]),
+    ] {
+        let files = package_list(package);
+        let stray: Vec<&String> = files
+            .iter()
+            .filter(|f| !(common(f) || f.starts_with("examples/") || *f == "clippy.toml"))
+            .collect();
+        assert!(
+            stray.is_empty(),
+            "{package}: files that do not belong: {stray:?}"
+        );
+        for n in needed {
+            assert!(files.iter().any(|f| f == n), "{package}: no {n}: {files:?}");
+        }
     }
 }

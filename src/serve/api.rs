@@ -5,13 +5,13 @@ use super::common::{Fail, PAGE_SIZE};
 use super::guard::{csrf_ok, Authed};
 use super::jobs::{JobView, Request};
 use super::state::App;
-use crate::core::dlq::select::Selector;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use dlqctl::core::dlq::select::Selector;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -87,10 +87,10 @@ pub async fn messages(
         };
         let limit = q.limit.unwrap_or(PAGE_SIZE);
         let offset = q.offset.unwrap_or(0);
-        if u32::from(offset) + u32::from(limit) > u32::from(crate::ops::dlq::MAX_PEEK) {
+        if u32::from(offset) + u32::from(limit) > u32::from(dlqctl::ops::dlq::MAX_PEEK) {
             return Err(Fail::bad_request(format!(
                 "offset + limit is at most {}",
-                crate::ops::dlq::MAX_PEEK
+                dlqctl::ops::dlq::MAX_PEEK
             )));
         }
         Ok(app.peek(p, &selector, offset, limit).await?)
@@ -250,7 +250,7 @@ async fn check_group(app: &App, pipeline: &str, group: &str) -> Result<(), Fail>
     match app.group(&p, group).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => {
-            let now = crate::ops::dlq::now_ms();
+            let now = dlqctl::ops::dlq::now_ms();
             let Some(s) = app
                 .cached_summary(&p.name)
                 .filter(|s| now.saturating_sub(s.at_ms) < super::state::GROUP_COUNT_FRESH_MS)
@@ -266,14 +266,14 @@ async fn check_group(app: &App, pipeline: &str, group: &str) -> Result<(), Fail>
                     (g.id.clone(), reason, g.count)
                 })
                 .collect();
-            Err(Fail::bad_request(crate::core::dlq::select::unknown_group(
+            Err(Fail::bad_request(dlqctl::core::dlq::select::unknown_group(
                 group,
                 &p.dead_letter.queue,
                 &groups,
                 false,
             )))
         }
-        Err(crate::error::Error::Busy { .. }) => Ok(()),
+        Err(dlqctl::error::Error::Busy { .. }) => Ok(()),
         Err(e) => Err(Fail::from(e)),
     }
 }

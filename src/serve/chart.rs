@@ -60,6 +60,7 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
+    #[cfg(test)]
     /// Warning over `warn`, alert over `max`.
     pub const fn new(warn: Option<u64>, max: Option<u64>) -> Thresholds {
         Thresholds { warn, max }

@@ -1,8 +1,8 @@
 //! What every part of the web page shares: why a request failed, the page
 //! size, the pieces of addresses.
 
-use crate::error::Error;
 use axum::http::StatusCode;
+use dlqctl::error::Error;
 
 /// Messages a group page shows at once.
 pub const PAGE_SIZE: u16 = 50;

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use dlqctl::error::{Error, Result};
 
 /// The reads under way, by what they read.
 pub(crate) struct Flights<K, T> {

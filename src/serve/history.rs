@@ -53,6 +53,7 @@ impl History {
         }
     }
 
+    #[cfg(test)]
     /// The samples, oldest first.
     pub fn samples(&self) -> impl Iterator<Item = &Sample> {
         self.samples.iter()

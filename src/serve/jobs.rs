@@ -8,8 +8,8 @@
 //! `dlqctl` holds the DLQ.
 
 use super::common::Fail;
-use crate::core::dlq::select::Selector;
-use crate::ops::dlq::Progress;
+use dlqctl::core::dlq::select::Selector;
+use dlqctl::ops::dlq::Progress;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -174,7 +174,7 @@ impl Request {
                 canary_wait_ms,
             } => {
                 if let Some(r) = rate {
-                    crate::core::dlq::rate::check_rate(*r)
+                    dlqctl::core::dlq::rate::check_rate(*r)
                         .map_err(|e| Fail::bad_request(format!("rate: {e}")))?;
                 }
                 if *canary == Some(0) {

@@ -5,10 +5,10 @@
 use super::common::{for_the_page, Fail};
 use super::jobs::{Action, Inner, Job, Jobs, Request, State};
 use super::state::App;
-use crate::core::dlq::select::Selector;
-use crate::ops::dlq::export::{ExportOptions, WriterSink};
-use crate::ops::dlq::replay::{Canary, ReplayOptions};
-use crate::ops::dlq::Progress;
+use dlqctl::core::dlq::select::Selector;
+use dlqctl::ops::dlq::export::{ExportOptions, WriterSink};
+use dlqctl::ops::dlq::replay::{Canary, ReplayOptions};
+use dlqctl::ops::dlq::Progress;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ impl Jobs {
             id,
             pipeline: p.name.clone(),
             dlq: p.dead_letter.queue.clone(),
-            started_at: crate::core::values::text::rfc3339_millis(crate::ops::dlq::now_ms()),
+            started_at: dlqctl::core::values::text::rfc3339_millis(dlqctl::ops::dlq::now_ms()),
             started: Instant::now(),
             cancel: app.stop.child_token(),
             file,
@@ -88,7 +88,7 @@ impl Jobs {
 async fn run(
     app: &Arc<App>,
     job: &Arc<Job>,
-    p: &crate::core::topology::Pipeline,
+    p: &dlqctl::core::topology::Pipeline,
 ) -> (State, Option<serde_json::Value>, Option<String>) {
     // Page reads of this DLQ in flight end first (they are short).
     let _gate = tokio::select! {
@@ -120,13 +120,13 @@ async fn run(
                     count,
                     wait: canary_wait_ms
                         .map(Duration::from_millis)
-                        .unwrap_or_else(|| crate::ops::dlq::replay::default_canary_wait(p)),
+                        .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(p)),
                 }),
-                replay_id: crate::ops::dlq::replay::new_replay_id(),
+                replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
                 rerun: false,
                 keys_of: None,
             };
-            crate::ops::dlq::replay::replay(&t, &opts, &mut { progress })
+            dlqctl::ops::dlq::replay::replay(&t, &opts, &mut { progress })
                 .await
                 .map(|r| {
                     let state = match (&r.canary, &r.stopped) {
@@ -151,7 +151,7 @@ async fn run(
                 })
         }
         Action::Export => export(app, job, &t, selector, progress).await,
-        Action::Purge { expected } => crate::ops::dlq::purge::purge(
+        Action::Purge { expected } => dlqctl::ops::dlq::purge::purge(
             &t,
             &selector,
             Some(
@@ -173,7 +173,7 @@ async fn run(
             (state, serde_json::to_value(&r).ok(), None)
         }),
     };
-    crate::amqp::connection::close(&t.conn).await;
+    dlqctl::amqp::connection::close(&t.conn).await;
     match result {
         Ok(r) => r,
         Err(e) if job.cancel.is_cancelled() => (State::Cancelled, None, Some(e.to_string())),
@@ -188,11 +188,11 @@ type Ended = (State, Option<serde_json::Value>, Option<String>);
 async fn export(
     app: &Arc<App>,
     job: &Arc<Job>,
-    t: &crate::ops::dlq::Target,
+    t: &dlqctl::ops::dlq::Target,
     selector: Selector,
     progress: impl FnMut(&Progress) + Send,
-) -> crate::error::Result<Ended> {
-    let write_err = |e: std::io::Error| crate::error::Error::Write {
+) -> dlqctl::error::Result<Ended> {
+    let write_err = |e: std::io::Error| dlqctl::error::Error::Write {
         what: "the export file".into(),
         source: e,
     };
@@ -211,7 +211,7 @@ async fn export(
         limit: job.request.selection.limit(),
         remove: false,
     };
-    let r = crate::ops::dlq::export::export(t, &opts, &mut sink, &mut { progress }).await?;
+    let r = dlqctl::ops::dlq::export::export(t, &opts, &mut sink, &mut { progress }).await?;
     let (state, error) = if r.cancelled {
         (State::Cancelled, None)
     } else if r.failed > 0 {
@@ -221,7 +221,7 @@ async fn export(
             Some(format!(
                 "{} could not be written as export lines (see the report); they are \
                  still in the DLQ, and no file is offered",
-                crate::core::values::text::count(r.failed, "message")
+                dlqctl::core::values::text::count(r.failed, "message")
             )),
         )
     } else {

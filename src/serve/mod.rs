@@ -1,6 +1,6 @@
 //! `dlqctl serve`: a web page for DLQ triage. Every read and every action
 //! calls the same library code as `dlqctl status` and `dlqctl dlq …`
-//! ([`crate::ops`]); this module adds the pages, the jobs that run the
+//! ([`dlqctl::ops`]); this module adds the pages, the jobs that run the
 //! actions in the background, and the guard in front of them. It stores
 //! nothing of its own: the broker is the database, and what the page knows
 //! of the past (the chart's hour, the last summary of each DLQ, the jobs)
@@ -26,10 +26,9 @@ pub(crate) mod state;
 pub mod web_guard;
 pub mod when;
 
-pub use common::{Fail, PAGE_SIZE};
 pub use state::{App, ServeOptions};
 
-use crate::error::{Error, Result};
+use dlqctl::error::{Error, Result};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 

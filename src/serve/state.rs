@@ -10,16 +10,16 @@
 use super::common::{for_the_page, Fail};
 use super::flight::Flights;
 use super::jobs::Jobs;
-use crate::amqp::mgmt::Management;
-use crate::amqp::Brokers;
-use crate::core::dlq::describe::Group;
-use crate::core::dlq::select::Selector;
-use crate::core::topology::plan::Plan;
-use crate::core::topology::{Pipeline, Topology};
-use crate::error::{Error, Result};
-use crate::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
-use crate::ops::status::{PipelineStatus, StatusReport};
 use crate::serve::history::{self, Health, History, Sample};
+use dlqctl::amqp::mgmt::Management;
+use dlqctl::amqp::Brokers;
+use dlqctl::core::dlq::describe::Group;
+use dlqctl::core::dlq::select::Selector;
+use dlqctl::core::topology::plan::Plan;
+use dlqctl::core::topology::{Pipeline, Topology};
+use dlqctl::error::{Error, Result};
+use dlqctl::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
+use dlqctl::ops::status::{PipelineStatus, StatusReport};
 use lapin::Connection;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -125,7 +125,7 @@ pub struct Overview {
     /// Why unacked counts and `messages_dlx` are unknown, when they are.
     pub management_unavailable: Option<String>,
     /// The readiness of each worker whose metrics page was read.
-    pub workers: Vec<crate::ops::status::WorkerReadiness>,
+    pub workers: Vec<dlqctl::ops::status::WorkerReadiness>,
     /// Why a worker's metrics page could not be read, when one could not.
     pub circuit_unknown: Option<String>,
     /// `--warn-dlq`.
@@ -167,7 +167,7 @@ pub struct App {
 impl App {
     /// A server for `opts`, stopping with `stop`.
     pub fn new(opts: ServeOptions, stop: CancellationToken) -> Self {
-        let plan = crate::core::topology::plan(&opts.topology);
+        let plan = dlqctl::core::topology::plan(&opts.topology);
         App {
             csrf: format!("{:032x}", rand::random::<u128>()),
             login_cookie: opts.auth_token.as_deref().map(|t| {
@@ -239,7 +239,7 @@ impl App {
     /// Forgets the status connection after a failure on it.
     async fn drop_status_conn(&self) {
         if let Some(s) = self.status_conn.lock().await.take() {
-            crate::amqp::connection::close(&s.conn).await;
+            dlqctl::amqp::connection::close(&s.conn).await;
         }
     }
 
@@ -247,7 +247,7 @@ impl App {
     pub async fn status(&self) -> Result<StatusReport> {
         let (conn, at, mgmt) = self.status_conn().await?;
         let vhost = self.opts.brokers.get(at).vhost().to_string();
-        let result = crate::ops::status::status(&conn, &self.plan, mgmt.as_ref(), &vhost).await;
+        let result = dlqctl::ops::status::status(&conn, &self.plan, mgmt.as_ref(), &vhost).await;
         if result.is_err() {
             self.drop_status_conn().await;
         }
@@ -261,7 +261,7 @@ impl App {
     /// The ready messages of `queue` now (`None`: it does not exist).
     pub async fn ready(&self, queue: &str) -> Result<Option<u64>> {
         let (conn, _, _) = self.status_conn().await?;
-        let result = crate::amqp::declare::passive_queue(&conn, queue).await;
+        let result = dlqctl::amqp::declare::passive_queue(&conn, queue).await;
         if result.is_err() {
             self.drop_status_conn().await;
         }
@@ -321,7 +321,7 @@ impl App {
             max_dlq: self.opts.max_dlq,
             sample_every_ms: self.opts.sample_every.as_millis() as u64,
             read_only: self.opts.read_only,
-            at_ms: crate::ops::dlq::now_ms(),
+            at_ms: dlqctl::ops::dlq::now_ms(),
         })
     }
 
@@ -354,10 +354,10 @@ impl App {
     pub async fn redrive_state(
         &self,
         p: &Pipeline,
-    ) -> Result<Option<crate::core::dlq::redrive_state::RedriveState>> {
+    ) -> Result<Option<dlqctl::core::dlq::redrive_state::RedriveState>> {
         // A lost connection is opened again by the next read.
         let (conn, _, _) = self.status_conn().await?;
-        crate::ops::dlq::redrive_state::peek(&conn, &p.redrive_state_queue()).await
+        dlqctl::ops::dlq::redrive_state::peek(&conn, &p.redrive_state_queue()).await
     }
 
     /// Groups `pipeline`'s DLQ, as `dlq summary` does. When another command
@@ -370,7 +370,7 @@ impl App {
         let read = async {
             let report = self
                 .page_read(p, "summary", |t| async move {
-                    crate::ops::dlq::summary_for(
+                    dlqctl::ops::dlq::summary_for(
                         &t,
                         &Selector::default(),
                         policy.as_ref(),
@@ -381,7 +381,7 @@ impl App {
                 .await?;
             Ok(CachedSummary {
                 report,
-                at_ms: crate::ops::dlq::now_ms(),
+                at_ms: dlqctl::ops::dlq::now_ms(),
                 fresh: true,
                 stale_because: None,
             })
@@ -424,7 +424,7 @@ impl App {
             .unwrap_or_else(|e| e.into_inner())
             .get(&p.name)
             .cloned();
-        let now = crate::ops::dlq::now_ms();
+        let now = dlqctl::ops::dlq::now_ms();
         let s = match cached {
             Some(s)
                 if s.report.groups.iter().any(|g| g.id == id)
@@ -459,7 +459,7 @@ impl App {
         };
         let selector = selector.clone();
         let read = self.page_read(p, "peek", move |t| async move {
-            crate::ops::dlq::peek_from(&t, &selector, skip, limit).await
+            dlqctl::ops::dlq::peek_from(&t, &selector, skip, limit).await
         });
         self.peek_reads.join(key, read).await
     }
@@ -479,7 +479,7 @@ impl App {
     }
 
     /// Runs a page's read of `p`'s DLQ (`work`) on a task of its own, so
-    /// that it always ends by [`crate::ops::dlq::DlqReader::finish`] even
+    /// that it always ends by [`dlqctl::ops::dlq::DlqReader::finish`] even
     /// when the browser goes away mid-load and the request is dropped: a
     /// read dropped mid-way would leave its rotated copies behind as
     /// duplicates. The dropped request cancels the read, which then stops
@@ -504,7 +504,7 @@ impl App {
             let _gate = gate;
             let conn = t.conn.clone();
             let r = work(t).await;
-            crate::amqp::connection::close(&conn).await;
+            dlqctl::amqp::connection::close(&conn).await;
             r
         });
         let r = task.await.map_err(|e| Error::Broker {
@@ -541,7 +541,7 @@ pub async fn sample(app: Arc<App>) {
                     tracing::info!("serve: the DLQ sampler reads the broker again");
                     failing = false;
                 }
-                app.record(&report, crate::ops::dlq::now_ms());
+                app.record(&report, dlqctl::ops::dlq::now_ms());
             }
             Err(e) => {
                 if !failing {
@@ -549,7 +549,7 @@ pub async fn sample(app: Arc<App>) {
                     failing = true;
                 }
                 let mut h = app.history.lock().unwrap_or_else(|e| e.into_inner());
-                let now = crate::ops::dlq::now_ms();
+                let now = dlqctl::ops::dlq::now_ms();
                 for p in &app.opts.topology.pipelines {
                     h.entry(p.name.clone()).or_default().push(now, None);
                 }

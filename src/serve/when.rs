@@ -35,10 +35,11 @@ pub fn ago(at_ms: u64, now_ms: u64) -> String {
     }
 }
 
+#[cfg(test)]
 /// [`ago`] of an RFC 3339 time as a message's headers carry it; `None`
 /// when it does not read as one.
 pub fn ago_text(at: &str, now_ms: u64) -> Option<String> {
-    crate::core::values::text::parse_rfc3339_millis(at).map(|ms| ago(ms, now_ms))
+    dlqctl::core::values::text::parse_rfc3339_millis(at).map(|ms| ago(ms, now_ms))
 }
 
 #[cfg(test)]
@@ -75,7 +76,7 @@ mod tests {
 
     #[test]
     fn ago_text_reads_the_headers_times_and_refuses_the_rest() {
-        let now = crate::core::values::text::parse_rfc3339_millis("2026-01-01T00:03:00Z").unwrap();
+        let now = dlqctl::core::values::text::parse_rfc3339_millis("2026-01-01T00:03:00Z").unwrap();
         assert_eq!(
             ago_text("2026-01-01T00:00:00.000Z", now).as_deref(),
             Some("3 min ago")

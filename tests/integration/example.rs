@@ -1,4 +1,4 @@
-//! `examples/embedded_worker.rs` runs, as a user runs it, against the
+//! `crates/dlqctl/examples/embedded_worker.rs` runs, as a user runs it, against the
 //! broker under test (`AMQP_URL`): it is built with cargo, started on a
 //! pipeline of the test's own, handles what is published (one message
 //! retried once, then done; one dead-lettered at once), and stops with
@@ -34,6 +34,8 @@ fn build_example(name: &str) -> PathBuf {
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)
+        .arg("--package")
+        .arg("dlqctl")
         .arg("--example")
         .arg(name);
     match profile {

@@ -53,7 +53,7 @@ fn body_markup(bytes: &[u8]) -> Markup {
 
 fn message_page(app: &App, pipeline: &str, m: &PeekedMessage) -> Markup {
     let group = &m.group;
-    let timeline = crate::core::dlq::describe::timeline(&m.described);
+    let timeline = dlqctl::core::dlq::describe::timeline(&m.described);
     let bytes = body_bytes(m);
     let headers = m.headers.as_object().cloned().unwrap_or_default();
     let now = now_ms();
@@ -154,11 +154,11 @@ pub async fn message(
             ),
             (None, Some(g)) => {
                 let n = q.n.unwrap_or(0);
-                if n >= crate::ops::dlq::MAX_PEEK {
+                if n >= dlqctl::ops::dlq::MAX_PEEK {
                     return Err(Fail::bad_request(format!(
                         "n is at most {}: the page opens the first {} messages of a group",
-                        crate::ops::dlq::MAX_PEEK - 1,
-                        crate::ops::dlq::MAX_PEEK
+                        dlqctl::ops::dlq::MAX_PEEK - 1,
+                        dlqctl::ops::dlq::MAX_PEEK
                     )));
                 }
                 (

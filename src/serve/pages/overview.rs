@@ -3,11 +3,11 @@
 //! raw name and value (`messages_dlx: 4`) is on hover.
 
 use super::parts::*;
-use crate::ops::status::{PipelineStatus, QueueStatus};
 use crate::serve::chart::{self, Area, Chart, Thresholds};
 use crate::serve::history::{Health, Sample, WINDOW_MS};
 use crate::serve::state::PipelineView;
 use crate::serve::when::span;
+use dlqctl::ops::status::{PipelineStatus, QueueStatus};
 
 /// The chart's picture, and the plot inside it: the scale's labels go
 /// left of the plot, the time axis's under it.
@@ -333,7 +333,7 @@ pub async fn overview(State(app): Shared) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::status::TierStatus;
+    use dlqctl::ops::status::TierStatus;
 
     fn q(name: &str, ready: u64, consumers: u64, dlx: Option<u64>, quorum: bool) -> QueueStatus {
         QueueStatus {
@@ -390,7 +390,7 @@ mod tests {
             idempotency: None,
         };
         assert_eq!(idempotency_note(&p).into_string(), "");
-        p.idempotency = Some(crate::core::check::idempotency::IdempotencyCounts {
+        p.idempotency = Some(dlqctl::core::check::idempotency::IdempotencyCounts {
             duplicates: 4,
             deferrals: 1,
         });

@@ -2,10 +2,6 @@
 //! failed request, addresses, small formats.
 
 pub(super) use super::frame::{bare, layout};
-pub(super) use crate::core::dlq::select::Selector;
-pub(super) use crate::core::values::text::{parse_rfc3339_millis, rfc3339_millis};
-pub(super) use crate::ops::dlq::now_ms;
-pub(super) use crate::ops::dlq::PeekedMessage;
 pub(super) use crate::serve::body_view::{self, BodyView};
 pub(super) use crate::serve::common::{query_value, seg, Fail, PAGE_SIZE};
 pub(super) use crate::serve::guard::{csrf_ok, Authed};
@@ -19,6 +15,10 @@ pub(super) use axum::extract::{Path, Query, State};
 pub(super) use axum::http::{header, HeaderMap, StatusCode};
 pub(super) use axum::response::{Html, IntoResponse, Redirect, Response};
 pub(super) use axum::Extension;
+pub(super) use dlqctl::core::dlq::select::Selector;
+pub(super) use dlqctl::core::values::text::{parse_rfc3339_millis, rfc3339_millis};
+pub(super) use dlqctl::ops::dlq::now_ms;
+pub(super) use dlqctl::ops::dlq::PeekedMessage;
 pub(super) use maud::{html, Markup};
 pub(super) use std::sync::Arc;
 

@@ -5,21 +5,21 @@ use super::parts::*;
 
 /// The pipeline's shared redrive state as the page read it: the state
 /// (`None`: no run yet), or why it could not be read.
-type SharedRedrive = Result<Option<crate::core::dlq::redrive_state::RedriveState>, String>;
+type SharedRedrive = Result<Option<dlqctl::core::dlq::redrive_state::RedriveState>, String>;
 
 /// The pipeline's automatic redrive policy, the messages waiting for a
 /// person as this summary counted them, and the shared state: the wait,
 /// the next look and the last runs.
 fn redrive_facts(
-    policy: &crate::core::topology::Redrive,
+    policy: &dlqctl::core::topology::Redrive,
     waiting: Option<u64>,
     shared: &SharedRedrive,
 ) -> Markup {
-    use crate::core::values::duration::tier_name;
+    use dlqctl::core::values::duration::tier_name;
     // Neither credentials nor a query (a token) are shown.
     let health = policy.health.as_deref().map(|u| {
         reqwest::Url::parse(u)
-            .map(|u| crate::handler::http::redacted(&u))
+            .map(|u| dlqctl::handler::http::redacted(&u))
             .unwrap_or_else(|_| "(an invalid URL)".into())
     });
     html! {
@@ -41,7 +41,7 @@ fn redrive_facts(
 
 /// The shared wait, the next look and the last runs of the redrive.
 fn redrive_runs(shared: &SharedRedrive) -> Markup {
-    use crate::core::values::duration::tier_name;
+    use dlqctl::core::values::duration::tier_name;
     let now = now_ms();
     html! {
         @match shared {
@@ -80,7 +80,7 @@ fn redrive_runs(shared: &SharedRedrive) -> Markup {
 fn summary_page(
     app: &App,
     pipeline: &str,
-    policy: Option<(&crate::core::topology::Redrive, SharedRedrive)>,
+    policy: Option<(&dlqctl::core::topology::Redrive, SharedRedrive)>,
     s: &CachedSummary,
 ) -> Markup {
     let r = &s.report;
@@ -201,7 +201,7 @@ fn action_fields(app: &App, count: u64, group: &str) -> Markup {
 fn group_page(
     app: &App,
     pipeline: &str,
-    (g, counted): (&crate::core::dlq::describe::Group, &CachedSummary),
+    (g, counted): (&dlqctl::core::dlq::describe::Group, &CachedSummary),
     page: u16,
     messages: &[PeekedMessage],
     more: bool,
@@ -246,7 +246,7 @@ fn group_page(
                         td { (when_text(m.described.dead_lettered_at.as_deref(), now)) }
                         td.num { (opt(m.described.attempts)) }
                         td.mono.cut { (opt(m.described.last_error.as_deref())) }
-                        td.mono.cut { (crate::core::dlq::describe::body_preview(&body_bytes(m), 60)) }
+                        td.mono.cut { (dlqctl::core::dlq::describe::body_preview(&body_bytes(m), 60)) }
                     }
                 }
             }
@@ -309,10 +309,10 @@ pub async fn group(
         };
         let page = q.page.unwrap_or(0);
         let skip = u32::from(page) * u32::from(PAGE_SIZE);
-        if skip + u32::from(PAGE_SIZE) > u32::from(crate::ops::dlq::MAX_PEEK) {
+        if skip + u32::from(PAGE_SIZE) > u32::from(dlqctl::ops::dlq::MAX_PEEK) {
             return Err(Fail::bad_request(format!(
                 "the page shows the first {} messages of a group; export it for the rest",
-                crate::ops::dlq::MAX_PEEK
+                dlqctl::ops::dlq::MAX_PEEK
             )));
         }
         let selector = Selector {

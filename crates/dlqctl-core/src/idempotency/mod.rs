@@ -1,0 +1,233 @@
+//! Idempotent handling, the pure part (docs/worker.md, "Idempotent
+//! handling"): what a pipeline's `idempotency` block says, the key of a
+//! delivery, the scope keys live in, and the tier a deferred delivery
+//! waits in. The stores themselves (SQLite, Redis) are in
+//! `crate::idempotency`.
+
+use amq_protocol::protocol::BasicProperties;
+use amq_protocol::types::AMQPValue;
+use sha2::{Digest, Sha256};
+
+use crate::values::shortstr::raw_bytes;
+
+#[cfg(test)]
+mod tests;
+
+/// Where the key of a message is read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "from", content = "name")]
+pub enum KeySource {
+    /// The `message_id` property (the default).
+    MessageId,
+    /// A header (not `x-*`, not `dlqctl-*`: copies change those).
+    Header(String),
+    /// The SHA-256 of the body: identical bodies are one message.
+    BodySha256,
+}
+
+impl KeySource {
+    /// As written in a topology: `message_id`, `header:NAME`,
+    /// `body_sha256`.
+    pub fn parse(text: &str) -> Result<KeySource, String> {
+        match text {
+            "message_id" => Ok(KeySource::MessageId),
+            "body_sha256" => Ok(KeySource::BodySha256),
+            _ => match text.strip_prefix("header:") {
+                Some("") => Err(
+                    "idempotency.key `header:` needs a header name, e.g. header:order-id".into(),
+                ),
+                Some(name) => {
+                    let lower = name.to_ascii_lowercase();
+                    if lower.starts_with("x-") || lower.starts_with("dlqctl-") {
+                        Err(format!(
+                            "idempotency.key `header:{name}`: headers named x-* or dlqctl-* change on the broker's and dlqctl's copies, so they cannot identify a message; use message_id or a header of your own"
+                        ))
+                    } else {
+                        Ok(KeySource::Header(name.to_string()))
+                    }
+                }
+                None => Err(format!(
+                    "idempotency.key must be message_id, header:NAME or body_sha256, not `{text}`"
+                )),
+            },
+        }
+    }
+
+    /// As written in a topology.
+    pub fn text(&self) -> String {
+        match self {
+            KeySource::MessageId => "message_id".into(),
+            KeySource::Header(h) => format!("header:{h}"),
+            KeySource::BodySha256 => "body_sha256".into(),
+        }
+    }
+}
+
+/// Where the keys are kept, as written (an `env:` name is read when the
+/// worker starts, not here).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "at")]
+pub enum StoreSpec {
+    /// An SQLite file; `None`: the default path (docs/worker.md).
+    Sqlite(Option<String>),
+    /// A `redis://` or `rediss://` URL.
+    Redis(String),
+    /// The URL is in this environment variable.
+    Env(String),
+}
+
+impl StoreSpec {
+    /// As written: `sqlite:PATH`, `redis://…`, `rediss://…`, `env:NAME`.
+    pub fn parse(text: &str) -> Result<StoreSpec, String> {
+        if let Some(path) = text.strip_prefix("sqlite:") {
+            return if path.is_empty() {
+                Err("idempotency.store `sqlite:` needs a path, e.g. sqlite:/var/lib/dlqctl/orders.db (or leave store out for the default file)".into())
+            } else {
+                Ok(StoreSpec::Sqlite(Some(path.to_string())))
+            };
+        }
+        if let Some(name) = text.strip_prefix("env:") {
+            let ok =
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            return if ok {
+                Ok(StoreSpec::Env(name.to_string()))
+            } else {
+                Err(format!("idempotency.store `env:{name}`: give an environment variable's name (letters, digits, _)"))
+            };
+        }
+        if text.starts_with("redis://") || text.starts_with("rediss://") {
+            return Ok(StoreSpec::Redis(text.to_string()));
+        }
+        Err(format!(
+            "idempotency.store must be sqlite:PATH, redis://HOST:PORT/DB, rediss://… or env:NAME, not `{}`",
+            redact_url(text)
+        ))
+    }
+
+    /// A password written in the file itself (`redis://:secret@…`), which
+    /// `validate` warns about: it belongs in the environment.
+    pub fn has_inline_password(&self) -> bool {
+        match self {
+            StoreSpec::Redis(url) => url_password(url).is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// The `password` of a `scheme://user:password@host…` URL, if any.
+pub fn url_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let userinfo = authority.rsplit_once('@')?.0;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
+}
+
+/// `url` with its password, if any, replaced by `***`: what a log or an
+/// error may show.
+pub fn redact_url(url: &str) -> String {
+    match url_password(url) {
+        Some(p) => url.replacen(&format!(":{p}@"), ":***@", 1),
+        None => url.to_string(),
+    }
+}
+
+/// Default `keep`: 7 days.
+pub const DEFAULT_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+
+/// A pipeline's `idempotency` block.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Idempotency {
+    /// Where the key is read.
+    pub key: KeySource,
+    /// Where keys are kept.
+    pub store: StoreSpec,
+    /// How long a handled key is remembered, in ms.
+    pub keep_ms: u64,
+}
+
+impl Default for Idempotency {
+    fn default() -> Self {
+        Idempotency {
+            key: KeySource::MessageId,
+            store: StoreSpec::Sqlite(None),
+            keep_ms: DEFAULT_KEEP_MS,
+        }
+    }
+}
+
+/// The header a `dlq replay --rerun` copy carries: the replay's id, which
+/// joins the key so that a handled message runs once more.
+pub const RERUN_HEADER: &str = "dlqctl-rerun";
+
+/// The key of a delivery: raw bytes, never converted; `None` when the
+/// message has no such key (an empty id or header counts as none). A copy
+/// of a `--rerun` replay adds its replay id to the key.
+pub fn key_of(source: &KeySource, properties: &BasicProperties, body: &[u8]) -> Option<Vec<u8>> {
+    let headers = properties.headers().as_ref();
+    let mut key = match source {
+        KeySource::MessageId => properties
+            .message_id()
+            .as_ref()
+            .map(|m| raw_bytes(m.as_str()).into_owned())?,
+        KeySource::Header(name) => headers
+            .and_then(|h| h.inner().get(name.as_str()))
+            .and_then(value_bytes)?,
+        KeySource::BodySha256 => body_sha256(body).to_vec(),
+    };
+    if key.is_empty() {
+        return None;
+    }
+    if let Some(id) = headers
+        .and_then(|h| h.inner().get(RERUN_HEADER))
+        .and_then(value_bytes)
+    {
+        // (key, replay id): a separator no id of ours holds.
+        key.extend_from_slice(b"\0rerun\0");
+        key.extend_from_slice(&id);
+    }
+    Some(key)
+}
+
+/// The bytes of a header value that can identify a message: a string's
+/// bytes, an integer's decimal text; none for other types.
+fn value_bytes(v: &AMQPValue) -> Option<Vec<u8>> {
+    let bytes = match v {
+        AMQPValue::LongString(s) => s.as_bytes().to_vec(),
+        AMQPValue::ShortString(s) => raw_bytes(s.as_str()).into_owned(),
+        AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
+        AMQPValue::ShortShortInt(i) => i.to_string().into_bytes(),
+        AMQPValue::ShortShortUInt(i) => i.to_string().into_bytes(),
+        AMQPValue::ShortInt(i) => i.to_string().into_bytes(),
+        AMQPValue::ShortUInt(i) => i.to_string().into_bytes(),
+        AMQPValue::LongInt(i) => i.to_string().into_bytes(),
+        AMQPValue::LongUInt(i) => i.to_string().into_bytes(),
+        AMQPValue::LongLongInt(i) => i.to_string().into_bytes(),
+        _ => return None,
+    };
+    Some(bytes)
+}
+
+/// The SHA-256 of a body.
+pub fn body_sha256(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
+}
+
+/// The scope every key of one pipeline lives in: vhost and pipeline,
+/// length-prefixed so that no two pairs give the same bytes.
+pub fn scope(vhost: &str, pipeline: &str) -> Vec<u8> {
+    format!("{}:{vhost}:{}:{pipeline}", vhost.len(), pipeline.len()).into_bytes()
+}
+
+/// The lease a handler run takes: its timeout plus a margin, so a handler
+/// that ends at its timeout still holds it; renewed every third of it.
+pub fn lease_ms(handler_timeout_ms: u64) -> u64 {
+    handler_timeout_ms
+        .saturating_add(LEASE_MARGIN_MS)
+        .max(MIN_LEASE_MS)
+}
+
+/// What a lease outlasts the handler's timeout by.
+pub const LEASE_MARGIN_MS: u64 = 5_000;
+/// The shortest lease.
+pub const MIN_LEASE_MS: u64 = 10_000;

@@ -1,0 +1,160 @@
+use super::*;
+use amq_protocol::types::{FieldTable, LongString, ShortString};
+
+fn props(id: Option<&[u8]>, headers: &[(&str, AMQPValue)]) -> BasicProperties {
+    let mut p = BasicProperties::default();
+    if let Some(id) = id {
+        // Short strings are bytes on the wire (see core::values::shortstr).
+        p = p.with_message_id(ShortString::from(crate::values::shortstr::from_raw_bytes(
+            id,
+        )));
+    }
+    if !headers.is_empty() {
+        let mut t = FieldTable::default();
+        for (k, v) in headers {
+            t.insert((*k).into(), v.clone());
+        }
+        p = p.with_headers(t);
+    }
+    p
+}
+
+fn long(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+#[test]
+fn keys_parse_and_x_and_dlqctl_headers_are_refused() {
+    assert_eq!(KeySource::parse("message_id"), Ok(KeySource::MessageId));
+    assert_eq!(KeySource::parse("body_sha256"), Ok(KeySource::BodySha256));
+    assert_eq!(
+        KeySource::parse("header:order-id"),
+        Ok(KeySource::Header("order-id".into()))
+    );
+    for bad in [
+        "header:x-death",
+        "header:X-Trace",
+        "header:dlqctl-attempt",
+        "header:DLQCTL-reason",
+    ] {
+        let e = KeySource::parse(bad).unwrap_err();
+        assert!(e.contains("x-* or dlqctl-*"), "{bad}: {e}");
+    }
+    assert!(KeySource::parse("header:")
+        .unwrap_err()
+        .contains("needs a header name"));
+    assert!(KeySource::parse("id").unwrap_err().contains("not `id`"));
+    for k in ["message_id", "body_sha256", "header:order-id"] {
+        assert_eq!(KeySource::parse(k).unwrap().text(), k);
+    }
+}
+
+#[test]
+fn stores_parse_and_passwords_never_show() {
+    assert_eq!(
+        StoreSpec::parse("sqlite:/var/lib/dlqctl/orders.db"),
+        Ok(StoreSpec::Sqlite(Some("/var/lib/dlqctl/orders.db".into())))
+    );
+    assert_eq!(
+        StoreSpec::parse("env:DLQCTL_STORE"),
+        Ok(StoreSpec::Env("DLQCTL_STORE".into()))
+    );
+    assert!(StoreSpec::parse("env:").is_err());
+    assert!(StoreSpec::parse("env:A-B").is_err());
+    assert!(StoreSpec::parse("sqlite:").is_err());
+    let r = StoreSpec::parse("rediss://:s3cret@cache:6380/2").unwrap();
+    assert!(r.has_inline_password());
+    assert!(!StoreSpec::parse("redis://cache:6379/0")
+        .unwrap()
+        .has_inline_password());
+    assert!(!StoreSpec::parse("redis://user@cache:6379/0")
+        .unwrap()
+        .has_inline_password());
+    let e = StoreSpec::parse("postgres://u:hunter2@db/x").unwrap_err();
+    assert!(!e.contains("hunter2"), "{e}");
+    assert!(e.contains("postgres://u:***@db/x"), "{e}");
+    assert_eq!(redact_url("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
+    assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    // An @ in the path is not a password's end.
+    assert_eq!(redact_url("redis://h:1/0?x=a:b@c"), "redis://h:1/0?x=a:b@c");
+}
+
+#[test]
+fn a_key_is_raw_bytes_and_an_empty_one_is_none() {
+    let id = props(Some(&[0xff, 0x00, b'a']), &[]);
+    assert_eq!(
+        key_of(&KeySource::MessageId, &id, b""),
+        Some(vec![0xff, 0x00, b'a'])
+    );
+    assert_eq!(
+        key_of(&KeySource::MessageId, &props(Some(b""), &[]), b""),
+        None
+    );
+    assert_eq!(key_of(&KeySource::MessageId, &props(None, &[]), b""), None);
+    let h = KeySource::Header("order-id".into());
+    assert_eq!(
+        key_of(&h, &props(None, &[("order-id", long("o-1"))]), b""),
+        Some(b"o-1".to_vec())
+    );
+    assert_eq!(
+        key_of(
+            &h,
+            &props(None, &[("order-id", AMQPValue::LongLongInt(42))]),
+            b""
+        ),
+        Some(b"42".to_vec())
+    );
+    assert_eq!(
+        key_of(&h, &props(None, &[("order-id", long(""))]), b""),
+        None
+    );
+    assert_eq!(
+        key_of(
+            &h,
+            &props(None, &[("order-id", AMQPValue::Boolean(true))]),
+            b""
+        ),
+        None
+    );
+    assert_eq!(key_of(&h, &props(Some(b"m"), &[]), b""), None);
+    let body = key_of(&KeySource::BodySha256, &props(None, &[]), b"abc").unwrap();
+    assert_eq!(body, body_sha256(b"abc").to_vec());
+    assert_ne!(
+        body,
+        key_of(&KeySource::BodySha256, &props(None, &[]), b"abd").unwrap()
+    );
+}
+
+#[test]
+fn a_rerun_copy_has_a_key_of_its_own() {
+    let plain = props(Some(b"m-1"), &[]);
+    let rerun = props(Some(b"m-1"), &[(RERUN_HEADER, long("r-7"))]);
+    let other = props(Some(b"m-1"), &[(RERUN_HEADER, long("r-8"))]);
+    let k = |p| key_of(&KeySource::MessageId, p, b"").unwrap();
+    assert_ne!(k(&plain), k(&rerun));
+    assert_ne!(k(&rerun), k(&other));
+    assert!(k(&rerun).starts_with(b"m-1"));
+    // No id: no key, rerun or not.
+    assert_eq!(
+        key_of(
+            &KeySource::MessageId,
+            &props(None, &[(RERUN_HEADER, long("r"))]),
+            b""
+        ),
+        None
+    );
+}
+
+#[test]
+fn scopes_never_collide() {
+    assert_ne!(scope("a:b", "c"), scope("a", "b:c"));
+    assert_ne!(scope("/", "orders"), scope("/", "orders2"));
+    assert_eq!(scope("/", "orders"), b"1:/:6:orders".to_vec());
+}
+
+#[test]
+fn a_lease_outlasts_the_handler_timeout() {
+    assert_eq!(lease_ms(30_000), 35_000);
+    assert_eq!(lease_ms(0), MIN_LEASE_MS);
+    assert_eq!(lease_ms(u64::MAX), u64::MAX);
+}

@@ -1,0 +1,773 @@
+//! Prometheus metrics of a worker, in OpenMetrics text.
+
+use crate::core::retry::breaker::Phase;
+use crate::core::retry::{DeadLetterReason, Settlement};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
+/// [`exponential_buckets`] rounded to 4 significant digits, so that the
+/// bounds read as written (`le="0.3"`, not `le="0.30000000000000004"`).
+fn readable_buckets(start: f64, factor: f64, length: u16) -> impl Iterator<Item = f64> {
+    exponential_buckets(start, factor, length).map(|b| {
+        if b <= 0.0 || !b.is_finite() {
+            return b;
+        }
+        let digits = 3 - b.log10().floor() as i32;
+        if digits >= 0 {
+            let m = 10f64.powi(digits);
+            (b * m).round() / m
+        } else {
+            let m = 10f64.powi(-digits);
+            (b / m).round() * m
+        }
+    })
+}
+use crate::core::retry::readiness::{Readiness, SettleWatch};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Instant;
+use tracing::{info, warn};
+
+/// The [`SettleWatch`] of a worker, on the worker's monotonic clock.
+struct SettleState {
+    started: Instant,
+    watch: Mutex<SettleWatch>,
+    /// The stall was logged (and its end is logged once).
+    logged: Mutex<bool>,
+}
+
+impl Default for SettleState {
+    fn default() -> Self {
+        SettleState {
+            started: Instant::now(),
+            watch: Mutex::new(SettleWatch::default()),
+            logged: Mutex::new(false),
+        }
+    }
+}
+
+/// Labels of a decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`,
+    /// `duplicate`, `deferred`.
+    pub decision: String,
+}
+
+/// Labels of a handler run.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `success`, `transient`, `permanent`.
+    pub outcome: String,
+}
+
+/// Labels of a dead-letter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `permanent`, `exhausted`, `too_large`.
+    pub reason: String,
+}
+
+/// Labels of a redrive run.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// `moved`, `canary_failed`, `unhealthy`, `nothing_eligible`, `busy`,
+    /// `failed`.
+    pub result: String,
+}
+
+/// Labels of a circuit breaker's change of state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    /// The pipeline.
+    pub queue: String,
+    /// The state it went to: `open`, `half_open`, `closed`.
+    pub to: String,
+}
+
+/// Labels of a pipeline alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// The pipeline.
+    pub queue: String,
+}
+
+/// Everything a worker counts.
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions carried out.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// Handler runs by outcome.
+    pub outcomes: Family<OutcomeLabels, Counter>,
+    /// Handler run time.
+    pub handler_seconds: Histogram,
+    /// Copies the broker refused (nack, return, timeout, channel error).
+    pub publish_refusals: Counter,
+    /// Reconnections after a lost connection.
+    pub reconnects: Counter,
+    /// Handler runs in progress.
+    pub in_flight: Gauge,
+    /// 1 while the circuit breaker is not closed (open, or half-open with
+    /// only its probe running): consumption is paused.
+    pub circuit_open: Gauge,
+    /// The circuit breaker's state per pipeline: 0 closed, 1 open, 2
+    /// half-open (only with a `circuit_breaker` in the topology).
+    pub circuit_state: Family<QueueLabels, Gauge>,
+    /// Changes of the circuit breaker's state, by the state it went to.
+    pub circuit_transitions: Family<TransitionLabels, Counter>,
+    /// When the circuit breaker took its current state (the worker's start
+    /// while it never changed), in Unix seconds.
+    pub circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// 1 while the worker is connected and has its consumer on the main
+    /// queue.
+    pub consuming: Gauge,
+    /// 1 while the worker is ready: what `/readyz` answers (see
+    /// [`Readiness`]). Brought up to date whenever it is read.
+    pub ready: Gauge,
+    /// Looks at the consumer timeout (at start, then every minute) that
+    /// found it not above the handler timeout while the worker ran.
+    pub consumer_timeout_conflicts: Counter,
+    /// Whether settles go through, and since when they fail.
+    settles: SettleState,
+    /// Messages that succeeded on their first attempt.
+    pub first_attempt_successes: Family<QueueLabels, Counter>,
+    /// Dead-letters by reason.
+    pub dead_letters: Family<ReasonLabels, Counter>,
+    /// The wait scheduled between a failed attempt and the next (the
+    /// tier's delay), in seconds.
+    pub retry_delay_seconds: Histogram,
+    /// Automatic redrive runs by result.
+    pub redrive_runs: Family<RunLabels, Counter>,
+    /// Messages moved back by automatic redrive (canaries included).
+    pub redriven_messages: Family<QueueLabels, Counter>,
+    /// DLQ messages past `max_redrives`, waiting for a person (as the last
+    /// run that read the DLQ counted them).
+    pub redrive_waiting_for_person: Family<QueueLabels, Gauge>,
+    /// How long until the next redrive look, in seconds (doubles after a
+    /// failed canary).
+    pub redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// The handler timeout the worker was started with, per pipeline
+    /// (`dlqctl doctor --metrics-url` compares it with the broker's
+    /// consumer timeout).
+    pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// Idempotent handling, per pipeline.
+    pub idempotency: IdempotencyMetrics,
+    /// Since when (ms on the settles' clock) the idempotency store has not
+    /// answered; `None` while it answers.
+    store_down_since: Mutex<Option<u64>>,
+}
+
+/// The counters of idempotent handling (docs/worker.md, "Idempotent
+/// handling"), per pipeline.
+#[derive(Clone, Default)]
+pub struct IdempotencyMetrics {
+    /// Deliveries acked without the handler: their key was marked handled.
+    pub duplicates: Family<QueueLabels, Counter>,
+    /// Deliveries deferred to a tier: another run held their key's lease.
+    pub deferrals: Family<QueueLabels, Counter>,
+    /// Keys marked handled with another body, run again.
+    pub key_conflicts: Family<QueueLabels, Counter>,
+    /// Deliveries without the configured key, run unguarded.
+    pub unkeyed: Family<QueueLabels, Counter>,
+    /// Pauses of consumption because the store did not answer.
+    pub store_pauses: Family<QueueLabels, Counter>,
+    /// Marks that failed after a success (the message was acked anyway).
+    pub mark_failures: Family<QueueLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A new metric of type `M`, registered in `registry` as `name`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    register_as(registry, name, help, M::default())
+}
+
+/// `metric`, registered in `registry` as `name`.
+fn register_as<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+impl Metrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("dlqctl");
+        let r = &mut registry;
+        Metrics {
+            redrive_runs: registered(r, "redrive_runs", "Automatic redrive runs, by result"),
+            redriven_messages: registered(
+                r,
+                "redriven_messages",
+                "Messages moved from the DLQ back to the main queue by automatic redrive",
+            ),
+            redrive_waiting_for_person: registered(
+                r,
+                "redrive_waiting_for_person",
+                "DLQ messages past max_redrives, which only a person moves",
+            ),
+            redrive_next_wait_seconds: registered(
+                r,
+                "redrive_next_wait_seconds",
+                "Time until the next automatic redrive look",
+            ),
+            handler_timeout_seconds: registered(
+                r,
+                "handler_timeout_seconds",
+                "The handler timeout the worker was started with",
+            ),
+            first_attempt_successes: registered(
+                r,
+                "first_attempt_successes",
+                "Messages handled successfully on their first attempt",
+            ),
+            dead_letters: registered(r, "dead_letters", "Messages dead-lettered, by reason"),
+            retry_delay_seconds: register_as(
+                r,
+                "retry_delay_seconds",
+                "Wait scheduled between a failed attempt and the next (the tier's delay)",
+                Histogram::new(readable_buckets(0.1, 3.0, 14)),
+            ),
+            decisions: registered(r, "decisions", "Decisions carried out per message"),
+            outcomes: registered(r, "handler_runs", "Handler runs by outcome"),
+            handler_seconds: register_as(
+                r,
+                "handler_duration_seconds",
+                "Handler run time",
+                Histogram::new(readable_buckets(0.001, 2.5, 14)),
+            ),
+            publish_refusals: registered(r, "publish_refusals", "Copies the broker refused"),
+            reconnects: registered(r, "reconnects", "Reconnections to the broker"),
+            in_flight: registered(r, "handlers_in_flight", "Handler runs in progress"),
+            circuit_open: registered(
+                r,
+                "circuit_open",
+                "1 while the circuit breaker is open or half-open (consumption paused)",
+            ),
+            circuit_state: registered(
+                r,
+                "circuit_state",
+                "The circuit breaker's state: 0 closed, 1 open, 2 half-open",
+            ),
+            circuit_transitions: registered(
+                r,
+                "circuit_transitions",
+                "Changes of the circuit breaker's state, by the state it went to",
+            ),
+            circuit_since: registered(
+                r,
+                "circuit_state_since_timestamp_seconds",
+                "Unix time at which the circuit breaker took its current state",
+            ),
+            consuming: registered(
+                r,
+                "consuming",
+                "1 while the worker is connected and consuming its queue",
+            ),
+            ready: registered(
+                r,
+                "ready",
+                "1 while the worker is ready (what /readyz answers): consuming, and settles not \
+                 all failing for 30 s",
+            ),
+            consumer_timeout_conflicts: registered(
+                r,
+                "consumer_timeout_conflicts",
+                "Looks at the queue's consumer timeout that found it not above the handler \
+                 timeout",
+            ),
+            idempotency: IdempotencyMetrics {
+                duplicates: registered(r, "duplicates", "Deliveries acked without the handler: their idempotency key was marked handled"),
+                deferrals: registered(r, "deferrals", "Deliveries deferred to a retry tier: another run held the lease on their idempotency key"),
+                key_conflicts: registered(r, "idempotency_key_conflicts", "Idempotency keys marked handled with another body, run again"),
+                unkeyed: registered(r, "idempotency_unkeyed", "Deliveries without the configured idempotency key, run unguarded"),
+                store_pauses: registered(r, "idempotency_store_pauses", "Pauses of consumption because the idempotency store did not answer"),
+                mark_failures: registered(r, "idempotency_mark_failures", "Marks that failed after a success (the message was acked anyway)"),
+            },
+            store_down_since: Mutex::new(None),
+            settles: SettleState::default(),
+            registry,
+        }
+    }
+
+    /// Counts a redrive run: its result, what it moved, the messages
+    /// waiting for a person (when it read the DLQ) and the next wait.
+    pub fn record_redrive(&self, r: &crate::ops::dlq::redrive::RedriveReport) {
+        let queue = QueueLabels {
+            queue: r.queue.clone(),
+        };
+        self.redrive_runs
+            .get_or_create(&RunLabels {
+                queue: r.queue.clone(),
+                result: r.result.label().to_string(),
+            })
+            .inc();
+        self.redriven_messages.get_or_create(&queue).inc_by(r.moved);
+        if let Some(n) = r.waiting_for_person {
+            self.redrive_waiting_for_person
+                .get_or_create(&queue)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        // A busy turn changed no wait: the gauge keeps what it showed.
+        if r.result != crate::core::dlq::redrive::RunResult::Busy {
+            self.record_redrive_wait(&r.queue, r.next_wait_ms);
+        }
+    }
+
+    /// Publishes the pipeline's current redrive wait (the shared one when
+    /// the broker keeps it), and the messages its last run found waiting
+    /// for a person.
+    pub fn record_redrive_state(
+        &self,
+        queue: &str,
+        state: &crate::core::dlq::redrive_state::RedriveState,
+    ) {
+        self.record_redrive_wait(queue, state.wait_ms);
+        if let Some(n) = state.last().and_then(|r| r.waiting_for_person) {
+            self.redrive_waiting_for_person
+                .get_or_create(&QueueLabels {
+                    queue: queue.to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Publishes the wait before the next look at `queue`'s DLQ.
+    pub fn record_redrive_wait(&self, queue: &str, wait_ms: u64) {
+        self.redrive_next_wait_seconds
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(wait_ms as f64 / 1000.0);
+    }
+
+    /// Publishes the handler timeout of `queue`'s workers.
+    pub fn set_handler_timeout(&self, queue: &str, timeout: std::time::Duration) {
+        self.handler_timeout_seconds
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .set(timeout.as_secs_f64());
+    }
+
+    /// Shows `queue`'s circuit breaker in `phase` since `at_unix_s`, and
+    /// counts the change when `changed` (at start every state's counter is
+    /// made at 0).
+    pub fn set_circuit(&self, queue: &str, phase: Phase, at_unix_s: f64, changed: bool) {
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        self.circuit_state.get_or_create(&labels).set(phase.gauge());
+        self.circuit_since.get_or_create(&labels).set(at_unix_s);
+        self.circuit_open.set(i64::from(phase != Phase::Closed));
+        for p in [Phase::Open, Phase::HalfOpen, Phase::Closed] {
+            let c = self.circuit_transitions.get_or_create(&TransitionLabels {
+                queue: queue.to_string(),
+                to: p.label().to_string(),
+            });
+            if changed && p == phase {
+                c.inc();
+            }
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        self.readiness();
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// Decision labels the worker uses (see [`Settlement::label`]).
+pub(crate) const DECISIONS: [&str; 7] = Settlement::LABELS;
+/// Outcome labels.
+pub(crate) const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
+
+/// The counters of one queue, looked up once instead of per message.
+#[derive(Clone)]
+pub struct QueueCounters {
+    queue: String,
+    decisions: Vec<(&'static str, Counter)>,
+    outcomes: Vec<(&'static str, Counter)>,
+    first_attempt_successes: Counter,
+    dead_letters: Family<ReasonLabels, Counter>,
+    retry_delay_seconds: Histogram,
+}
+
+impl QueueCounters {
+    /// Counts a decision (`ack`, `retry`, ...).
+    pub fn decision(&self, label: &str) {
+        if let Some((_, c)) = self.decisions.iter().find(|(l, _)| *l == label) {
+            c.inc();
+        }
+    }
+
+    /// Counts a message acked after its first attempt.
+    pub fn first_attempt_success(&self) {
+        self.first_attempt_successes.inc();
+    }
+
+    /// Counts a dead-letter by its reason.
+    pub fn dead_letter(&self, reason: &str) {
+        self.dead_letters
+            .get_or_create(&ReasonLabels {
+                queue: self.queue.clone(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the wait scheduled before the next attempt.
+    pub fn retry_delay(&self, delay_ms: u64) {
+        self.retry_delay_seconds.observe(delay_ms as f64 / 1000.0);
+    }
+
+    /// Counts a handler outcome (`success`, `transient`, `permanent`).
+    pub fn outcome(&self, label: &str) {
+        if let Some((_, c)) = self.outcomes.iter().find(|(l, _)| *l == label) {
+            c.inc();
+        }
+    }
+}
+
+impl Metrics {
+    /// The counters of `queue`.
+    pub fn queue_counters(&self, queue: &str) -> QueueCounters {
+        // Every reason starts at 0, so that /metrics names the family
+        // before the first dead-letter and a rate() has a start.
+        for reason in DeadLetterReason::ALL {
+            let _ = self.dead_letters.get_or_create(&ReasonLabels {
+                queue: queue.to_string(),
+                reason: reason.as_str().to_string(),
+            });
+        }
+        QueueCounters {
+            queue: queue.to_string(),
+            first_attempt_successes: self
+                .first_attempt_successes
+                .get_or_create(&QueueLabels {
+                    queue: queue.to_string(),
+                })
+                .clone(),
+            dead_letters: self.dead_letters.clone(),
+            retry_delay_seconds: self.retry_delay_seconds.clone(),
+            decisions: counters(&self.decisions, &DECISIONS, |d| DecisionLabels {
+                queue: queue.to_string(),
+                decision: d.to_string(),
+            }),
+            outcomes: counters(&self.outcomes, &OUTCOMES, |o| OutcomeLabels {
+                queue: queue.to_string(),
+                outcome: o.to_string(),
+            }),
+        }
+    }
+}
+
+/// The counter of each of `labels` in `family`, under the label set
+/// `label_set` makes of it.
+fn counters<S: Clone + std::hash::Hash + Eq>(
+    family: &Family<S, Counter>,
+    labels: &[&'static str],
+    label_set: impl Fn(&str) -> S,
+) -> Vec<(&'static str, Counter)> {
+    labels
+        .iter()
+        .map(|l| (*l, family.get_or_create(&label_set(l)).clone()))
+        .collect()
+}
+
+/// What `/readyz` answers: 200 while the worker is ready, else 503 (see
+/// [`Readiness`]: not consuming, or every settle failing for 30 s).
+pub fn readiness(metrics: &Metrics) -> (u16, String) {
+    let r = metrics.readiness();
+    (r.http_status(), r.text())
+}
+
+impl Metrics {
+    fn settles_now_ms(&self) -> u64 {
+        self.settles.started.elapsed().as_millis() as u64
+    }
+
+    fn with_watch(&self, f: impl FnOnce(&mut SettleWatch, u64)) {
+        let now = self.settles_now_ms();
+        if let Ok(mut w) = self.settles.watch.lock() {
+            f(&mut w, now);
+        }
+    }
+
+    /// A settle went through (a copy confirmed then acked, an ack, a nack).
+    pub fn settle_succeeded(&self) {
+        self.with_watch(|w, _| w.succeeded());
+        self.readiness();
+    }
+
+    /// A try to settle failed (a refused copy, an ack or nack that did not
+    /// go through).
+    pub fn settle_failed(&self) {
+        self.with_watch(|w, now| w.failed(now));
+        self.readiness();
+    }
+
+    /// The idempotency store stopped answering (kept from the first time).
+    pub fn store_down(&self) {
+        let now = self.settles_now_ms();
+        if let Ok(mut d) = self.store_down_since.lock() {
+            d.get_or_insert(now);
+        }
+        self.readiness();
+    }
+
+    /// The idempotency store answers.
+    pub fn store_up(&self) {
+        if let Ok(mut d) = self.store_down_since.lock() {
+            *d = None;
+        }
+        self.readiness();
+    }
+
+    /// A failed settle is tried again (see [`SettleWatch::retry_started`]).
+    pub fn settle_retry_started(&self) {
+        self.with_watch(|w, _| w.retry_started());
+    }
+
+    /// A settle tried again has ended.
+    pub fn settle_retry_ended(&self) {
+        self.with_watch(|w, _| w.retry_ended());
+    }
+
+    /// The worker's readiness now; sets `dlqctl_ready` to it and logs
+    /// when settles start or stop failing for the stall.
+    pub fn readiness(&self) -> Readiness {
+        let now = self.settles_now_ms();
+        let r = match self.settles.watch.lock() {
+            Ok(w) => Readiness::of(self.consuming.get() > 0, &w, now),
+            Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
+        };
+        let down = self.store_down_since.lock().map(|d| *d).unwrap_or(None);
+        let r = r.with_store(down, now);
+        self.ready.set(i64::from(r.is_ready()));
+        let stalled = matches!(r, Readiness::SettlesFailing { .. });
+        if let Ok(mut logged) = self.settles.logged.lock() {
+            if stalled && !*logged {
+                *logged = true;
+                warn!(stall_s = crate::core::retry::readiness::SETTLE_STALL_MS / 1000,
+                    "not ready: every settle has failed for the stall (copies or acks refused); /readyz answers 503 until one goes through");
+            } else if *logged && r.is_ready() {
+                *logged = false;
+                info!("ready again: a settle went through");
+            }
+        }
+        r
+    }
+}
+
+/// Test support: asserts that `m` renders each of `lines`.
+#[cfg(test)]
+pub(crate) fn assert_renders(m: &Metrics, lines: &[&str]) {
+    let text = m.render();
+    for line in lines {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_bounds_read_as_written() {
+        let text = Metrics::new().render();
+        let bounds: Vec<&str> = text
+            .split("le=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(bounds.len() >= 28, "{text}");
+        for b in &bounds {
+            assert!(b.len() <= 8, "le=\"{b}\" in\n{text}");
+        }
+        for b in [
+            "0.3", "2.7", "0.0025", "0.01563", "149.0", "159400.0", "+Inf",
+        ] {
+            assert!(bounds.contains(&b), "no le=\"{b}\" in {bounds:?}");
+        }
+    }
+
+    #[test]
+    fn ready_only_while_consuming_and_the_gauge_says_the_same() {
+        let m = Metrics::new();
+        assert_eq!(readiness(&m).0, 503);
+        assert!(m.render().contains("dlqctl_ready 0"));
+        m.consuming.set(1);
+        assert_eq!(readiness(&m).0, 200);
+        let text = m.render();
+        assert!(text.contains("dlqctl_consuming 1"), "{text}");
+        assert!(text.contains("dlqctl_ready 1"), "{text}");
+        // Settles failing for less than the stall keep it ready (the rule
+        // itself: core::retry::readiness).
+        m.settle_retry_started();
+        m.settle_failed();
+        assert_eq!(readiness(&m).0, 200);
+        m.settle_retry_ended();
+        m.settle_succeeded();
+        m.consuming.set(0);
+        assert_eq!(readiness(&m).0, 503);
+        assert!(m.render().contains("dlqctl_ready 0"));
+    }
+
+    #[test]
+    fn renders_first_attempt_successes_dead_letters_by_reason_and_retry_delays() {
+        let m = Metrics::new();
+        let q = m.queue_counters("orders");
+        q.first_attempt_success();
+        q.dead_letter("exhausted");
+        q.dead_letter("exhausted");
+        q.dead_letter("too_large");
+        q.retry_delay(10_000);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_first_attempt_successes_total{queue=\"orders\"} 1",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"exhausted\"} 2",
+                "dlqctl_dead_letters_total{queue=\"orders\",reason=\"too_large\"} 1",
+                "dlqctl_retry_delay_seconds_sum 10.0",
+                "dlqctl_retry_delay_seconds_count 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn renders_redrive_runs_moved_waiting_and_next_wait() {
+        use crate::core::dlq::redrive::RunResult;
+        let m = Metrics::new();
+        let mut r = crate::ops::dlq::redrive::RedriveReport {
+            queue: "orders".into(),
+            dlq: "orders.dlq".into(),
+            result: RunResult::CanaryFailed,
+            moved: 5,
+            waiting_for_person: Some(2),
+            canary: None,
+            health: None,
+            why: None,
+            replay_id: "r".into(),
+            next_wait_ms: 120_000,
+            elapsed_ms: 0,
+            started_at_ms: 0,
+            ended_at_ms: 0,
+            shared: None,
+            shared_unavailable: None,
+        };
+        m.record_redrive(&r);
+        r.result = RunResult::Moved;
+        r.moved = 45;
+        r.waiting_for_person = None;
+        r.next_wait_ms = 1500;
+        m.record_redrive(&r);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
+                "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
+                "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
+                "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
+            ],
+        );
+    }
+
+    #[test]
+    fn renders_the_circuit_breakers_state_its_changes_and_since_when() {
+        let m = Metrics::new();
+        m.set_circuit("orders", Phase::Closed, 1000.0, false);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 0",
+                "dlqctl_circuit_open 0",
+                "dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1000.0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"half_open\"} 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"closed\"} 0",
+            ],
+        );
+        m.set_circuit("orders", Phase::Open, 1001.5, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 1",
+                "dlqctl_circuit_open 1",
+                "dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1001.5",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
+            ],
+        );
+        // Half-open still pauses consumption: circuit_open stays 1.
+        m.set_circuit("orders", Phase::HalfOpen, 1016.5, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 2",
+                "dlqctl_circuit_open 1",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"half_open\"} 1",
+            ],
+        );
+        m.set_circuit("orders", Phase::Closed, 1017.0, true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_circuit_state{queue=\"orders\"} 0",
+                "dlqctl_circuit_open 0",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"closed\"} 1",
+                "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn renders_counters_with_labels() {
+        let m = Metrics::new();
+        m.decisions
+            .get_or_create(&DecisionLabels {
+                queue: "orders".into(),
+                decision: "retry".into(),
+            })
+            .inc();
+        let q = m.queue_counters("orders");
+        q.decision("retry");
+        q.outcome("transient");
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_decisions_total{queue=\"orders\",decision=\"retry\"} 2",
+                "dlqctl_handlers_in_flight 0",
+                "dlqctl_consuming 0",
+                "dlqctl_handler_runs_total{queue=\"orders\",outcome=\"transient\"} 1",
+            ],
+        );
+    }
+}
