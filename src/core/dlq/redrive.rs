@@ -6,15 +6,11 @@
 //! publishes; nothing here does I/O.
 
 use crate::core::dlq::describe::Described;
-use crate::core::dlq::replay::{replay_copy, REPLAYED_HEADER};
+use crate::core::dlq::replay::replay_copy;
 use crate::core::topology::Redrive;
+use crate::core::wire::{count, has, DRILL_HEADER, REDRIVEN_HEADER, REPLAYED_HEADER};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-
-/// How often a message was redriven automatically (a signed 64-bit
-/// integer), apart from `dlqctl-replayed`, which counts a person's
-/// replays.
-pub const REDRIVEN_HEADER: &str = "dlqctl-redriven";
 
 /// The longest the DLQ waits between two looks after failed canaries: an
 /// hour (unless `every` itself is longer).
@@ -62,7 +58,7 @@ impl<'a> Seen<'a> {
                 .as_deref()
                 .and_then(crate::core::values::text::parse_rfc3339_millis),
             redriven: redriven_count(headers),
-            drill: headers.is_some_and(|h| h.contains_key(crate::core::retry::drill::DRILL_HEADER)),
+            drill: has(headers, DRILL_HEADER),
         }
     }
 }
@@ -94,20 +90,7 @@ pub fn verdict(policy: &Redrive, m: &Seen, now_unix_ms: u64) -> Verdict {
 /// The automatic redrives a message's headers count: `dlqctl-redriven`
 /// when it is a non-negative integer of any width, else 0.
 pub fn redriven_count(headers: Option<&FieldTable>) -> u64 {
-    let Some(v) = headers.and_then(|h| h.inner().get(REDRIVEN_HEADER)) else {
-        return 0;
-    };
-    let n: i64 = match v {
-        AMQPValue::ShortShortInt(n) => i64::from(*n),
-        AMQPValue::ShortShortUInt(n) => i64::from(*n),
-        AMQPValue::ShortInt(n) => i64::from(*n),
-        AMQPValue::ShortUInt(n) => i64::from(*n),
-        AMQPValue::LongInt(n) => i64::from(*n),
-        AMQPValue::LongUInt(n) => i64::from(*n),
-        AMQPValue::LongLongInt(n) => *n,
-        _ => 0,
-    };
-    n.max(0) as u64
+    count(headers, REDRIVEN_HEADER)
 }
 
 /// The properties of a redrive copy: a replay copy
@@ -218,9 +201,9 @@ pub fn next_wait(every_ms: u64, previous_ms: u64, result: RunResult) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::dlq::replay::{replay_id_of, REPLAYED_AT_HEADER};
+    use crate::core::dlq::replay::replay_id_of;
     use crate::core::field_table;
-    use crate::core::retry::ATTEMPT_HEADER;
+    use crate::core::wire::{ATTEMPT_HEADER, LAST_ERROR_HEADER, REASON_HEADER, REPLAYED_AT_HEADER};
     use lapin::types::LongString;
 
     const NOW: u64 = 1_767_225_600_000;
@@ -377,10 +360,7 @@ mod tests {
                 drill: false,
             }
         );
-        let drill = field_table([(
-            crate::core::retry::drill::DRILL_HEADER,
-            AMQPValue::LongString("run-1".into()),
-        )]);
+        let drill = field_table([(DRILL_HEADER, AMQPValue::LongString("run-1".into()))]);
         assert!(Seen::of(&d, Some(&drill)).drill);
     }
 
@@ -423,8 +403,8 @@ mod tests {
     fn original(extra: &[(&str, AMQPValue)]) -> BasicProperties {
         let mut pairs = vec![
             (ATTEMPT_HEADER, AMQPValue::LongLongInt(4)),
-            ("dlqctl-reason", AMQPValue::LongString("exhausted".into())),
-            ("dlqctl-last-error", AMQPValue::LongString("down".into())),
+            (REASON_HEADER, AMQPValue::LongString("exhausted".into())),
+            (LAST_ERROR_HEADER, AMQPValue::LongString("down".into())),
             (
                 "x-death",
                 AMQPValue::FieldArray(lapin::types::FieldArray::default()),
@@ -452,7 +432,7 @@ mod tests {
         assert_eq!(header(&c, ATTEMPT_HEADER), None, "attempt 1 again");
         assert_eq!(header(&c, "x-death"), None);
         assert_eq!(
-            header(&c, "dlqctl-last-error"),
+            header(&c, LAST_ERROR_HEADER),
             Some(AMQPValue::LongString("down".into())),
             "the error history stays"
         );

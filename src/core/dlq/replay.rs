@@ -3,17 +3,12 @@
 //! command keeps past its window).
 
 use crate::core::retry::copy::{is_broker_history, kept_properties};
-use crate::core::retry::ATTEMPT_HEADER;
 use crate::core::values::text::rfc3339_millis;
+use crate::core::wire::{
+    as_integer, ATTEMPT_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER, REPLAY_ID_HEADER,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
-
-/// How often the message was replayed (a signed 64-bit integer).
-pub const REPLAYED_HEADER: &str = "dlqctl-replayed";
-/// When it was last replayed (RFC 3339 UTC, milliseconds).
-pub const REPLAYED_AT_HEADER: &str = "dlqctl-replayed-at";
-/// The run that last replayed it (one id per run; the canary looks for it).
-pub const REPLAY_ID_HEADER: &str = "dlqctl-replay-id";
 
 /// The properties of a replay copy.
 ///
@@ -35,7 +30,7 @@ pub fn replay_copy(
     let old = original.headers().as_ref();
     let before = old
         .and_then(|h| h.inner().get(REPLAYED_HEADER))
-        .and_then(integer)
+        .and_then(as_integer)
         .unwrap_or(0);
     let mut headers = FieldTable::default();
     for (k, v) in old.into_iter().flatten() {
@@ -64,19 +59,6 @@ pub fn replay_id_of(props: &BasicProperties) -> Option<String> {
     match props.headers().as_ref()?.inner().get(REPLAY_ID_HEADER)? {
         AMQPValue::LongString(s) => String::from_utf8(s.as_bytes().to_vec()).ok(),
         AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        _ => None,
-    }
-}
-
-fn integer(v: &AMQPValue) -> Option<i64> {
-    match v {
-        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongLongInt(n) => Some(*n),
         _ => None,
     }
 }
@@ -137,6 +119,7 @@ mod tests {
     use super::*;
     use crate::core::field_table;
     use crate::core::values::shortstr;
+    use crate::core::wire::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER};
     use lapin::types::FieldArray;
 
     fn original() -> BasicProperties {
@@ -148,12 +131,9 @@ mod tests {
             ("x-delivery-count", AMQPValue::LongLongInt(3)),
             ("x-acquired-count", AMQPValue::LongLongInt(4)),
             (ATTEMPT_HEADER, AMQPValue::LongLongInt(4)),
-            (
-                "dlqctl-errors",
-                AMQPValue::FieldArray(FieldArray::default()),
-            ),
-            ("dlqctl-last-error", text("boom")),
-            ("dlqctl-reason", text("exhausted")),
+            (ERRORS_HEADER, AMQPValue::FieldArray(FieldArray::default())),
+            (LAST_ERROR_HEADER, text("boom")),
+            (REASON_HEADER, text("exhausted")),
             ("tenant", text("acme")),
         ]);
         BasicProperties::default()
@@ -180,12 +160,7 @@ mod tests {
         ] {
             assert!(!keys.contains(&gone), "{gone} kept: {keys:?}");
         }
-        for kept in [
-            "dlqctl-errors",
-            "dlqctl-last-error",
-            "dlqctl-reason",
-            "tenant",
-        ] {
+        for kept in [ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, "tenant"] {
             assert!(keys.contains(&kept), "{kept} dropped: {keys:?}");
         }
         assert_eq!(

@@ -2,9 +2,9 @@
 
 use lapin::types::{AMQPValue, FieldTable};
 
-use super::attempt::as_integer;
 use crate::core::values::shortstr;
 use crate::core::values::shortstr::MAX_JSON_DEPTH;
+use crate::core::wire::as_integer;
 
 /// The headers as a JSON object, for a handler's `DLQCTL_HEADERS`.
 ///
