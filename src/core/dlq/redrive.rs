@@ -6,10 +6,10 @@
 //! publishes; nothing here does I/O.
 
 use crate::core::dlq::describe::Described;
-use crate::core::dlq::replay::replay_copy;
+use crate::core::dlq::replay::back_to_work;
 use crate::core::topology::Redrive;
-use crate::core::wire::{count, has, DRILL_HEADER, REDRIVEN_HEADER, REPLAYED_HEADER};
-use lapin::types::{AMQPValue, FieldTable};
+use crate::core::wire::{count, has, DRILL_HEADER, REDRIVEN_HEADER};
+use lapin::types::FieldTable;
 use lapin::BasicProperties;
 
 /// The longest the DLQ waits between two looks after failed canaries: an
@@ -93,33 +93,25 @@ pub fn redriven_count(headers: Option<&FieldTable>) -> u64 {
     count(headers, REDRIVEN_HEADER)
 }
 
-/// The properties of a redrive copy: a replay copy
-/// ([`replay_copy`]: it starts again at attempt 1, keeps the error
-/// history and carries the run's `dlqctl-replay-id` for the canary), with
-/// `dlqctl-redriven` one more than the original's and `dlqctl-replayed`
-/// left as the original had it (that one counts a person's replays).
+/// The properties of a redrive copy: as a replay copy
+/// ([`crate::core::dlq::replay::replay_copy`]: it starts again at attempt
+/// 1, keeps the error history and carries the run's `dlqctl-replay-id`
+/// for the canary), but with `dlqctl-redriven` one more than the
+/// original's and `dlqctl-replayed` left as the original had it (that one
+/// counts a person's replays).
 pub fn redrive_copy(
     original: &BasicProperties,
     connection_user: &str,
     replay_id: &str,
     now_unix_ms: u64,
 ) -> BasicProperties {
-    let old = original.headers().as_ref();
-    let before = redriven_count(old);
-    let replayed = old.and_then(|h| h.inner().get(REPLAYED_HEADER)).cloned();
-    let copy = replay_copy(original, connection_user, replay_id, now_unix_ms);
-    let mut headers = FieldTable::default();
-    for (k, v) in copy.headers().as_ref().into_iter().flatten() {
-        if k.as_str() != REPLAYED_HEADER {
-            headers.insert(k.clone(), v.clone());
-        }
-    }
-    if let Some(v) = replayed {
-        headers.insert(REPLAYED_HEADER.into(), v);
-    }
-    let next = i64::try_from(before.saturating_add(1)).unwrap_or(i64::MAX);
-    headers.insert(REDRIVEN_HEADER.into(), AMQPValue::LongLongInt(next));
-    copy.with_headers(headers)
+    back_to_work(
+        original,
+        connection_user,
+        replay_id,
+        now_unix_ms,
+        REDRIVEN_HEADER,
+    )
 }
 
 /// Whether a redrive's canary passed: at least one was sent and none came
@@ -203,8 +195,10 @@ mod tests {
     use super::*;
     use crate::core::dlq::replay::replay_id_of;
     use crate::core::field_table;
-    use crate::core::wire::{ATTEMPT_HEADER, LAST_ERROR_HEADER, REASON_HEADER, REPLAYED_AT_HEADER};
-    use lapin::types::LongString;
+    use crate::core::wire::{
+        ATTEMPT_HEADER, LAST_ERROR_HEADER, REASON_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER,
+    };
+    use lapin::types::{AMQPValue, LongString};
 
     const NOW: u64 = 1_767_225_600_000;
     const MIN: u64 = 60_000;

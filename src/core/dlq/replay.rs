@@ -5,7 +5,7 @@
 use crate::core::retry::copy::{is_broker_history, kept_properties};
 use crate::core::values::text::rfc3339_millis;
 use crate::core::wire::{
-    as_integer, ATTEMPT_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER, REPLAY_ID_HEADER,
+    count, ATTEMPT_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER, REPLAY_ID_HEADER,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
@@ -27,11 +27,31 @@ pub fn replay_copy(
     replay_id: &str,
     now_unix_ms: u64,
 ) -> BasicProperties {
+    back_to_work(
+        original,
+        connection_user,
+        replay_id,
+        now_unix_ms,
+        REPLAYED_HEADER,
+    )
+}
+
+/// A copy back to a main queue, by a DLQ command's run `replay_id`: the
+/// broker's history and `dlqctl-attempt` dropped, every other header kept
+/// as it was but `counter` (one more than the original's, see
+/// [`count`]), and `dlqctl-replayed-at` and `dlqctl-replay-id` set. A
+/// replay counts in `dlqctl-replayed`, a redrive in `dlqctl-redriven`
+/// ([`crate::core::dlq::redrive::redrive_copy`]); each keeps the other's
+/// count as it was.
+pub(crate) fn back_to_work(
+    original: &BasicProperties,
+    connection_user: &str,
+    replay_id: &str,
+    now_unix_ms: u64,
+    counter: &str,
+) -> BasicProperties {
     let old = original.headers().as_ref();
-    let before = old
-        .and_then(|h| h.inner().get(REPLAYED_HEADER))
-        .and_then(as_integer)
-        .unwrap_or(0);
+    let next = i64::try_from(count(old, counter).saturating_add(1)).unwrap_or(i64::MAX);
     let mut headers = FieldTable::default();
     for (k, v) in old.into_iter().flatten() {
         let key = k.as_str();
@@ -39,10 +59,7 @@ pub fn replay_copy(
             headers.insert(k.clone(), v.clone());
         }
     }
-    headers.insert(
-        REPLAYED_HEADER.into(),
-        AMQPValue::LongLongInt(before.saturating_add(1).max(1)),
-    );
+    headers.insert(counter.into(), AMQPValue::LongLongInt(next));
     headers.insert(
         REPLAYED_AT_HEADER.into(),
         AMQPValue::LongString(LongString::from(rfc3339_millis(now_unix_ms))),
