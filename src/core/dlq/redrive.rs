@@ -457,6 +457,49 @@ mod tests {
     }
 
     #[test]
+    fn a_redrive_copy_and_a_replay_copy_differ_only_in_which_count_goes_up() {
+        let o = original(&[
+            (REDRIVEN_HEADER, AMQPValue::ShortInt(2)),
+            (REPLAYED_HEADER, AMQPValue::LongInt(5)),
+            ("tenant", AMQPValue::LongString("acme".into())),
+        ]);
+        let redriven = redrive_copy(&o, "guest", "run-1", NOW);
+        let replayed = crate::core::dlq::replay::replay_copy(&o, "guest", "run-1", NOW);
+        assert_eq!(
+            header(&redriven, REDRIVEN_HEADER),
+            Some(AMQPValue::LongLongInt(3))
+        );
+        assert_eq!(
+            header(&redriven, REPLAYED_HEADER),
+            Some(AMQPValue::LongInt(5)),
+            "kept as it was, its type too"
+        );
+        assert_eq!(
+            header(&replayed, REPLAYED_HEADER),
+            Some(AMQPValue::LongLongInt(6))
+        );
+        assert_eq!(
+            header(&replayed, REDRIVEN_HEADER),
+            Some(AMQPValue::ShortInt(2))
+        );
+        let others = |p: &BasicProperties| -> Vec<(String, AMQPValue)> {
+            p.headers()
+                .iter()
+                .flat_map(|h| h.inner().iter())
+                .filter(|(k, _)| k.as_str() != REDRIVEN_HEADER && k.as_str() != REPLAYED_HEADER)
+                .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                .collect()
+        };
+        assert_eq!(others(&redriven), others(&replayed));
+        assert!(others(&redriven).iter().any(|(k, _)| k == "tenant"));
+        assert_eq!(
+            redriven.clone().with_headers(FieldTable::default()),
+            replayed.clone().with_headers(FieldTable::default()),
+            "the same properties"
+        );
+    }
+
+    #[test]
     fn the_canary_passes_only_when_some_were_sent_and_none_came_back() {
         assert!(canary_passed(5, 0));
         assert!(canary_passed(1, 0));
