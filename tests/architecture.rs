@@ -10,7 +10,7 @@
 //! - the core's `clippy.toml` refuses the clock, files, sockets and
 //!   processes that std still reaches: a fixture crate using them fails
 //!   clippy under that file;
-//! - `crates/dlqctl-core/src` has at most 8 top-level entries;
+//! - `crates/dlqctl-core/src` has at most 10 top-level entries (a folder per feature, plus `lib.rs` and `wire.rs`);
 //! - every integration test that disrupts the broker (named `serial_`)
 //!   first asks `allow_disruption`, so that without
 //!   `DLQCTL_TEST_DISRUPTIVE=1` it fails before touching the broker.
@@ -23,7 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const CORE_MAX_ENTRIES: usize = 8;
+const CORE_MAX_ENTRIES: usize = 10;
 
 /// What the core may not depend on, directly or not.
 const CORE_FORBIDDEN: &[&str] = &[
@@ -164,7 +164,7 @@ fn the_cores_lint_refuses_the_clock_files_sockets_and_processes() {
 }
 
 #[test]
-fn the_core_has_at_most_eight_entries() {
+fn the_core_has_at_most_ten_entries() {
     let core = root().join("crates/dlqctl-core/src");
     let entries: Vec<String> = fs::read_dir(core)
         .expect("crates/dlqctl-core/src is readable")

@@ -9,15 +9,13 @@
 
 use super::common::Fail;
 use dlqctl::core::dlq::select::Selector;
+use dlqctl::core::wire::SERVE_EXPORT_DIR_PREFIX;
 use dlqctl::ops::dlq::Progress;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// The export folders' name: this, the server's pid, a random part.
-const EXPORT_DIR_PREFIX: &str = "dlqctl-serve-";
 
 /// Removes the export folders of servers that are gone (killed, so they
 /// could not remove their own): they hold message bodies.
@@ -29,7 +27,7 @@ fn sweep_stale_exports(tmp: &std::path::Path) {
         let name = e.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix(EXPORT_DIR_PREFIX))
+            .and_then(|n| n.strip_prefix(SERVE_EXPORT_DIR_PREFIX))
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
@@ -359,7 +357,7 @@ impl Jobs {
     pub(crate) fn new() -> Self {
         sweep_stale_exports(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
-            "{EXPORT_DIR_PREFIX}{}-{:08x}",
+            "{SERVE_EXPORT_DIR_PREFIX}{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         ));
@@ -444,6 +442,7 @@ pub(crate) fn job_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dlqctl::core::wire::TEMP_PREFIX;
 
     fn running(action: Action, total: u64, read: u64, done: u64) -> JobView {
         JobView {
@@ -517,14 +516,15 @@ mod tests {
 
     #[test]
     fn the_export_folders_of_servers_that_are_gone_are_swept() {
-        let tmp = std::env::temp_dir().join(format!("dlqctl-sweep-test-{}", rand::random::<u32>()));
+        let tmp =
+            std::env::temp_dir().join(format!("{TEMP_PREFIX}sweep-test-{}", rand::random::<u32>()));
         std::fs::create_dir_all(&tmp).unwrap();
-        let gone = tmp.join(format!("{EXPORT_DIR_PREFIX}999999999-0000abcd"));
+        let gone = tmp.join(format!("{SERVE_EXPORT_DIR_PREFIX}999999999-0000abcd"));
         let alive = tmp.join(format!(
-            "{EXPORT_DIR_PREFIX}{}-0000abcd",
+            "{SERVE_EXPORT_DIR_PREFIX}{}-0000abcd",
             std::process::id()
         ));
-        let other = tmp.join("dlqctl-serve-notapid-1");
+        let other = tmp.join(format!("{SERVE_EXPORT_DIR_PREFIX}notapid-1"));
         for d in [&gone, &alive, &other] {
             std::fs::create_dir_all(d).unwrap();
             std::fs::write(d.join("job-1.jsonl"), "{}").unwrap();

@@ -16,6 +16,9 @@
 //!   broker's refusals, stale objects, policies, the findings themselves.
 //! - [`values`]: small values shared by all: durations, short strings that
 //!   are not UTF-8, text and time helpers.
+//! - [`wire`]: the wire vocabulary: every `dlqctl-*` header name (and
+//!   every other name that starts with `dlqctl-`), the widening of AMQP
+//!   integers and the readers of these headers (docs/headers.md).
 //!
 //! Nothing here does I/O: no async runtime, no files, no sockets, no clock
 //! and no random numbers (the current time and random draws are
@@ -32,6 +35,7 @@ pub mod idempotency;
 pub mod retry;
 pub mod topology;
 pub mod values;
+pub mod wire;
 
 /// Test support: a header table of `pairs`.
 #[cfg(test)]

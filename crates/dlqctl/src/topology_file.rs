@@ -99,10 +99,11 @@ pub fn load_pipeline(path: impl AsRef<Path>, queue: &str) -> Result<Pipeline> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::wire::TEMP_PREFIX;
 
     fn scratch(name: &str, bytes: &[u8]) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "dlqctl-topology-file-{}-{name}",
+            "{TEMP_PREFIX}topology-file-{}-{name}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).unwrap();

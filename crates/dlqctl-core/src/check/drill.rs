@@ -2,7 +2,7 @@
 //! Pure: the shell publishes, watches and cleans up (`crate::ops::drill`).
 //!
 //! A drill publishes one message marked with
-//! [`crate::retry::drill::DRILL_HEADER`] through the pipeline's own
+//! [`crate::wire::DRILL_HEADER`] through the pipeline's own
 //! exchange (so its bindings are tested too), and follows it: the worker
 //! fails it through the tiers its decisions pick ([`expected_tiers`]),
 //! dead-letters it as `exhausted`, and acks it once the drill replays it.

@@ -4,9 +4,10 @@
 //! (`--dead-letter nack`, `delivery_limit`, a rejection by another
 //! consumer) is read from its newest `x-death` entry.
 
-use crate::retry::{
+use crate::wire::{
     ATTEMPT_HEADER, DEAD_LETTERED_AT_HEADER, ERRORS_HEADER, LAST_ERROR_HEADER,
-    ORIGINAL_EXCHANGE_HEADER, ORIGINAL_ROUTING_KEY_HEADER, REASON_HEADER, SOURCE_QUEUE_HEADER,
+    ORIGINAL_EXCHANGE_HEADER, ORIGINAL_ROUTING_KEY_HEADER, REASON_HEADER, REPLAYED_AT_HEADER,
+    SOURCE_QUEUE_HEADER,
 };
 use serde_json::Value;
 
@@ -55,11 +56,7 @@ pub fn describe(headers: &Value) -> Described {
     // A replay strips `x-death`: on a replayed message, an `x-death` is a
     // broker dead-lettering after the replay, newer than the dlqctl
     // headers the replay kept.
-    if death.is_some()
-        && headers
-            .get(crate::dlq::replay::REPLAYED_AT_HEADER)
-            .is_some()
-    {
+    if death.is_some() && headers.get(REPLAYED_AT_HEADER).is_some() {
         return Described {
             reason: death_reason().or_else(|| text(REASON_HEADER)),
             dead_lettered_at: death_time.or_else(|| text(DEAD_LETTERED_AT_HEADER)),
@@ -190,14 +187,14 @@ mod tests {
     #[test]
     fn dlqctls_headers_win() {
         let h = json!({
-            "dlqctl-reason": "exhausted",
-            "dlqctl-attempt": 4,
-            "dlqctl-dead-lettered-at": "2026-12-03T10:00:00.000Z",
-            "dlqctl-last-error": "upstream timeout",
-            "dlqctl-errors": [{"attempt": 1, "error": "a"}, {"attempt": 2, "error": "b"}],
-            "dlqctl-original-exchange": "shop",
-            "dlqctl-original-routing-key": "order.created",
-            "dlqctl-source-queue": "orders",
+            REASON_HEADER: "exhausted",
+            ATTEMPT_HEADER: 4,
+            DEAD_LETTERED_AT_HEADER: "2026-12-03T10:00:00.000Z",
+            LAST_ERROR_HEADER: "upstream timeout",
+            ERRORS_HEADER: [{"attempt": 1, "error": "a"}, {"attempt": 2, "error": "b"}],
+            ORIGINAL_EXCHANGE_HEADER: "shop",
+            ORIGINAL_ROUTING_KEY_HEADER: "order.created",
+            SOURCE_QUEUE_HEADER: "orders",
             "x-death": [{"reason": "rejected", "count": 9, "queue": "other", "exchange": "x",
                          "routing-keys": ["k"], "time": 1}]
         });
@@ -239,11 +236,11 @@ mod tests {
     #[test]
     fn a_broker_death_after_a_replay_wins_over_the_headers_the_replay_kept() {
         let h = json!({
-            "dlqctl-reason": "exhausted",
-            "dlqctl-dead-lettered-at": "2026-01-01T00:00:00.000Z",
-            "dlqctl-source-queue": "orders",
-            "dlqctl-last-error": "timeout",
-            "dlqctl-replayed-at": "2026-01-02T00:00:00.000Z",
+            REASON_HEADER: "exhausted",
+            DEAD_LETTERED_AT_HEADER: "2026-01-01T00:00:00.000Z",
+            SOURCE_QUEUE_HEADER: "orders",
+            LAST_ERROR_HEADER: "timeout",
+            REPLAYED_AT_HEADER: "2026-01-02T00:00:00.000Z",
             "x-death": [{"reason": "delivery_limit", "count": 1, "queue": "orders2",
                 "time": 1_767_312_000u64}]
         });
@@ -261,7 +258,7 @@ mod tests {
         );
         // Not replayed: dlqctl's headers win, as before.
         let mut h2 = h.clone();
-        h2.as_object_mut().unwrap().remove("dlqctl-replayed-at");
+        h2.as_object_mut().unwrap().remove(REPLAYED_AT_HEADER);
         assert_eq!(describe(&h2).reason.as_deref(), Some("exhausted"));
         // Replayed and dead-lettered by the worker again (no x-death).
         let mut h3 = h.clone();
@@ -275,7 +272,7 @@ mod tests {
         assert_eq!(d.reason, None);
         assert_eq!(d.attempts, None);
         assert!(d.errors.is_empty());
-        let d = describe(&json!({"x-death": "not a list", "dlqctl-attempt": "x"}));
+        let d = describe(&json!({"x-death": "not a list", ATTEMPT_HEADER: "x"}));
         assert_eq!((d.reason, d.attempts), (None, None));
     }
 

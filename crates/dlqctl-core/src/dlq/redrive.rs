@@ -6,15 +6,11 @@
 //! publishes; nothing here does I/O.
 
 use crate::dlq::describe::Described;
-use crate::dlq::replay::{replay_copy, REPLAYED_HEADER};
+use crate::dlq::replay::back_to_work;
 use crate::topology::Redrive;
+use crate::wire::{count, has, DRILL_HEADER, REDRIVEN_HEADER};
 use amq_protocol::protocol::BasicProperties;
-use amq_protocol::types::{AMQPValue, FieldTable};
-
-/// How often a message was redriven automatically (a signed 64-bit
-/// integer), apart from `dlqctl-replayed`, which counts a person's
-/// replays.
-pub const REDRIVEN_HEADER: &str = "dlqctl-redriven";
+use amq_protocol::types::FieldTable;
 
 /// The longest the DLQ waits between two looks after failed canaries: an
 /// hour (unless `every` itself is longer).
@@ -62,7 +58,7 @@ impl<'a> Seen<'a> {
                 .as_deref()
                 .and_then(crate::values::text::parse_rfc3339_millis),
             redriven: redriven_count(headers),
-            drill: headers.is_some_and(|h| h.contains_key(crate::retry::drill::DRILL_HEADER)),
+            drill: has(headers, DRILL_HEADER),
         }
     }
 }
@@ -94,49 +90,28 @@ pub fn verdict(policy: &Redrive, m: &Seen, now_unix_ms: u64) -> Verdict {
 /// The automatic redrives a message's headers count: `dlqctl-redriven`
 /// when it is a non-negative integer of any width, else 0.
 pub fn redriven_count(headers: Option<&FieldTable>) -> u64 {
-    let Some(v) = headers.and_then(|h| h.inner().get(REDRIVEN_HEADER)) else {
-        return 0;
-    };
-    let n: i64 = match v {
-        AMQPValue::ShortShortInt(n) => i64::from(*n),
-        AMQPValue::ShortShortUInt(n) => i64::from(*n),
-        AMQPValue::ShortInt(n) => i64::from(*n),
-        AMQPValue::ShortUInt(n) => i64::from(*n),
-        AMQPValue::LongInt(n) => i64::from(*n),
-        AMQPValue::LongUInt(n) => i64::from(*n),
-        AMQPValue::LongLongInt(n) => *n,
-        _ => 0,
-    };
-    n.max(0) as u64
+    count(headers, REDRIVEN_HEADER)
 }
 
-/// The properties of a redrive copy: a replay copy
-/// ([`replay_copy`]: it starts again at attempt 1, keeps the error
-/// history and carries the run's `dlqctl-replay-id` for the canary), with
-/// `dlqctl-redriven` one more than the original's and `dlqctl-replayed`
-/// left as the original had it (that one counts a person's replays).
+/// The properties of a redrive copy: as a replay copy
+/// ([`crate::dlq::replay::replay_copy`]: it starts again at attempt
+/// 1, keeps the error history and carries the run's `dlqctl-replay-id`
+/// for the canary), but with `dlqctl-redriven` one more than the
+/// original's and `dlqctl-replayed` left as the original had it (that one
+/// counts a person's replays).
 pub fn redrive_copy(
     original: &BasicProperties,
     connection_user: &str,
     replay_id: &str,
     now_unix_ms: u64,
 ) -> BasicProperties {
-    let old = original.headers().as_ref();
-    let before = redriven_count(old);
-    let replayed = old.and_then(|h| h.inner().get(REPLAYED_HEADER)).cloned();
-    let copy = replay_copy(original, connection_user, replay_id, now_unix_ms);
-    let mut headers = FieldTable::default();
-    for (k, v) in copy.headers().as_ref().into_iter().flatten() {
-        if k.as_str() != REPLAYED_HEADER {
-            headers.insert(k.clone(), v.clone());
-        }
-    }
-    if let Some(v) = replayed {
-        headers.insert(REPLAYED_HEADER.into(), v);
-    }
-    let next = i64::try_from(before.saturating_add(1)).unwrap_or(i64::MAX);
-    headers.insert(REDRIVEN_HEADER.into(), AMQPValue::LongLongInt(next));
-    copy.with_headers(headers)
+    back_to_work(
+        original,
+        connection_user,
+        replay_id,
+        now_unix_ms,
+        REDRIVEN_HEADER,
+    )
 }
 
 /// Whether a redrive's canary passed: at least one was sent and none came
@@ -218,10 +193,12 @@ pub fn next_wait(every_ms: u64, previous_ms: u64, result: RunResult) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dlq::replay::{replay_id_of, REPLAYED_AT_HEADER};
+    use crate::dlq::replay::replay_id_of;
     use crate::field_table;
-    use crate::retry::ATTEMPT_HEADER;
-    use amq_protocol::types::LongString;
+    use crate::wire::{
+        ATTEMPT_HEADER, LAST_ERROR_HEADER, REASON_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER,
+    };
+    use amq_protocol::types::{AMQPValue, LongString};
 
     const NOW: u64 = 1_767_225_600_000;
     const MIN: u64 = 60_000;
@@ -377,10 +354,7 @@ mod tests {
                 drill: false,
             }
         );
-        let drill = field_table([(
-            crate::retry::drill::DRILL_HEADER,
-            AMQPValue::LongString("run-1".into()),
-        )]);
+        let drill = field_table([(DRILL_HEADER, AMQPValue::LongString("run-1".into()))]);
         assert!(Seen::of(&d, Some(&drill)).drill);
     }
 
@@ -423,8 +397,8 @@ mod tests {
     fn original(extra: &[(&str, AMQPValue)]) -> BasicProperties {
         let mut pairs = vec![
             (ATTEMPT_HEADER, AMQPValue::LongLongInt(4)),
-            ("dlqctl-reason", AMQPValue::LongString("exhausted".into())),
-            ("dlqctl-last-error", AMQPValue::LongString("down".into())),
+            (REASON_HEADER, AMQPValue::LongString("exhausted".into())),
+            (LAST_ERROR_HEADER, AMQPValue::LongString("down".into())),
             (
                 "x-death",
                 AMQPValue::FieldArray(amq_protocol::types::FieldArray::default()),
@@ -452,7 +426,7 @@ mod tests {
         assert_eq!(header(&c, ATTEMPT_HEADER), None, "attempt 1 again");
         assert_eq!(header(&c, "x-death"), None);
         assert_eq!(
-            header(&c, "dlqctl-last-error"),
+            header(&c, LAST_ERROR_HEADER),
             Some(AMQPValue::LongString("down".into())),
             "the error history stays"
         );
@@ -479,6 +453,49 @@ mod tests {
         assert_eq!(
             header(&bare, REDRIVEN_HEADER),
             Some(AMQPValue::LongLongInt(1))
+        );
+    }
+
+    #[test]
+    fn a_redrive_copy_and_a_replay_copy_differ_only_in_which_count_goes_up() {
+        let o = original(&[
+            (REDRIVEN_HEADER, AMQPValue::ShortInt(2)),
+            (REPLAYED_HEADER, AMQPValue::LongInt(5)),
+            ("tenant", AMQPValue::LongString("acme".into())),
+        ]);
+        let redriven = redrive_copy(&o, "guest", "run-1", NOW);
+        let replayed = crate::dlq::replay::replay_copy(&o, "guest", "run-1", NOW);
+        assert_eq!(
+            header(&redriven, REDRIVEN_HEADER),
+            Some(AMQPValue::LongLongInt(3))
+        );
+        assert_eq!(
+            header(&redriven, REPLAYED_HEADER),
+            Some(AMQPValue::LongInt(5)),
+            "kept as it was, its type too"
+        );
+        assert_eq!(
+            header(&replayed, REPLAYED_HEADER),
+            Some(AMQPValue::LongLongInt(6))
+        );
+        assert_eq!(
+            header(&replayed, REDRIVEN_HEADER),
+            Some(AMQPValue::ShortInt(2))
+        );
+        let others = |p: &BasicProperties| -> Vec<(String, AMQPValue)> {
+            p.headers()
+                .iter()
+                .flat_map(|h| h.inner().iter())
+                .filter(|(k, _)| k.as_str() != REDRIVEN_HEADER && k.as_str() != REPLAYED_HEADER)
+                .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                .collect()
+        };
+        assert_eq!(others(&redriven), others(&replayed));
+        assert!(others(&redriven).iter().any(|(k, _)| k == "tenant"));
+        assert_eq!(
+            redriven.clone().with_headers(FieldTable::default()),
+            replayed.clone().with_headers(FieldTable::default()),
+            "the same properties"
         );
     }
 

@@ -3,17 +3,10 @@
 //! command keeps past its window).
 
 use crate::retry::copy::{is_broker_history, kept_properties};
-use crate::retry::ATTEMPT_HEADER;
 use crate::values::text::rfc3339_millis;
+use crate::wire::{count, ATTEMPT_HEADER, REPLAYED_AT_HEADER, REPLAYED_HEADER, REPLAY_ID_HEADER};
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
-
-/// How often the message was replayed (a signed 64-bit integer).
-pub const REPLAYED_HEADER: &str = "dlqctl-replayed";
-/// When it was last replayed (RFC 3339 UTC, milliseconds).
-pub const REPLAYED_AT_HEADER: &str = "dlqctl-replayed-at";
-/// The run that last replayed it (one id per run; the canary looks for it).
-pub const REPLAY_ID_HEADER: &str = "dlqctl-replay-id";
 
 /// The properties of a replay copy.
 ///
@@ -32,11 +25,31 @@ pub fn replay_copy(
     replay_id: &str,
     now_unix_ms: u64,
 ) -> BasicProperties {
+    back_to_work(
+        original,
+        connection_user,
+        replay_id,
+        now_unix_ms,
+        REPLAYED_HEADER,
+    )
+}
+
+/// A copy back to a main queue, by a DLQ command's run `replay_id`: the
+/// broker's history and `dlqctl-attempt` dropped, every other header kept
+/// as it was but `counter` (one more than the original's, see
+/// [`count`]), and `dlqctl-replayed-at` and `dlqctl-replay-id` set. A
+/// replay counts in `dlqctl-replayed`, a redrive in `dlqctl-redriven`
+/// ([`crate::dlq::redrive::redrive_copy`]); each keeps the other's
+/// count as it was.
+pub(crate) fn back_to_work(
+    original: &BasicProperties,
+    connection_user: &str,
+    replay_id: &str,
+    now_unix_ms: u64,
+    counter: &str,
+) -> BasicProperties {
     let old = original.headers().as_ref();
-    let before = old
-        .and_then(|h| h.inner().get(REPLAYED_HEADER))
-        .and_then(integer)
-        .unwrap_or(0);
+    let next = i64::try_from(count(old, counter).saturating_add(1)).unwrap_or(i64::MAX);
     let mut headers = FieldTable::default();
     for (k, v) in old.into_iter().flatten() {
         let key = k.as_str();
@@ -44,10 +57,7 @@ pub fn replay_copy(
             headers.insert(k.clone(), v.clone());
         }
     }
-    headers.insert(
-        REPLAYED_HEADER.into(),
-        AMQPValue::LongLongInt(before.saturating_add(1).max(1)),
-    );
+    headers.insert(counter.into(), AMQPValue::LongLongInt(next));
     headers.insert(
         REPLAYED_AT_HEADER.into(),
         AMQPValue::LongString(LongString::from(rfc3339_millis(now_unix_ms))),
@@ -64,19 +74,6 @@ pub fn replay_id_of(props: &BasicProperties) -> Option<String> {
     match props.headers().as_ref()?.inner().get(REPLAY_ID_HEADER)? {
         AMQPValue::LongString(s) => String::from_utf8(s.as_bytes().to_vec()).ok(),
         AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        _ => None,
-    }
-}
-
-fn integer(v: &AMQPValue) -> Option<i64> {
-    match v {
-        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongLongInt(n) => Some(*n),
         _ => None,
     }
 }
@@ -137,6 +134,7 @@ mod tests {
     use super::*;
     use crate::field_table;
     use crate::values::shortstr;
+    use crate::wire::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER};
     use amq_protocol::types::FieldArray;
 
     fn original() -> BasicProperties {
@@ -148,12 +146,9 @@ mod tests {
             ("x-delivery-count", AMQPValue::LongLongInt(3)),
             ("x-acquired-count", AMQPValue::LongLongInt(4)),
             (ATTEMPT_HEADER, AMQPValue::LongLongInt(4)),
-            (
-                "dlqctl-errors",
-                AMQPValue::FieldArray(FieldArray::default()),
-            ),
-            ("dlqctl-last-error", text("boom")),
-            ("dlqctl-reason", text("exhausted")),
+            (ERRORS_HEADER, AMQPValue::FieldArray(FieldArray::default())),
+            (LAST_ERROR_HEADER, text("boom")),
+            (REASON_HEADER, text("exhausted")),
             ("tenant", text("acme")),
         ]);
         BasicProperties::default()
@@ -180,12 +175,7 @@ mod tests {
         ] {
             assert!(!keys.contains(&gone), "{gone} kept: {keys:?}");
         }
-        for kept in [
-            "dlqctl-errors",
-            "dlqctl-last-error",
-            "dlqctl-reason",
-            "tenant",
-        ] {
+        for kept in [ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, "tenant"] {
             assert!(keys.contains(&kept), "{kept} dropped: {keys:?}");
         }
         assert_eq!(

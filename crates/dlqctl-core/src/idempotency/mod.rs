@@ -9,6 +9,7 @@ use amq_protocol::types::AMQPValue;
 use sha2::{Digest, Sha256};
 
 use crate::values::shortstr::raw_bytes;
+use crate::wire::{as_integer, HEADER_PREFIX, RERUN_HEADER};
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +39,7 @@ impl KeySource {
                 ),
                 Some(name) => {
                     let lower = name.to_ascii_lowercase();
-                    if lower.starts_with("x-") || lower.starts_with("dlqctl-") {
+                    if lower.starts_with("x-") || lower.starts_with(HEADER_PREFIX) {
                         Err(format!(
                             "idempotency.key `header:{name}`: headers named x-* or dlqctl-* change on the broker's and dlqctl's copies, so they cannot identify a message; use message_id or a header of your own"
                         ))
@@ -156,10 +157,6 @@ impl Default for Idempotency {
     }
 }
 
-/// The header a `dlq replay --rerun` copy carries: the replay's id, which
-/// joins the key so that a handled message runs once more.
-pub const RERUN_HEADER: &str = "dlqctl-rerun";
-
 /// The key of a delivery: raw bytes, never converted; `None` when the
 /// message has no such key (an empty id or header counts as none). A copy
 /// of a `--rerun` replay adds its replay id to the key.
@@ -196,14 +193,7 @@ fn value_bytes(v: &AMQPValue) -> Option<Vec<u8>> {
         AMQPValue::LongString(s) => s.as_bytes().to_vec(),
         AMQPValue::ShortString(s) => raw_bytes(s.as_str()).into_owned(),
         AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
-        AMQPValue::ShortShortInt(i) => i.to_string().into_bytes(),
-        AMQPValue::ShortShortUInt(i) => i.to_string().into_bytes(),
-        AMQPValue::ShortInt(i) => i.to_string().into_bytes(),
-        AMQPValue::ShortUInt(i) => i.to_string().into_bytes(),
-        AMQPValue::LongInt(i) => i.to_string().into_bytes(),
-        AMQPValue::LongUInt(i) => i.to_string().into_bytes(),
-        AMQPValue::LongLongInt(i) => i.to_string().into_bytes(),
-        _ => return None,
+        other => as_integer(other)?.to_string().into_bytes(),
     };
     Some(bytes)
 }

@@ -3,6 +3,7 @@
 use amq_protocol::types::{AMQPValue, FieldTable};
 
 use super::headers::*;
+use crate::wire::{as_integer, ATTEMPT_HEADER, DEFERRED_HEADER};
 
 /// What the headers of one delivery say about its attempts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,21 +140,6 @@ impl Warnings {
         }
         self.list
     }
-}
-
-/// Any AMQP integer type, widened; `None` for every other type (booleans,
-/// floats, decimals, timestamps and strings included).
-pub(super) fn as_integer(value: &AMQPValue) -> Option<i64> {
-    Some(match *value {
-        AMQPValue::ShortShortInt(n) => n.into(),
-        AMQPValue::ShortShortUInt(n) => n.into(),
-        AMQPValue::ShortInt(n) => n.into(),
-        AMQPValue::ShortUInt(n) => n.into(),
-        AMQPValue::LongInt(n) => n.into(),
-        AMQPValue::LongUInt(n) => n.into(),
-        AMQPValue::LongLongInt(n) => n,
-        _ => return None,
-    })
 }
 
 /// The bytes of a long or short string (a short string's bytes on the

@@ -3,12 +3,17 @@
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
-use super::attempt::{as_integer, as_str, as_text};
+use super::attempt::{as_str, as_text};
 use super::decision::DeadLetterReason;
 use super::fit::entry_size;
 use super::headers::*;
 use crate::values::shortstr;
 use crate::values::text::{rfc3339_millis, truncate_utf8};
+use crate::wire::{
+    as_integer, ATTEMPT_HEADER, DEAD_LETTERED_AT_HEADER, DEFERRED_HEADER, ERRORS_HEADER,
+    FIRST_FAILED_AT_HEADER, LAST_ERROR_HEADER, ORIGINAL_EXCHANGE_HEADER,
+    ORIGINAL_ROUTING_KEY_HEADER, REASON_HEADER, SOURCE_QUEUE_HEADER,
+};
 
 /// What a copy records about the run that failed and the delivery it
 /// came from.

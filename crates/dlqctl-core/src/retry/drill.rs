@@ -13,23 +13,13 @@
 //!   goes through each tier queue, its TTL dead-lettering and its route
 //!   back; behind older messages of a busy tier it waits for them, as
 //!   expired messages leave from the head only);
-//! - replayed (it carries [`crate::dlq::replay::REPLAYED_HEADER`])
-//!   or redriven (`dlqctl-redriven`), it acks it.
+//! - replayed (it carries [`REPLAYED_HEADER`]) or redriven
+//!   ([`REDRIVEN_HEADER`]: the redrive leaves drill messages alone now, but
+//!   one an older version moved may still come), it acks it.
 
 use amq_protocol::types::FieldTable;
 
-/// `crate::dlq::replay::REPLAYED_HEADER`, named here without
-/// importing the DLQ core (which imports this one).
-const REPLAYED_HEADER: &str = "dlqctl-replayed";
-
-/// `crate::dlq::redrive::REDRIVEN_HEADER`, likewise: a drill message
-/// an automatic redrive moved back (the redrive leaves drill messages
-/// alone now, but one an older version moved may still come) is acked
-/// like a replayed one.
-const REDRIVEN_HEADER: &str = "dlqctl-redriven";
-
-/// The header that marks a drill message; its value is the drill's id.
-pub const DRILL_HEADER: &str = "dlqctl-drill";
+use crate::wire::{has, DRILL_HEADER, REDRIVEN_HEADER, REPLAYED_HEADER};
 
 /// The `expiration` of a drill message's retry copies, in milliseconds.
 pub const DRILL_EXPIRATION_MS: u64 = 200;
@@ -50,10 +40,11 @@ pub enum DrillStep {
 /// The drill step of a message with these headers; `None` for a message
 /// that is not a drill.
 pub fn drill_step(headers: Option<&FieldTable>) -> Option<DrillStep> {
-    let h = headers?.inner();
-    h.get(DRILL_HEADER)?;
+    if !has(headers, DRILL_HEADER) {
+        return None;
+    }
     Some(
-        if h.contains_key(REPLAYED_HEADER) || h.contains_key(REDRIVEN_HEADER) {
+        if has(headers, REPLAYED_HEADER) || has(headers, REDRIVEN_HEADER) {
             DrillStep::AckReplayed
         } else {
             DrillStep::Fail
@@ -72,12 +63,6 @@ mod tests {
         Run::drill(step, attempt, max_attempts)
     }
 
-    #[test]
-    fn the_replayed_header_is_the_replays() {
-        assert_eq!(REPLAYED_HEADER, crate::dlq::replay::REPLAYED_HEADER);
-        assert_eq!(REDRIVEN_HEADER, crate::dlq::redrive::REDRIVEN_HEADER);
-    }
-
     fn headers(keys: &[&str]) -> FieldTable {
         let mut t = FieldTable::default();
         for k in keys {
@@ -90,7 +75,8 @@ mod tests {
     fn only_a_message_with_the_drill_header_is_a_drill() {
         assert_eq!(drill_step(None), None);
         assert_eq!(drill_step(Some(&headers(&[]))), None);
-        assert_eq!(drill_step(Some(&headers(&["dlqctl-drillx"]))), None);
+        let near = format!("{DRILL_HEADER}x");
+        assert_eq!(drill_step(Some(&headers(&[near.as_str()]))), None);
         assert_eq!(drill_step(Some(&headers(&[REPLAYED_HEADER]))), None);
         assert_eq!(
             drill_step(Some(&headers(&[DRILL_HEADER]))),

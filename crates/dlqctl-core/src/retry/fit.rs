@@ -35,9 +35,10 @@ use std::collections::BTreeMap;
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
-use super::headers::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER, WRITTEN_HEADERS};
+use super::headers::WRITTEN_HEADERS;
 use crate::values::shortstr;
 use crate::values::text::truncate_utf8;
+use crate::wire::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER};
 
 /// Bytes of a content-header frame besides its properties: frame type 1,
 /// channel 2, size 4, class id 2, weight 2, body size 8, frame end 1.
@@ -171,22 +172,22 @@ impl Trimmed {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         parts.extend(header_cut(
-            "dlqctl-errors",
+            ERRORS_HEADER,
             self.history_removed,
             self.history_entries,
-            |n| format!("{n} oldest dlqctl-errors entries dropped"),
+            |n| format!("{n} oldest {ERRORS_HEADER} entries dropped"),
         ));
         parts.extend(header_cut(
-            "dlqctl-last-error",
+            LAST_ERROR_HEADER,
             self.last_error_removed,
             self.last_error_bytes,
-            |n| format!("dlqctl-last-error cut by {n} bytes"),
+            |n| format!("{LAST_ERROR_HEADER} cut by {n} bytes"),
         ));
         if self.dlqctl_headers_removed {
-            parts.push("every dlqctl header but dlqctl-reason removed".to_string());
+            parts.push(format!("every dlqctl header but {REASON_HEADER} removed"));
         }
         if self.reason_removed {
-            parts.push("dlqctl-reason removed".to_string());
+            parts.push(format!("{REASON_HEADER} removed"));
         }
         parts.join(", ")
     }
@@ -353,8 +354,8 @@ fn without_headers(props: BasicProperties, drop: impl Fn(&str) -> bool) -> Basic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::{ATTEMPT_HEADER, SOURCE_QUEUE_HEADER};
     use crate::values::shortstr::from_raw_bytes;
+    use crate::wire::{ATTEMPT_HEADER, SOURCE_QUEUE_HEADER};
     use amq_protocol::types::{ByteArray, DecimalValue};
 
     /// What lapin writes for `props`.

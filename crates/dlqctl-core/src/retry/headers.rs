@@ -1,27 +1,11 @@
-//! The headers dlqctl writes on its copies, and the bounds it keeps them in.
+//! The headers the worker's copies (re)write, and the bounds it keeps
+//! them in. Their names are in [`crate::wire`].
 
-/// dlqctl's own attempt counter: handler runs already made.
-pub const ATTEMPT_HEADER: &str = "dlqctl-attempt";
-/// When the first handler run of this message failed.
-pub const FIRST_FAILED_AT_HEADER: &str = "dlqctl-first-failed-at";
-/// The error of the last failed run, at most [`MAX_LAST_ERROR_BYTES`].
-pub const LAST_ERROR_HEADER: &str = "dlqctl-last-error";
-/// The last [`MAX_HISTORY_ENTRIES`] failures, oldest first.
-pub const ERRORS_HEADER: &str = "dlqctl-errors";
-/// The exchange the message was first delivered from.
-pub const ORIGINAL_EXCHANGE_HEADER: &str = "dlqctl-original-exchange";
-/// The routing key the message was first delivered with.
-pub const ORIGINAL_ROUTING_KEY_HEADER: &str = "dlqctl-original-routing-key";
-/// Why a message was dead-lettered: `permanent`, `exhausted` or `too_large`.
-pub const REASON_HEADER: &str = "dlqctl-reason";
-/// When the message was dead-lettered.
-pub const DEAD_LETTERED_AT_HEADER: &str = "dlqctl-dead-lettered-at";
-/// The queue the message was dead-lettered from.
-pub const SOURCE_QUEUE_HEADER: &str = "dlqctl-source-queue";
-/// On a deferred copy (its key was leased by another run): the tier it
-/// waited in does not count as an attempt; `dlqctl-attempt` alone does.
-/// Every other copy drops it.
-pub const DEFERRED_HEADER: &str = "dlqctl-deferred";
+use crate::wire::{
+    ATTEMPT_HEADER, DEAD_LETTERED_AT_HEADER, ERRORS_HEADER, FIRST_FAILED_AT_HEADER,
+    LAST_ERROR_HEADER, ORIGINAL_EXCHANGE_HEADER, ORIGINAL_ROUTING_KEY_HEADER, REASON_HEADER,
+    SOURCE_QUEUE_HEADER,
+};
 
 /// Every header a copy (re)writes: a retry copy the first six, a
 /// dead-letter copy all. The bound [`MAX_ADDED_HEADERS_BYTES`] covers these.

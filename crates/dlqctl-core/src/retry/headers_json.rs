@@ -2,9 +2,9 @@
 
 use amq_protocol::types::{AMQPValue, FieldTable};
 
-use super::attempt::as_integer;
 use crate::values::shortstr;
 use crate::values::shortstr::MAX_JSON_DEPTH;
+use crate::wire::as_integer;
 
 /// The headers as a JSON object, for a handler's `DLQCTL_HEADERS`.
 ///

@@ -9,6 +9,7 @@ use super::*;
 use crate::handling::outcome::Outcome;
 use crate::topology::{parse_topology, Pipeline, RetryPolicy};
 use crate::values::duration::tier_name;
+use crate::wire::*;
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use std::time::Duration;
@@ -482,7 +483,7 @@ fn labels_are_the_metric_and_log_values() {
 /// failure dead-letters it as `exhausted` with every header of dlqctl's.
 #[test]
 fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
-    use super::drill::{DrillStep, DRILL_EXPIRATION_MS, DRILL_HEADER};
+    use super::drill::{DrillStep, DRILL_EXPIRATION_MS};
     let drill_run = Run::drill;
     let mut c = Case::new();
     c.pipeline = pipeline("quorum", 0.3);
@@ -528,7 +529,7 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
 /// kind of copy settle makes (each case checked to be the kind it says).
 #[test]
 fn the_same_inputs_settle_to_the_same_copy() {
-    use super::drill::{DrillStep, DRILL_HEADER};
+    use super::drill::DrillStep;
     let kind = |p: &Plan| {
         let what = match &p.settlement {
             Settlement::Retry { .. } => "retry",

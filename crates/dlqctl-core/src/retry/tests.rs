@@ -11,6 +11,7 @@ use crate::handling::outcome::Outcome;
 use crate::topology::RetryPolicy;
 use crate::values::shortstr::MAX_JSON_DEPTH;
 use crate::values::text::*;
+use crate::wire::*;
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
@@ -792,7 +793,7 @@ fn copies_strip_the_broker_history_and_keep_other_headers() {
         ("x-deathly", ls("kept")),
         ("x-custom", AMQPValue::LongLongInt(9)),
         ("trace", ls("t-1")),
-        ("dlqctl-replayed", AMQPValue::LongLongInt(1)),
+        (REPLAYED_HEADER, AMQPValue::LongLongInt(1)),
     ]));
     let c = ctx(2, "x");
     let retried = retry_copy(&original, &c, None);
@@ -815,16 +816,13 @@ fn copies_strip_the_broker_history_and_keep_other_headers() {
         assert_eq!(get(copy, "x-deathly"), Some(&ls("kept")));
         assert_eq!(get(copy, "x-custom"), Some(&AMQPValue::LongLongInt(9)));
         assert_eq!(get(copy, "trace"), Some(&ls("t-1")));
-        assert_eq!(
-            get(copy, "dlqctl-replayed"),
-            Some(&AMQPValue::LongLongInt(1))
-        );
+        assert_eq!(get(copy, REPLAYED_HEADER), Some(&AMQPValue::LongLongInt(1)));
     }
     let mut retry_keys: Vec<&str> = headers(&retried)
         .inner()
         .keys()
         .map(|k| k.as_str())
-        .filter(|k| k.starts_with("dlqctl-") && *k != "dlqctl-replayed")
+        .filter(|k| k.starts_with(HEADER_PREFIX) && *k != REPLAYED_HEADER)
         .collect();
     retry_keys.sort_unstable();
     let mut expected = COPY_HEADERS.to_vec();

@@ -56,6 +56,7 @@ use super::process::{
 };
 use super::{Handler, HandlerMessage};
 use crate::core::handling::outcome::Outcome;
+use crate::core::wire::HEADERS_FILE_PREFIX;
 
 /// The exit code that means "permanent failure" (`EX_DATAERR` in sysexits.h).
 pub(crate) const EXIT_PERMANENT: i32 = 65;
@@ -76,8 +77,10 @@ impl HeadersFile {
         use std::os::unix::fs::OpenOptionsExt;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("dlqctl-headers-{}-{n}.json", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "{HEADERS_FILE_PREFIX}{}-{n}.json",
+            std::process::id()
+        ));
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -394,6 +397,7 @@ fn or_describe(tail: String, description: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::wire::TEMP_PREFIX;
     use crate::handler::process::watch::{eventually, listed};
     use std::path::{Path, PathBuf};
     use std::time::Instant as StdInstant;
@@ -407,7 +411,7 @@ mod tests {
     }
 
     fn temp_path(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("dlqctl-exec-{tag}-{}", uuid::Uuid::new_v4()))
+        std::env::temp_dir().join(format!("{TEMP_PREFIX}exec-{tag}-{}", uuid::Uuid::new_v4()))
     }
 
     /// Whether `pid` is still a live process (a zombie waiting for a
@@ -596,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_program_holds_the_message_until_it_can_start() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("dlqctl-exec-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{TEMP_PREFIX}exec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let program = dir.join("handler.sh");
         let _ = std::fs::remove_file(&program);

@@ -25,6 +25,7 @@ use futures_util::FutureExt;
 
 use super::store::{Begin, BodySha, Lease, Store, StoreError};
 use crate::core::idempotency::{redact_url, url_password};
+use crate::core::wire::DOCTOR_KEY_PREFIX;
 
 /// The longest a call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -443,7 +444,7 @@ impl Store for RedisStore {
 
     fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         async move {
-            let key = format!("dlqctl-doctor:{:032x}", rand::random::<u128>());
+            let key = format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>());
             let value = format!("{:032x}", rand::random::<u128>());
             let mut conn = self.conn();
             let read: Option<String> = self

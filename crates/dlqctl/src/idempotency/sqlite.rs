@@ -22,6 +22,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use tokio::sync::oneshot;
 
 use super::store::{Begin, BodySha, Create, Lease, Store, StoreError};
+use crate::core::wire::{DOCTOR_KEY_PREFIX, SQLITE_THREAD_NAME};
 
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -178,7 +179,7 @@ impl SqliteStore {
         let token = std::sync::Arc::new(());
         let alive = std::sync::Arc::downgrade(&token);
         std::thread::Builder::new()
-            .name("dlqctl-sqlite".into())
+            .name(SQLITE_THREAD_NAME.into())
             .spawn(move || {
                 serve(conn, queue);
                 drop(token);
@@ -445,7 +446,7 @@ fn check(c: &Connection, scope: &[u8]) -> rusqlite::Result<bool> {
 
 /// [`check`]'s writes and read.
 fn check_steps(c: &Connection, scope: &[u8]) -> rusqlite::Result<bool> {
-    let key = format!("dlqctl-doctor:{:032x}", rand::random::<u128>());
+    let key = format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>());
     let sql = concat!(
         "INSERT INTO dlqctl_keys (scope, key, done_sha, done_expires_ms) VALUES (?1, ?2, ?3, ",
         now_ms!(),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::wire::TEMP_PREFIX;
 
 #[test]
 fn a_store_url_debug_shows_no_password() {
@@ -15,7 +16,8 @@ fn a_store_url_debug_shows_no_password() {
 
 #[tokio::test]
 async fn open_says_which_store_it_opened() {
-    let dir = std::env::temp_dir().join(format!("dlqctl-open-{:032x}", rand::random::<u128>()));
+    let dir =
+        std::env::temp_dir().join(format!("{TEMP_PREFIX}open-{:032x}", rand::random::<u128>()));
     std::fs::create_dir(&dir).unwrap();
     let url = StoreUrl::Sqlite(dir.join("orders.db"));
     let opened = open(&url, b"1:/:6:orders", Create::Yes).await;

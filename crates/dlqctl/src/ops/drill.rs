@@ -21,10 +21,11 @@ use crate::core::check::drill::{
 use crate::core::check::finding::Finding;
 use crate::core::check::policy::policy_findings;
 use crate::core::dlq::select::Selector;
-use crate::core::retry::drill::{DRILL_ERROR, DRILL_HEADER};
+use crate::core::retry::drill::DRILL_ERROR;
 use crate::core::topology::plan::Role;
 use crate::core::topology::Pipeline;
 use crate::core::values::duration::tier_name;
+use crate::core::wire::{DRILL_HEADER, DRILL_MESSAGE_ID_PREFIX};
 use crate::error::Result;
 use crate::ops::dlq::{ReadOptions, Target};
 use crate::ops::policies::PolicyView;
@@ -340,7 +341,7 @@ async fn publish_step(
         AMQPValue::LongString(LongString::from(id)),
     );
     let props = BasicProperties::default()
-        .with_message_id(format!("dlqctl-drill-{id}").as_str().into())
+        .with_message_id(format!("{DRILL_MESSAGE_ID_PREFIX}{id}").as_str().into())
         .with_content_type("text/plain".into())
         .with_delivery_mode(2)
         .with_headers(headers);

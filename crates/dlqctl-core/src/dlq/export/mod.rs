@@ -30,15 +30,13 @@
 //! `body_sha256` is the edited one and wins (both edited: an error).
 
 use crate::values::shortstr;
+use crate::wire::EXPORT_FORMAT;
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-
-/// The format tag written in every line.
-pub const FORMAT: &str = "dlqctl-export/1";
 
 /// Header values nested deeper than this are refused (each level takes two
 /// JSON levels, and JSON readers stop at 128).
@@ -68,7 +66,7 @@ pub enum LineError {
     #[error("not a JSON object: {0}")]
     Json(String),
     /// Another format, or none.
-    #[error("format is {0:?}, expected \"dlqctl-export/1\"")]
+    #[error("format is {0:?}, expected {expected:?}", expected = EXPORT_FORMAT)]
     Format(String),
     /// A field is missing, of the wrong type or out of range.
     #[error("{path}: {why}")]
@@ -409,7 +407,7 @@ pub fn to_line(r: &Record) -> Result<String, LineError> {
         props.insert("headers".into(), table_to_json(h, 1)?);
     }
     let mut line = Map::new();
-    line.insert("format".into(), json!(FORMAT));
+    line.insert("format".into(), json!(EXPORT_FORMAT));
     line.insert("queue".into(), json!(r.queue));
     put_short(&mut line, "exchange", &r.exchange);
     put_short(&mut line, "routing_key", &r.routing_key);
@@ -459,7 +457,7 @@ pub fn from_line(line: &str) -> Result<Record, LineError> {
         .as_object()
         .ok_or_else(|| LineError::Json("a line must be one JSON object".into()))?;
     match o.get("format").and_then(Value::as_str) {
-        Some(FORMAT) => {}
+        Some(EXPORT_FORMAT) => {}
         other => return Err(LineError::Format(other.unwrap_or("").to_string())),
     }
     let empty = Map::new();

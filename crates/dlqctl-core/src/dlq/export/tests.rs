@@ -122,7 +122,7 @@ fn every_value_and_property_round_trips_byte_for_byte() {
 fn the_line_uses_the_documented_names() {
     let line = to_line(&record()).unwrap();
     let v: Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(v["format"], FORMAT);
+    assert_eq!(v["format"], EXPORT_FORMAT);
     assert_eq!(v["exchange_base64"], "eP8=");
     assert!(v.get("exchange").is_none());
     assert_eq!(v["routing_key"], "orders");

@@ -15,11 +15,9 @@
 use crate::handling::message::HandlerMessage;
 use crate::handling::outcome::Outcome;
 use crate::values::{shortstr, Invalid};
+use crate::wire::JSONL_PROTOCOL;
 use serde_json::Value;
 use std::time::Duration;
-
-/// The protocol's name, in the hello line.
-pub const PROTOCOL: &str = "dlqctl-jsonl";
 
 /// The protocol version this dlqctl speaks.
 pub const VERSION: u64 = 1;
@@ -30,7 +28,7 @@ pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// The hello line (with its newline): the first line a process reads.
 pub fn hello_line(queue: &str, process: usize, processes: usize, max_in_flight: usize) -> Vec<u8> {
     let mut line = serde_json::json!({
-        "protocol": PROTOCOL,
+        "protocol": JSONL_PROTOCOL,
         "version": VERSION,
         "queue": queue,
         "process": process,

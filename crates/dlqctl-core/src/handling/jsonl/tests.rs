@@ -21,7 +21,7 @@ fn hello_names_protocol_version_and_shares() {
     let v = parse_line(&hello_line("orders", 1, 4, 8));
     assert_eq!(
         v,
-        json!({"protocol": "dlqctl-jsonl", "version": 1, "queue": "orders",
+        json!({"protocol": JSONL_PROTOCOL, "version": 1, "queue": "orders",
                "process": 1, "processes": 4, "max_in_flight": 8})
     );
 }

@@ -20,6 +20,7 @@ use super::pool::{Entry, Live, Pending, Pool, Reply};
 use crate::core::handling::jsonl::{self, Line, LineSplitter, MAX_ANSWER_BYTES};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
+use crate::core::wire::JSONL_PROTOCOL;
 use crate::handler::process::spawn::{spawn_piped, Spawned};
 use crate::handler::process::{describe_exit, format_timeout, io_error_text, TailBuffer};
 
@@ -110,7 +111,7 @@ async fn start(pool: &Arc<Pool>, index: usize) -> Result<Running, String> {
         ("DLQCTL_PROCESS", Some(index.to_string().into())),
         (
             "DLQCTL_PROTOCOL",
-            Some(format!("{}/{}", jsonl::PROTOCOL, jsonl::VERSION).into()),
+            Some(format!("{JSONL_PROTOCOL}/{}", jsonl::VERSION).into()),
         ),
     ];
     // Its own process group, death with dlqctl (PR_SET_PDEATHSIG), the

@@ -1,6 +1,7 @@
 //! The pool against real processes (Python and sh), without a broker.
 
 use super::*;
+use crate::core::wire::TEMP_PREFIX;
 use std::time::Duration;
 use std::time::Instant as StdInstant;
 
@@ -104,7 +105,7 @@ async fn a_crash_fails_the_messages_in_flight_and_the_process_comes_back() {
 
 #[tokio::test]
 async fn messages_wait_unsent_while_no_process_starts() {
-    let dir = std::env::temp_dir().join(format!("dlqctl-jsonl-gate-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{TEMP_PREFIX}jsonl-gate-{}", std::process::id()));
     let _ = std::fs::remove_file(&dir);
     let script = format!(
         "import os, sys\nif not os.path.exists({:?}): sys.exit('gate closed')\n{ECHO}",

@@ -252,9 +252,13 @@ pub(crate) mod watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::wire::TEMP_PREFIX;
 
     fn temp_path(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("dlqctl-process-test-{}-{tag}", std::process::id()))
+        std::env::temp_dir().join(format!(
+            "{TEMP_PREFIX}process-test-{}-{tag}",
+            std::process::id()
+        ))
     }
 
     #[test]
@@ -291,12 +295,12 @@ mod tests {
         assert_eq!(check_program("sh"), Ok(()));
         assert_eq!(check_program("/bin/sh"), Ok(()));
         assert!(resolve_program(OsStr::new("sh")).unwrap().is_absolute());
-        let e = check_program("dlqctl-no-such-program")
+        let e = check_program("no-such-program-of-dlqctl")
             .unwrap_err()
             .to_string();
         assert_eq!(
             e,
-            "cannot start handler `dlqctl-no-such-program`: not found in PATH"
+            "cannot start handler `no-such-program-of-dlqctl`: not found in PATH"
         );
         let e = check_program("/nonexistent/x").unwrap_err().to_string();
         assert_eq!(

@@ -1,6 +1,7 @@
 //! The SQLite store against real files in a temporary directory.
 
 use super::*;
+use crate::core::wire::TEMP_PREFIX;
 
 /// A directory of its own under the system's temporary directory,
 /// removed when dropped.
@@ -8,8 +9,10 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new() -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("dlqctl-sqlite-{:032x}", rand::random::<u128>()));
+        let dir = std::env::temp_dir().join(format!(
+            "{TEMP_PREFIX}sqlite-{:032x}",
+            rand::random::<u128>()
+        ));
         std::fs::create_dir(&dir).unwrap();
         TempDir(dir)
     }

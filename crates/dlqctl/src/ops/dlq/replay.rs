@@ -53,7 +53,7 @@ fn with_rerun(
     }
     let mut headers = props.headers().clone().unwrap_or_default();
     headers.insert(
-        crate::core::idempotency::RERUN_HEADER.into(),
+        crate::core::wire::RERUN_HEADER.into(),
         lapin::types::AMQPValue::LongString(replay_id.into()),
     );
     props.with_headers(headers)

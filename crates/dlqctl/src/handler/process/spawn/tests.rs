@@ -2,6 +2,7 @@
 //! rules and errors, the child's signal state, and reaping (no zombie).
 
 use super::*;
+use crate::core::wire::TEMP_PREFIX;
 use crate::handler::process::watch::{eventually, listed};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ fn os(args: &[&str]) -> Vec<OsString> {
 }
 
 fn temp_path(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("dlqctl-spawn-{tag}-{}", uuid::Uuid::new_v4()))
+    std::env::temp_dir().join(format!("{TEMP_PREFIX}spawn-{tag}-{}", uuid::Uuid::new_v4()))
 }
 
 /// Runs `sh -c script` with `body` on stdin; its status and stderr.
@@ -182,7 +183,7 @@ async fn the_program_leads_its_own_process_group_and_dies_with_us() {
 
 #[tokio::test]
 async fn spawn_failures_are_the_errors_execvp_gives() {
-    let e = spawn(OsStr::new("dlqctl-no-such-program"), &[], &[])
+    let e = spawn(OsStr::new("no-such-program-of-dlqctl"), &[], &[])
         .err()
         .unwrap();
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
