@@ -17,7 +17,7 @@ use crate::core::dlq::select::Selector;
 use crate::core::topology::plan::Plan;
 use crate::core::topology::{Pipeline, Topology};
 use crate::error::{Error, Result};
-use crate::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
+use crate::ops::dlq::{PeekReport, SummaryReport, Target};
 use crate::ops::status::{PipelineStatus, StatusReport};
 use crate::serve::history::{self, Health, History, Sample};
 use lapin::Connection;
@@ -335,18 +335,8 @@ impl App {
     ) -> Result<Target> {
         let tag = format!("dlqctl serve {verb} {}", p.name);
         let (conn, at) = self.opts.brokers.connect(&tag).await?;
-        Ok(Target {
-            conn: Arc::new(conn),
-            dlq: p.dead_letter.queue.clone(),
-            user: self.opts.brokers.get(at).user().to_string(),
-            read: ReadOptions {
-                retention_ms: p.dead_letter.ttl,
-                window: self.opts.window,
-                cancel,
-                ..ReadOptions::default()
-            },
-            tag,
-        })
+        let user = self.opts.brokers.get(at).user();
+        Ok(Target::for_pipeline(Arc::new(conn), p, user, tag, cancel).window(self.opts.window))
     }
 
     /// The pipeline's shared redrive state (docs/dlq.md, "The shared

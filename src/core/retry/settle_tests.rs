@@ -482,7 +482,7 @@ fn labels_are_the_metric_and_log_values() {
 /// failure dead-letters it as `exhausted` with every header of dlqctl's.
 #[test]
 fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
-    use super::drill::{DrillStep, DRILL_EXPIRATION_MS, DRILL_HEADER};
+    use crate::core::drill::message::{DrillStep, DRILL_EXPIRATION_MS, DRILL_HEADER};
     let drill_run = Run::drill;
     let mut c = Case::new();
     c.pipeline = pipeline("quorum", 0.3);
@@ -528,7 +528,7 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
 /// kind of copy settle makes (each case checked to be the kind it says).
 #[test]
 fn the_same_inputs_settle_to_the_same_copy() {
-    use super::drill::{DrillStep, DRILL_HEADER};
+    use crate::core::drill::message::{DrillStep, DRILL_HEADER};
     let kind = |p: &Plan| {
         let what = match &p.settlement {
             Settlement::Retry { .. } => "retry",
