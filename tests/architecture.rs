@@ -4,7 +4,7 @@
 //!   each other, directly or in a circle (a `use` or a `crate::`/`super::`
 //!   path in the code; `use super::X` imports the parent module's file, a
 //!   `pub use child::X` in a `mod.rs` imports the child's file);
-//! - `src/core/` has at most 8 top-level entries (files and folders,
+//! - `src/core/` has at most 9 top-level entries (files and folders,
 //!   `mod.rs` counted), so its layout is read at a glance;
 //! - `src/core/` does no I/O: no async runtime, files, sockets, processes,
 //!   broker connections, clock or random numbers;
@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-const CORE_MAX_ENTRIES: usize = 8;
+const CORE_MAX_ENTRIES: usize = 9;
 const FN_MAX_LINES: usize = 100;
 
 /// What the core may not name: I/O, the clock, randomness.
@@ -636,7 +636,7 @@ fn no_import_cycles_between_files() {
 }
 
 #[test]
-fn the_core_has_at_most_eight_entries() {
+fn the_core_has_at_most_nine_entries() {
     let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
     let entries: Vec<String> = fs::read_dir(core)
         .expect("src/core is readable")

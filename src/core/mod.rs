@@ -22,7 +22,7 @@
 //! Nothing here does I/O: no async runtime, no files, no sockets, no clock
 //! and no random numbers (the current time and random draws are
 //! parameters), so every rule is unit tested without a broker.
-//! `tests/architecture.rs` keeps it so, and keeps this folder at eight
+//! `tests/architecture.rs` keeps it so, and keeps this folder at nine
 //! entries at most.
 
 pub mod check;
