@@ -645,3 +645,44 @@ async fn metric(url: &str, name: &str, queue: &str, label: &str) -> Option<f64> 
             .flatten()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_its_steps_and_the_failed_one_as_it_always_did() {
+        let mut r = DrillReport {
+            pipeline: "orders".into(),
+            id: "d1".into(),
+            ..DrillReport::default()
+        };
+        let mut since = Instant::now();
+        r.ok(StepName::Consumer, &mut since, "1 consumer(s) on orders");
+        r.fail(StepName::Tier("10s".into()), &since, "broken");
+        assert_eq!(
+            r.verdict(),
+            DrillVerdict::FailedAt(StepName::Tier("10s".into()))
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["failed"], "tier 10s");
+        assert_eq!(json["steps"][0]["name"], "consumer");
+        assert_eq!(json["steps"][1]["name"], "tier 10s");
+        assert_eq!(json["steps"][1]["ok"], false);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(
+            text.starts_with(r#"{"pipeline":"orders","id":"d1","steps":[{"name":"consumer","#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""detail":"broken"}],"failed":"tier 10s","swept":0,"removed":0,"#),
+            "{text}"
+        );
+        let passed = DrillReport::default();
+        assert_eq!(passed.verdict(), DrillVerdict::Pass);
+        assert_eq!(
+            serde_json::to_value(&passed).unwrap()["failed"],
+            serde_json::Value::Null
+        );
+    }
+}

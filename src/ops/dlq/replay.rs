@@ -919,3 +919,93 @@ pub async fn replay_file(
 fn file_settle(done: Vec<Settled<()>>, report: &mut ReplayReport, p: &mut Progress, to: &str) {
     tally(done, p, report, to, |_| {}, |_| {});
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON form as the derived one of the report with `stopped` and
+    /// `cancelled` fields wrote it: the same fields, in the same order.
+    #[test]
+    fn the_json_form_says_how_the_run_ended_as_it_always_did() {
+        let report = |ended: ReplayEnd, why_failed: Option<&str>| ReplayReport {
+            from: "orders.dlq".into(),
+            to: "orders".into(),
+            replay_id: "r1".into(),
+            snapshot: 5,
+            read: 4,
+            moved: 3,
+            skipped: 0,
+            failed: 1,
+            why_failed: why_failed.map(str::to_string),
+            interrupted: 0,
+            from_file: false,
+            rotated: 0,
+            dry_run: false,
+            canary: None,
+            ended,
+            elapsed_ms: 12,
+            keys: vec![b"k".to_vec()],
+            already_handled: None,
+        };
+        let head = r#"{"from":"orders.dlq","to":"orders","replay_id":"r1","snapshot":5,"read":4,"moved":3,"skipped":0,"failed":1,"#;
+        let tail =
+            r#""interrupted":0,"from_file":false,"rotated":0,"dry_run":false,"canary":null,"#;
+        let refused = Stop::Refused("orders refused a copy: nacked".into());
+        let cases = [
+            (
+                ReplayEnd::Completed,
+                None,
+                r#""stopped":null,"cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Stopped(refused.clone()),
+                Some("orders refused a copy: nacked"),
+                r#""stopped":"orders refused a copy: nacked","cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Stopped(Stop::CanaryFailed("the canary failed".into())),
+                None,
+                r#""stopped":"the canary failed","cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Cancelled { stop: None },
+                None,
+                r#""stopped":null,"cancelled":true,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Cancelled {
+                    stop: Some(refused),
+                },
+                None,
+                r#""stopped":"orders refused a copy: nacked","cancelled":true,"elapsed_ms":12}"#,
+            ),
+        ];
+        for (ended, why_failed, end) in cases {
+            let why = match why_failed {
+                Some(w) => format!(r#""why_failed":"{w}","#),
+                None => String::new(),
+            };
+            assert_eq!(
+                serde_json::to_string(&report(ended, why_failed)).unwrap(),
+                format!("{head}{why}{tail}{end}")
+            );
+        }
+        let mut r = report(ReplayEnd::Completed, None);
+        r.canary = Some(CanaryReport {
+            sent: 2,
+            came_back: 0,
+            passed: true,
+        });
+        r.already_handled = Some(7);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            json.contains(r#""canary":{"sent":2,"came_back":0,"passed":true},"stopped":null"#),
+            "{json}"
+        );
+        assert!(
+            json.ends_with(r#""elapsed_ms":12,"already_handled":7}"#),
+            "{json}"
+        );
+    }
+}
