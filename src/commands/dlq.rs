@@ -10,7 +10,7 @@ use crate::output;
 use crate::output::progress::Reporter;
 use anyhow::Result;
 use dlqctl::core::topology::{Pipeline, Topology};
-use dlqctl::ops::dlq::{ReadOptions, Target};
+use dlqctl::ops::dlq::Target;
 use dlqctl::Error;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -38,19 +38,9 @@ async fn open(t: &DlqTarget, verb: &str) -> Result<Opened> {
     let conn = Arc::new(conn);
     let cancel = CancellationToken::new();
     super::spawn_signal_handler(cancel.clone(), "stopping after the copies in flight")?;
-    let target = Target {
-        conn,
-        dlq: pipeline.dead_letter.queue.clone(),
-        user: url.user().to_string(),
-        read: ReadOptions {
-            retention_ms: pipeline.dead_letter.ttl,
-            wait: t.wait,
-            window: t.window,
-            cancel,
-            ..ReadOptions::default()
-        },
-        tag: name,
-    };
+    let target = Target::for_pipeline(conn, &pipeline, url.user(), name, cancel)
+        .waiting(t.wait)
+        .window(t.window);
     Ok(Opened { pipeline, target })
 }
 
@@ -414,11 +404,12 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
     let mut r = result?;
     count_handled(a, &o.pipeline, &mut r).await?;
     print_report(a.json, &r, output::text::replay_text)?;
-    Ok(match (&r.canary, &r.stopped) {
-        (Some(c), _) if !c.passed && !r.cancelled => Outcome::Difference,
-        (_, Some(_)) => Outcome::Failure,
-        _ if r.cancelled || r.failed > 0 => Outcome::Failure,
-        _ => Outcome::Success,
+    use dlqctl::ops::dlq::replay::{ReplayEnd, Stop};
+    Ok(match &r.ended {
+        ReplayEnd::Stopped(Stop::CanaryFailed(_)) => Outcome::Difference,
+        ReplayEnd::Stopped(Stop::Refused(_)) | ReplayEnd::Cancelled { .. } => Outcome::Failure,
+        ReplayEnd::Completed if r.failed > 0 => Outcome::Failure,
+        ReplayEnd::Completed => Outcome::Success,
     })
 }
 

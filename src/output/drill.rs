@@ -1,13 +1,14 @@
 //! What `dlqctl drill` prints: its timeline.
 
 use crate::output::annotations::{workflow_command, Level};
+use dlqctl::core::drill::timeline::DrillVerdict;
 use dlqctl::ops::drill::DrillReport;
 
 /// `dlqctl drill orders: pass (drill 0123..., 1.2s)`.
 pub fn headline(r: &DrillReport) -> String {
-    let verdict = match &r.failed {
-        None => "pass".to_string(),
-        Some(step) => format!("fail at step `{step}`"),
+    let verdict = match r.verdict() {
+        DrillVerdict::Pass => "pass".to_string(),
+        DrillVerdict::FailedAt(step) => format!("fail at step `{step}`"),
     };
     format!(
         "dlqctl drill {}: {verdict} (drill {}, {:.1}s)",

@@ -681,10 +681,10 @@ pub fn replay_text(r: &ReplayReport) -> String {
     if let Some(c) = &r.canary {
         out += &canary_line(c, "FAILED");
     }
-    if let Some(why) = &r.stopped {
-        out += &format!("stopped: {why}\n");
+    if let Some(stop) = r.ended.stop() {
+        out += &format!("stopped: {}\n", stop.why());
     }
-    if r.cancelled {
+    if r.ended.is_cancelled() {
         out += if r.from_file {
             "stopped by a signal after the copies in flight; the rest of the file was not published\n"
         } else {

@@ -7,7 +7,7 @@ use super::jobs::{Action, Inner, Job, Jobs, Request, State};
 use super::state::App;
 use dlqctl::core::dlq::select::Selector;
 use dlqctl::ops::dlq::export::{ExportOptions, WriterSink};
-use dlqctl::ops::dlq::replay::{Canary, ReplayOptions};
+use dlqctl::ops::dlq::replay::{Canary, ReplayEnd, ReplayOptions};
 use dlqctl::ops::dlq::Progress;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -129,24 +129,13 @@ async fn run(
             dlqctl::ops::dlq::replay::replay(&t, &opts, &mut { progress })
                 .await
                 .map(|r| {
-                    let state = match (&r.canary, &r.stopped) {
-                        _ if r.cancelled => State::Cancelled,
-                        (Some(c), _) if !c.passed => State::Failed,
-                        (_, Some(_)) => State::Failed,
-                        _ => State::Done,
+                    // A failed canary is the run's stop.
+                    let (state, error) = match &r.ended {
+                        ReplayEnd::Cancelled { stop } => (State::Cancelled, stop.as_ref()),
+                        ReplayEnd::Stopped(stop) => (State::Failed, Some(stop)),
+                        ReplayEnd::Completed => (State::Done, None),
                     };
-                    let error = r.stopped.clone().or_else(|| {
-                        r.canary
-                            .as_ref()
-                            .filter(|c| !c.passed && !r.cancelled)
-                            .map(|c| {
-                                format!(
-                                    "the canary failed: {} of {} replayed messages came back \
-                                     to the DLQ; the rest was not replayed",
-                                    c.came_back, c.sent
-                                )
-                            })
-                    });
+                    let error = error.map(|s| s.why().to_string());
                     (state, serde_json::to_value(&r).ok(), error)
                 })
         }

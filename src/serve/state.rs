@@ -18,7 +18,7 @@ use dlqctl::core::dlq::select::Selector;
 use dlqctl::core::topology::plan::Plan;
 use dlqctl::core::topology::{Pipeline, Topology};
 use dlqctl::error::{Error, Result};
-use dlqctl::ops::dlq::{PeekReport, ReadOptions, SummaryReport, Target};
+use dlqctl::ops::dlq::{PeekReport, SummaryReport, Target};
 use dlqctl::ops::status::{PipelineStatus, StatusReport};
 use lapin::Connection;
 use std::collections::HashMap;
@@ -335,18 +335,8 @@ impl App {
     ) -> Result<Target> {
         let tag = format!("dlqctl serve {verb} {}", p.name);
         let (conn, at) = self.opts.brokers.connect(&tag).await?;
-        Ok(Target {
-            conn: Arc::new(conn),
-            dlq: p.dead_letter.queue.clone(),
-            user: self.opts.brokers.get(at).user().to_string(),
-            read: ReadOptions {
-                retention_ms: p.dead_letter.ttl,
-                window: self.opts.window,
-                cancel,
-                ..ReadOptions::default()
-            },
-            tag,
-        })
+        let user = self.opts.brokers.get(at).user();
+        Ok(Target::for_pipeline(Arc::new(conn), p, user, tag, cancel).window(self.opts.window))
     }
 
     /// The pipeline's shared redrive state (docs/dlq.md, "The shared

@@ -679,7 +679,7 @@ async fn doctor_fails_on_a_dlq_policy_that_dead_letters_back_into_the_pipeline()
 /// 600 ms later: on 4.2+ the drill waits for it and passes, saying so;
 /// before 4.2 (Mnesia: a confirmed declare routes on every node) the
 /// first refusal is the verdict. (A lagging cluster node cannot be made
-/// on one node: the wait's rules are unit-tested in core/check/drill.rs.)
+/// on one node: the wait's rules are unit-tested in core/drill/timeline.rs.)
 #[tokio::test]
 async fn drill_publishes_again_for_a_while_only_on_khepri_brokers() {
     let f = PipeFixture::new(&[10_000, 60_000], 3, |p| {
@@ -704,7 +704,7 @@ async fn drill_publishes_again_for_a_while_only_on_khepri_brokers() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let khepri = dlqctl::core::check::drill::routable_wait_ms(Some(&version)) > 0;
+    let khepri = dlqctl::core::drill::timeline::routable_wait_ms(Some(&version)) > 0;
     let rebind = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         ch.queue_bind(

@@ -12,6 +12,8 @@
 //! - [`dlq`]: the DLQ commands: the description and grouping of a
 //!   dead-lettered message, the selectors, error fingerprints, the export
 //!   line, the replay and rotation copies, the rate.
+//! - [`drill`]: `dlqctl drill`: the drill message the worker fails
+//!   without its handler, and what a drill expects of a pipeline.
 //! - [`check`]: what `provision --check` finds: drift read from the
 //!   broker's refusals, stale objects, policies, the findings themselves.
 //! - [`values`]: small values shared by all: durations, short strings that
@@ -30,6 +32,7 @@
 
 pub mod check;
 pub mod dlq;
+pub mod drill;
 pub mod handling;
 pub mod idempotency;
 pub mod retry;

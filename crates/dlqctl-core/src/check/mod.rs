@@ -11,7 +11,6 @@
 //! - [`doctor`]: the checklist of `dlqctl doctor`.
 //! - [`consumer_timeout`]: the queue's consumer timeout against the
 //!   handler timeout (`work` refuses to start, `doctor` fails).
-//! - [`drill`]: what `dlqctl drill` expects of a pipeline, its timeline.
 //! - [`permissions`]: which commands a user's permissions allow.
 //! - [`circuit`]: a worker's circuit breaker, read from its metrics page.
 //! - [`idempotency`]: a pipeline's idempotency store as doctor, status and
@@ -22,7 +21,6 @@ pub mod consumer_timeout;
 pub mod cycle;
 pub mod doctor;
 pub mod drift;
-pub mod drill;
 pub mod effective;
 pub mod finding;
 pub mod idempotency;

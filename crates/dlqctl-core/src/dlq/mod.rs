@@ -8,6 +8,8 @@
 //! - [`export`]: the lossless JSON Lines form of a message.
 //! - [`replay`]: the replay and rotation copies.
 //! - [`rate`]: `--rate`, a token bucket.
+//! - [`run`]: how a replay ends, and the canary rules of a replay and of
+//!   automatic redrive.
 //! - [`redrive`]: automatic redrive: which message moves, its copy, the
 //!   canary's rule and the wait between runs.
 //! - [`redrive_state`]: the wait and the last runs a pipeline's workers
@@ -20,4 +22,5 @@ pub mod rate;
 pub mod redrive;
 pub mod redrive_state;
 pub mod replay;
+pub mod run;
 pub mod select;

@@ -1,12 +1,14 @@
 //! Automatic redrive, the rules (docs/dlq.md, "Automatic redrive"): which
 //! DLQ message a run moves ([`verdict`]), the copy it publishes
-//! ([`redrive_copy`]), whether its canary passed ([`canary_passed`]), what
-//! the run came to ([`RunResult`]) and when the DLQ is looked at next
-//! ([`next_wait`]). The shell (`ops::dlq::redrive`) reads the DLQ and
+//! ([`redrive_copy`]), whether its canary passed
+//! ([`CanaryRule::Automatic`]), what the run came to ([`RunEnd`], its
+//! [`RunResult`]) and when the DLQ is looked at next ([`next_wait`]). The shell (`ops::dlq::redrive`) reads the DLQ and
 //! publishes; nothing here does I/O.
 
 use crate::dlq::describe::Described;
 use crate::dlq::replay::back_to_work;
+pub use crate::dlq::run::CanaryRule;
+use crate::dlq::run::{ReplayEnd, Stop};
 use crate::topology::Redrive;
 use crate::wire::{count, has, DRILL_HEADER, REDRIVEN_HEADER};
 use amq_protocol::protocol::BasicProperties;
@@ -114,13 +116,6 @@ pub fn redrive_copy(
     )
 }
 
-/// Whether a redrive's canary passed: at least one was sent and none came
-/// back (stricter than `dlq replay --canary`, which accepts half: an
-/// automatic run has no person watching).
-pub fn canary_passed(sent: u64, came_back: u64) -> bool {
-    sent > 0 && came_back == 0
-}
-
 /// What one run came to (the `result` label of
 /// `dlqctl_redrive_runs_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -168,9 +163,74 @@ impl RunResult {
     /// canary sent and failed → canary failed; else moved.
     pub fn of(moved: u64, canary: Option<(u64, u64)>) -> RunResult {
         match canary {
-            Some((sent, back)) if sent > 0 && !canary_passed(sent, back) => RunResult::CanaryFailed,
+            Some((sent, back)) if sent > 0 && !CanaryRule::Automatic.passed(sent, back) => {
+                RunResult::CanaryFailed
+            }
             _ if moved == 0 => RunResult::NothingEligible,
             _ => RunResult::Moved,
+        }
+    }
+}
+
+/// How a run ended: its [`RunResult`], with why when it did not move what
+/// was eligible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Messages moved (the canary passed, or there was none).
+    Moved,
+    /// No message was eligible.
+    NothingEligible,
+    /// A canary came back: the rest stayed.
+    CanaryFailed(String),
+    /// The health probe did not answer 2xx: nothing moved.
+    Unhealthy(String),
+    /// Another run or DLQ command held the DLQ.
+    Busy(String),
+    /// The run stopped on an error, a refused copy or a signal.
+    Failed(String),
+}
+
+impl RunEnd {
+    /// The result (the metric's label).
+    pub fn result(&self) -> RunResult {
+        match self {
+            RunEnd::Moved => RunResult::Moved,
+            RunEnd::NothingEligible => RunResult::NothingEligible,
+            RunEnd::CanaryFailed(_) => RunResult::CanaryFailed,
+            RunEnd::Unhealthy(_) => RunResult::Unhealthy,
+            RunEnd::Busy(_) => RunResult::Busy,
+            RunEnd::Failed(_) => RunResult::Failed,
+        }
+    }
+
+    /// Why it did not move what was eligible, in words.
+    pub fn why(&self) -> Option<&str> {
+        match self {
+            RunEnd::Moved | RunEnd::NothingEligible => None,
+            RunEnd::CanaryFailed(why)
+            | RunEnd::Unhealthy(why)
+            | RunEnd::Busy(why)
+            | RunEnd::Failed(why) => Some(why),
+        }
+    }
+
+    /// What a run whose replay moved `moved` messages, with this canary
+    /// (`(sent, came_back)`), and ended so, came to: a signal or a refused
+    /// copy is a failure, a failed canary is [`RunEnd::CanaryFailed`];
+    /// else the numbers say ([`RunResult::of`]).
+    pub fn after_replay(moved: u64, canary: Option<(u64, u64)>, end: &ReplayEnd) -> RunEnd {
+        match end {
+            ReplayEnd::Cancelled { .. } => RunEnd::Failed("stopped (SIGINT, SIGTERM)".into()),
+            ReplayEnd::Stopped(Stop::CanaryFailed(why)) => RunEnd::CanaryFailed(why.clone()),
+            ReplayEnd::Stopped(Stop::Refused(why)) => RunEnd::Failed(why.clone()),
+            ReplayEnd::Completed => match RunResult::of(moved, canary) {
+                RunResult::NothingEligible => RunEnd::NothingEligible,
+                RunResult::CanaryFailed => {
+                    let (sent, back) = canary.unwrap_or_default();
+                    RunEnd::CanaryFailed(format!("the canary failed: {back} of {sent} came back"))
+                }
+                _ => RunEnd::Moved,
+            },
         }
     }
 }
@@ -500,12 +560,78 @@ mod tests {
     }
 
     #[test]
-    fn the_canary_passes_only_when_some_were_sent_and_none_came_back() {
-        assert!(canary_passed(5, 0));
-        assert!(canary_passed(1, 0));
-        assert!(!canary_passed(5, 1));
-        assert!(!canary_passed(5, 5));
-        assert!(!canary_passed(0, 0), "nothing sent proves nothing");
+    fn a_run_after_its_replay_ends_as_the_replay_did() {
+        let refused = Stop::Refused("orders refused a copy: nacked".into());
+        let canary = Stop::CanaryFailed("the canary failed: 1 of 5 ...".into());
+        let cases = [
+            (0, None, ReplayEnd::Completed, RunEnd::NothingEligible),
+            (
+                0,
+                Some((0, 0)),
+                ReplayEnd::Completed,
+                RunEnd::NothingEligible,
+            ),
+            (7, None, ReplayEnd::Completed, RunEnd::Moved),
+            (50, Some((5, 0)), ReplayEnd::Completed, RunEnd::Moved),
+            (
+                5,
+                Some((5, 1)),
+                ReplayEnd::Stopped(canary.clone()),
+                RunEnd::CanaryFailed("the canary failed: 1 of 5 ...".into()),
+            ),
+            (
+                2,
+                Some((5, 0)),
+                ReplayEnd::Stopped(refused.clone()),
+                RunEnd::Failed("orders refused a copy: nacked".into()),
+            ),
+            (
+                0,
+                Some((0, 0)),
+                ReplayEnd::Stopped(refused.clone()),
+                RunEnd::Failed("orders refused a copy: nacked".into()),
+            ),
+            (
+                3,
+                None,
+                ReplayEnd::Cancelled { stop: None },
+                RunEnd::Failed("stopped (SIGINT, SIGTERM)".into()),
+            ),
+            (
+                3,
+                Some((3, 0)),
+                ReplayEnd::Cancelled {
+                    stop: Some(refused),
+                },
+                RunEnd::Failed("stopped (SIGINT, SIGTERM)".into()),
+            ),
+            // Numbers of a failed canary with no stop (not what a replay
+            // with the automatic rule reports): still a failed canary.
+            (
+                3,
+                Some((3, 3)),
+                ReplayEnd::Completed,
+                RunEnd::CanaryFailed("the canary failed: 3 of 3 came back".into()),
+            ),
+        ];
+        for (moved, canary, end, expected) in cases {
+            let got = RunEnd::after_replay(moved, canary, &end);
+            assert_eq!(got, expected, "{moved} {canary:?} {end:?}");
+        }
+        assert_eq!(RunEnd::Moved.why(), None);
+        assert_eq!(RunEnd::NothingEligible.why(), None);
+        let ends = [
+            (RunEnd::Moved, RunResult::Moved),
+            (RunEnd::CanaryFailed("a".into()), RunResult::CanaryFailed),
+            (RunEnd::Unhealthy("b".into()), RunResult::Unhealthy),
+            (RunEnd::NothingEligible, RunResult::NothingEligible),
+            (RunEnd::Busy("c".into()), RunResult::Busy),
+            (RunEnd::Failed("d".into()), RunResult::Failed),
+        ];
+        for (end, result) in ends {
+            assert_eq!(end.result(), result);
+        }
+        assert_eq!(RunEnd::Busy("held".into()).why(), Some("held"));
     }
 
     #[test]

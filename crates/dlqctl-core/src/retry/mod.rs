@@ -29,7 +29,6 @@ pub mod breaker;
 pub mod confirm;
 pub(crate) mod copy;
 mod decision;
-pub mod drill;
 pub mod fit;
 mod headers;
 mod headers_json;

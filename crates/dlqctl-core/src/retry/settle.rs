@@ -87,9 +87,9 @@ impl Run {
     }
 
     /// The worker's verdict on a drill message at `attempt` of
-    /// `max_attempts`, in place of a handler run (see [`super::drill`]).
-    pub fn drill(step: super::drill::DrillStep, attempt: u32, max_attempts: u32) -> Self {
-        use super::drill::{DrillStep, DRILL_ERROR};
+    /// `max_attempts`, in place of a handler run (see [`crate::drill::message`]).
+    pub fn drill(step: crate::drill::message::DrillStep, attempt: u32, max_attempts: u32) -> Self {
+        use crate::drill::message::{DrillStep, DRILL_ERROR};
         match step {
             DrillStep::AckReplayed => Run::Ran(Outcome::Success),
             DrillStep::Fail if attempt > max_attempts => Run::spent(attempt, max_attempts),
@@ -539,10 +539,14 @@ fn retry(
     notes: &mut Vec<Note>,
 ) -> Option<Settlement> {
     let p = rules.pipeline;
-    // A drill message's copies expire at once (see super::drill).
-    let drill = super::drill::drill_step(d.properties.headers().as_ref()).is_some();
+    // A drill message's copies expire at once (see core::drill::message).
+    let drill = crate::drill::message::drill_step(d.properties.headers().as_ref()).is_some();
     let expiration = if drill {
-        Some(super::drill::DRILL_EXPIRATION_MS.min(delay_ms).to_string())
+        Some(
+            crate::drill::message::DRILL_EXPIRATION_MS
+                .min(delay_ms)
+                .to_string(),
+        )
     } else {
         jitter_expiration(delay_ms, p.retry.jitter, jitter_u)
     };

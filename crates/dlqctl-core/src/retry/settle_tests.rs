@@ -483,7 +483,7 @@ fn labels_are_the_metric_and_log_values() {
 /// failure dead-letters it as `exhausted` with every header of dlqctl's.
 #[test]
 fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
-    use super::drill::{DrillStep, DRILL_EXPIRATION_MS};
+    use crate::drill::message::{DrillStep, DRILL_EXPIRATION_MS};
     let drill_run = Run::drill;
     let mut c = Case::new();
     c.pipeline = pipeline("quorum", 0.3);
@@ -529,7 +529,7 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
 /// kind of copy settle makes (each case checked to be the kind it says).
 #[test]
 fn the_same_inputs_settle_to_the_same_copy() {
-    use super::drill::DrillStep;
+    use crate::drill::message::DrillStep;
     let kind = |p: &Plan| {
         let what = match &p.settlement {
             Settlement::Retry { .. } => "retry",

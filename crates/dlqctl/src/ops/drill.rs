@@ -1,5 +1,5 @@
 //! `dlqctl drill`: a fire drill on a live pipeline. Publishes one drill
-//! message (see [`crate::core::retry::drill`]) through the pipeline's own
+//! message (see [`crate::core::drill::message`]) through the pipeline's own
 //! route, follows it to the DLQ, checks the worker's dead-letter counter
 //! (with a metrics URL), replays it and sees it acked, and removes every
 //! trace, also when a step fails or the drill is cancelled.
@@ -14,20 +14,21 @@
 use crate::amqp::declare::passive_queue;
 use crate::amqp::mgmt::Management;
 use crate::amqp::publisher::Publisher;
-use crate::core::check::drill::{
-    drill_route, expected_tiers, in_time, next_look, publish_retry, routable_wait_ms, tier_steps,
-    Step,
-};
 use crate::core::check::finding::Finding;
 use crate::core::check::policy::policy_findings;
 use crate::core::dlq::select::Selector;
-use crate::core::retry::drill::DRILL_ERROR;
+use crate::core::drill::message::DRILL_ERROR;
+use crate::core::drill::timeline::{
+    dead_lettered_verdict, drill_route, expected_tiers, in_time, next_look, publish_retry,
+    routable_wait_ms, tier_steps, DeadLetteredVerdict, DrillVerdict, Step, StepName,
+};
+use crate::core::retry::DeadLetterReason;
 use crate::core::topology::plan::Role;
 use crate::core::topology::Pipeline;
 use crate::core::values::duration::tier_name;
 use crate::core::wire::{DRILL_HEADER, DRILL_MESSAGE_ID_PREFIX};
 use crate::error::Result;
-use crate::ops::dlq::{ReadOptions, Target};
+use crate::ops::dlq::Target;
 use crate::ops::policies::PolicyView;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection};
@@ -57,7 +58,7 @@ pub struct DrillReport {
     /// Every step, in order; the last one failed when `failed` is set.
     pub steps: Vec<Step>,
     /// The step that did not hold.
-    pub failed: Option<String>,
+    pub failed: Option<StepName>,
     /// Drill messages of earlier drills removed from the DLQ first.
     pub swept: u64,
     /// Drill messages removed from the DLQ at the end (the drill's own,
@@ -74,9 +75,14 @@ pub struct DrillReport {
 }
 
 impl DrillReport {
-    fn ok(&mut self, name: impl Into<String>, since: &mut Instant, detail: impl Into<String>) {
+    /// Passed, or failed at the first step that did not hold.
+    pub fn verdict(&self) -> DrillVerdict {
+        DrillVerdict::of(&self.steps)
+    }
+
+    fn ok(&mut self, name: StepName, since: &mut Instant, detail: impl Into<String>) {
         self.steps.push(Step {
-            name: name.into(),
+            name,
             ok: true,
             took_ms: since.elapsed().as_millis() as u64,
             detail: detail.into(),
@@ -84,14 +90,14 @@ impl DrillReport {
         *since = Instant::now();
     }
 
-    fn fail(&mut self, name: &str, since: &Instant, detail: impl Into<String>) {
+    fn fail(&mut self, name: StepName, since: &Instant, detail: impl Into<String>) {
+        self.failed = Some(name.clone());
         self.steps.push(Step {
-            name: name.into(),
+            name,
             ok: false,
             took_ms: since.elapsed().as_millis() as u64,
             detail: detail.into(),
         });
-        self.failed = Some(name.into());
     }
 }
 
@@ -118,6 +124,26 @@ fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// A drill under way: where it runs and what it looks for.
+struct Drill<'a> {
+    p: &'a Pipeline,
+    mgmt: Option<&'a Management>,
+    vhost: &'a str,
+    /// The pipeline's DLQ, on the drill's connection.
+    target: Target,
+    opts: &'a DrillOptions,
+    /// This drill's id.
+    id: String,
+    /// Its own message: the drill header with its id.
+    mine: Selector,
+}
+
+impl Drill<'_> {
+    fn conn(&self) -> &Arc<Connection> {
+        &self.target.conn
+    }
+}
+
 /// Runs a drill on `p`. An error means the broker could not be asked.
 pub async fn drill(
     conn: Arc<Connection>,
@@ -134,21 +160,17 @@ pub async fn drill(
         id: id.clone(),
         ..DrillReport::default()
     };
-    let target = Target {
-        conn: conn.clone(),
-        dlq: p.dead_letter.queue.clone(),
-        user: user.to_string(),
-        read: ReadOptions {
-            retention_ms: p.dead_letter.ttl,
-            wait: true,
-            cancel: opts.cancel.clone(),
-            // Its looks seek its own message: no wait for the DLQ's depth
-            // to hold still, so a look is quick and the deadline kept.
-            settle: false,
-            ..ReadOptions::default()
-        },
-        tag: format!("dlqctl drill {}", p.name),
-    };
+    // Its looks seek its own message: no wait for the DLQ's depth to
+    // hold still, so a look is quick and the deadline kept.
+    let target = Target::for_pipeline(
+        conn,
+        p,
+        user,
+        format!("dlqctl drill {}", p.name),
+        opts.cancel.clone(),
+    )
+    .waiting(true)
+    .unsettled();
     // Leftovers of earlier drills (a kill -9 mid-run).
     let leftovers = Selector {
         error: Some(DRILL_ERROR.to_string()),
@@ -157,91 +179,73 @@ pub async fn drill(
     r.swept = crate::ops::dlq::purge::purge(&target, &leftovers, None, true, &mut |_| {})
         .await?
         .removed;
-    let result = steps(&conn, p, mgmt, vhost, &target, &id, opts, &mut r).await;
-    if r.failed.is_some() || result.is_err() {
-        let mine = Selector {
+    let d = Drill {
+        p,
+        mgmt,
+        vhost,
+        target,
+        opts,
+        mine: Selector {
             headers: vec![(DRILL_HEADER.to_string(), id.clone())],
             ..Selector::default()
-        };
-        let fresh = Target {
-            read: ReadOptions {
-                cancel: CancellationToken::new(),
-                ..target.read.clone()
-            },
-            ..target.clone()
-        };
-        if let Ok(p) = crate::ops::dlq::purge::purge(&fresh, &mine, None, true, &mut |_| {}).await {
+        },
+        id,
+    };
+    let result = steps(&d, &mut r).await;
+    if r.verdict() != DrillVerdict::Pass || result.is_err() {
+        let fresh = d.target.with_cancel(CancellationToken::new());
+        if let Ok(p) = crate::ops::dlq::purge::purge(&fresh, &d.mine, None, true, &mut |_| {}).await
+        {
             r.removed = p.removed;
         }
     }
     if p.dead_letter.redrive.is_some() {
-        r.redrive = Some(redrive_summary(&conn, p).await);
+        r.redrive = Some(redrive_summary(d.conn(), p).await);
     }
     r.elapsed_ms = started.elapsed().as_millis() as u64;
     result.map(|()| r)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn steps(
-    conn: &Arc<Connection>,
-    p: &Pipeline,
-    mgmt: Option<&Management>,
-    vhost: &str,
-    target: &Target,
-    id: &str,
-    opts: &DrillOptions,
-    r: &mut DrillReport,
-) -> Result<()> {
+async fn steps(d: &Drill<'_>, r: &mut DrillReport) -> Result<()> {
+    let (p, opts) = (d.p, d.opts);
     let before = match &opts.metrics_url {
         Some(u) => Some(dead_letters(u, &p.name).await.unwrap_or(0.0)),
         None => None,
     };
-    let version = match mgmt {
+    let version = match d.mgmt {
         Some(m) => m.version().await.ok().flatten(),
         None => None,
     };
     let routable_wait = routable_wait_ms(version.as_deref());
-    let Some((published_ms, mut since)) = publish_step(conn, p, id, routable_wait, r).await? else {
+    let Some((published_ms, mut since)) = publish_step(d, routable_wait, r).await? else {
         return Ok(());
     };
 
     // To the DLQ.
-    let mine = Selector {
-        headers: vec![(DRILL_HEADER.to_string(), id.to_string())],
-        ..Selector::default()
-    };
-    let Some(found) = to_dlq(conn, p, mgmt, vhost, target, &mine, opts, &since, r).await? else {
+    let Some(found) = to_dlq(d, &since, r).await? else {
         return Ok(());
     };
     let tiers = expected_tiers(p);
-    let d = &found.described;
+    let m = &found.described;
     let mut timeline = tier_steps(
         published_ms,
         &tiers,
-        &d.errors,
-        d.dead_lettered_at.as_deref(),
+        &m.errors,
+        m.dead_lettered_at.as_deref(),
     );
-    if d.reason.as_deref() != Some("exhausted") || d.attempts != Some(tiers.len() as i64 + 1) {
-        r.steps.append(&mut timeline);
-        r.fail(
-            "dlq",
-            &since,
-            format!(
-                "reason {:?} after {:?} attempts, expected exhausted after {}",
-                d.reason,
-                d.attempts,
-                tiers.len() + 1
-            ),
-        );
-        return Ok(());
-    }
     r.steps.append(&mut timeline);
-    r.ok(
-        "dlq",
-        &mut since,
-        format!("in {} with dlqctl's headers", p.dead_letter.queue),
-    );
-    after_dlq(p, target, &mine, id, opts, before, since, r).await
+    match dead_lettered_verdict(m.reason.as_deref(), m.attempts, tiers.len()) {
+        DeadLetteredVerdict::AsExpected => r.ok(
+            StepName::Dlq,
+            &mut since,
+            format!("in {} with dlqctl's headers", p.dead_letter.queue),
+        ),
+        unexpected => {
+            r.fail(StepName::Dlq, &since, unexpected.to_string());
+            return Ok(());
+        }
+    }
+    after_dlq(d, before, since, r).await
 }
 
 /// Looks for the drill message in the DLQ until `--timeout` after the
@@ -249,33 +253,27 @@ async fn steps(
 /// ([`next_look`]); found by a look that started after it, it is late
 /// ([`in_time`]), the same for every timeout. `Ok(None)` when the step
 /// failed (recorded in `r`, with the likeliest broken step).
-#[allow(clippy::too_many_arguments)]
 async fn to_dlq(
-    conn: &Arc<Connection>,
-    p: &Pipeline,
-    mgmt: Option<&Management>,
-    vhost: &str,
-    target: &Target,
-    mine: &Selector,
-    opts: &DrillOptions,
+    d: &Drill<'_>,
     since: &Instant,
     r: &mut DrillReport,
 ) -> Result<Option<crate::ops::dlq::PeekedMessage>> {
+    let (p, opts) = (d.p, d.opts);
     let timeout_ms = opts.timeout.as_millis() as u64;
     let timeout = tier_name(timeout_ms);
     loop {
         if opts.cancel.is_cancelled() {
-            r.fail("dlq", since, "cancelled");
+            r.fail(StepName::Dlq, since, "cancelled");
             return Ok(None);
         }
         let look_ms = since.elapsed().as_millis() as u64;
-        let peek = crate::ops::dlq::peek(target, mine, 1).await?;
+        let peek = crate::ops::dlq::peek(&d.target, &d.mine, 1).await?;
         if let Some(m) = peek.messages.into_iter().next() {
             if in_time(look_ms, timeout_ms) {
                 return Ok(Some(m));
             }
             r.fail(
-                "dlq",
+                StepName::Dlq,
                 since,
                 format!(
                     "in {} only after {:.2}s, past --timeout {timeout}",
@@ -287,10 +285,10 @@ async fn to_dlq(
         }
         let elapsed = since.elapsed().as_millis() as u64;
         let Some(wait) = next_look(elapsed, timeout_ms) else {
-            let (step, why) = diagnose(conn, p, mgmt, vhost).await;
+            let (step, why) = diagnose(d).await;
             let why = with_breaker(why, opts, p).await;
             r.fail(
-                &step,
+                step,
                 since,
                 format!("not in {} after {timeout}: {why}", p.dead_letter.queue),
             );
@@ -304,17 +302,16 @@ async fn to_dlq(
 /// The first steps: a consumer on the main queue, then the drill message
 /// published through the pipeline's route. `Ok(None)` when one failed.
 async fn publish_step(
-    conn: &Arc<Connection>,
-    p: &Pipeline,
-    id: &str,
+    d: &Drill<'_>,
     routable_wait: u64,
     r: &mut DrillReport,
 ) -> Result<Option<(u64, Instant)>> {
+    let (conn, p, id) = (d.conn(), d.p, d.id.as_str());
     let mut since = Instant::now();
     match passive_queue(conn, &p.name).await? {
         None => {
             r.fail(
-                "consumer",
+                StepName::Consumer,
                 &since,
                 format!("queue {} does not exist: run `dlqctl provision`", p.name),
             );
@@ -322,14 +319,14 @@ async fn publish_step(
         }
         Some(c) if c.consumers == 0 => {
             r.fail(
-                "consumer",
+                StepName::Consumer,
                 &since,
                 format!("no worker consumes {}: start `dlqctl work`", p.name),
             );
             return Ok(None);
         }
         Some(c) => r.ok(
-            "consumer",
+            StepName::Consumer,
             &mut since,
             format!("{} consumer(s) on {}", c.consumers, p.name),
         ),
@@ -365,7 +362,7 @@ async fn publish_step(
                 w => format!(" (published again for {}: still refused)", tier_name(w)),
             };
             r.fail(
-                "published",
+                StepName::Published,
                 &since,
                 format!("through {route}: {refusal}{retried}"),
             );
@@ -378,36 +375,39 @@ async fn publish_step(
         1 => String::new(),
         n => format!(" (routed at attempt {n}, after {})", tier_name(waited)),
     };
-    r.ok("published", &mut since, format!("through {route}{again}"));
+    r.ok(
+        StepName::Published,
+        &mut since,
+        format!("through {route}{again}"),
+    );
     Ok(Some((published_ms, since)))
 }
 
 /// The steps after the DLQ: the metric, the replay, the ack.
-#[allow(clippy::too_many_arguments)]
 async fn after_dlq(
-    p: &Pipeline,
-    target: &Target,
-    mine: &Selector,
-    id: &str,
-    opts: &DrillOptions,
+    d: &Drill<'_>,
     before: Option<f64>,
     mut since: Instant,
     r: &mut DrillReport,
 ) -> Result<()> {
+    let (p, opts, id) = (d.p, d.opts, d.id.as_str());
+    let exhausted = DeadLetterReason::Exhausted.as_str();
     if let (Some(u), Some(before)) = (&opts.metrics_url, before) {
         let until = Instant::now() + Duration::from_secs(15);
         loop {
             let now = dead_letters(u, &p.name).await.unwrap_or(before);
             if now > before {
                 r.ok(
-                    "metric",
+                    StepName::Metric,
                     &mut since,
-                    format!("dlqctl_dead_letters_total{{reason=\"exhausted\"}} {before} -> {now}"),
+                    format!(
+                        "dlqctl_dead_letters_total{{reason=\"{exhausted}\"}} {before} -> {now}"
+                    ),
                 );
                 break;
             }
             if Instant::now() >= until {
-                r.fail("metric", &since, format!("dlqctl_dead_letters_total{{reason=\"exhausted\"}} stayed at {before} on {}", crate::amqp::connection::redact(u)));
+                r.fail(StepName::Metric, &since, format!("dlqctl_dead_letters_total{{reason=\"{exhausted}\"}} stayed at {before} on {}", crate::amqp::connection::redact(u)));
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -415,9 +415,9 @@ async fn after_dlq(
     }
 
     let replay = crate::ops::dlq::replay::replay(
-        target,
+        &d.target,
         &crate::ops::dlq::replay::ReplayOptions {
-            selector: mine.clone(),
+            selector: d.mine.clone(),
             limit: Some(1),
             rate: None,
             to: p.name.clone(),
@@ -432,7 +432,7 @@ async fn after_dlq(
     .await?;
     if replay.moved != 1 {
         r.fail(
-            "replayed",
+            StepName::Replayed,
             &since,
             format!(
                 "moved {}: {}",
@@ -442,7 +442,7 @@ async fn after_dlq(
         );
         return Ok(());
     }
-    r.ok("replayed", &mut since, format!("to {}", p.name));
+    r.ok(StepName::Replayed, &mut since, format!("to {}", p.name));
 
     // Acked: the worker takes the copy and does not dead-letter it again.
     let acks_before = match &opts.metrics_url {
@@ -451,9 +451,9 @@ async fn after_dlq(
     };
     let settle = Duration::from_secs(2);
     tokio::time::sleep(settle).await;
-    let back = crate::ops::dlq::peek(target, mine, 1).await?;
+    let back = crate::ops::dlq::peek(&d.target, &d.mine, 1).await?;
     if !back.messages.is_empty() {
-        r.fail("acked", &since, "the replayed copy was dead-lettered again: the worker did not recognise the drill message (an older dlqctl?)");
+        r.fail(StepName::Acked, &since, "the replayed copy was dead-lettered again: the worker did not recognise the drill message (an older dlqctl?)");
         return Ok(());
     }
     let detail = match (&opts.metrics_url, acks_before) {
@@ -465,7 +465,7 @@ async fn after_dlq(
         }
         _ => "not dead-lettered again within 2s".into(),
     };
-    r.ok("acked", &mut since, detail);
+    r.ok(StepName::Acked, &mut since, detail);
     Ok(())
 }
 
@@ -473,26 +473,22 @@ async fn after_dlq(
 /// no consumer, a tier that does not route back (its dead-letter
 /// arguments, or messages held for its DLX), a retry binding missing, the
 /// DLX not bound to the DLQ; else a timeout.
-async fn diagnose(
-    conn: &Connection,
-    p: &Pipeline,
-    mgmt: Option<&Management>,
-    vhost: &str,
-) -> (String, String) {
-    if let Ok(Some(c)) = passive_queue(conn, &p.name).await {
+async fn diagnose(d: &Drill<'_>) -> (StepName, String) {
+    let (p, vhost) = (d.p, d.vhost);
+    if let Ok(Some(c)) = passive_queue(d.conn(), &p.name).await {
         if c.consumers == 0 {
-            return ("consumer".into(), format!("no worker consumes {}", p.name));
+            return (StepName::Consumer, format!("no worker consumes {}", p.name));
         }
     }
-    let Some(m) = mgmt else {
+    let Some(m) = d.mgmt else {
         return (
-            "dlq".into(),
+            StepName::Dlq,
             "no management API to tell which step broke".into(),
         );
     };
     for t in p.retry.tiers() {
         let q = p.retry_queue(t);
-        let tier = format!("tier {}", crate::core::values::duration::tier_name(t));
+        let tier = StepName::Tier(crate::core::values::duration::tier_name(t));
         match m.queue(vhost, &q).await {
             Ok(Some(doc)) => {
                 let args = &doc["arguments"];
@@ -538,7 +534,7 @@ async fn diagnose(
     {
         if b.is_empty() {
             return (
-                "dlq".into(),
+                StepName::Dlq,
                 format!(
                     "{} has no binding to {}",
                     p.dead_letter_exchange(),
@@ -550,7 +546,7 @@ async fn diagnose(
     if let Some(cause) = policy_cause(m, p, vhost).await {
         return cause;
     }
-    ("dlq".into(), NO_BROKEN_STEP.into())
+    (StepName::Dlq, NO_BROKEN_STEP.into())
 }
 
 /// What [`diagnose`] says when every step it can see holds.
@@ -580,7 +576,7 @@ async fn with_breaker(why: String, opts: &DrillOptions, p: &Pipeline) -> String 
 /// policy definitions: [`PolicyView`]), with the step it breaks: a tier,
 /// else the DLQ (a TTL or a dead-letter exchange on the DLQ loses the
 /// message before a look finds it).
-async fn policy_cause(m: &Management, p: &Pipeline, vhost: &str) -> Option<(String, String)> {
+async fn policy_cause(m: &Management, p: &Pipeline, vhost: &str) -> Option<(StepName, String)> {
     let view = PolicyView::read(m, vhost).await;
     let listed = m.list_queues(vhost).await.ok()?;
     let plan = crate::core::topology::plan::pipeline_plan(p);
@@ -604,8 +600,8 @@ async fn policy_cause(m: &Management, p: &Pipeline, vhost: &str) -> Option<(Stri
             continue;
         };
         let step = match (q.role, q.name.rsplit_once(".retry.")) {
-            (Role::RetryQueue, Some((_, tier))) => format!("tier {tier}"),
-            _ => "dlq".to_string(),
+            (Role::RetryQueue, Some((_, tier))) => StepName::Tier(tier.to_string()),
+            _ => StepName::Dlq,
         };
         return Some((
             step,
@@ -649,4 +645,45 @@ async fn metric(url: &str, name: &str, queue: &str, label: &str) -> Option<f64> 
             .then(|| value.trim().parse().ok())
             .flatten()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_its_steps_and_the_failed_one_as_it_always_did() {
+        let mut r = DrillReport {
+            pipeline: "orders".into(),
+            id: "d1".into(),
+            ..DrillReport::default()
+        };
+        let mut since = Instant::now();
+        r.ok(StepName::Consumer, &mut since, "1 consumer(s) on orders");
+        r.fail(StepName::Tier("10s".into()), &since, "broken");
+        assert_eq!(
+            r.verdict(),
+            DrillVerdict::FailedAt(StepName::Tier("10s".into()))
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["failed"], "tier 10s");
+        assert_eq!(json["steps"][0]["name"], "consumer");
+        assert_eq!(json["steps"][1]["name"], "tier 10s");
+        assert_eq!(json["steps"][1]["ok"], false);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(
+            text.starts_with(r#"{"pipeline":"orders","id":"d1","steps":[{"name":"consumer","#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""detail":"broken"}],"failed":"tier 10s","swept":0,"removed":0,"#),
+            "{text}"
+        );
+        let passed = DrillReport::default();
+        assert_eq!(passed.verdict(), DrillVerdict::Pass);
+        assert_eq!(
+            serde_json::to_value(&passed).unwrap()["failed"],
+            serde_json::Value::Null
+        );
+    }
 }

@@ -7,10 +7,10 @@ use super::config::WorkerConfig;
 use super::idempotency::Entry;
 use super::shared::Shared;
 use crate::amqp::publisher::{Publisher, Refusal};
+use crate::core::drill::message::{drill_step, DrillStep};
 use crate::core::handling::outcome::Outcome;
 use crate::core::retry::backoff::Backoff;
 use crate::core::retry::breaker::Call;
-use crate::core::retry::drill::{drill_step, DrillStep};
 use crate::core::retry::{
     count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
     Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
@@ -104,7 +104,7 @@ impl<H: Handler> DeliveryTask<H> {
     /// run is its probe (given back unrecorded when no handler runs).
     pub(super) async fn process(self, d: Delivery, probe: Option<ProbeTicket>) {
         let mut prepared = self.prepare(&d);
-        // A drill message never reaches the handler (core::retry::drill).
+        // A drill message never reaches the handler (core::drill::message).
         let drill = drill_step(d.properties.headers().as_ref());
         let run = match drill {
             Some(step) => {

@@ -336,6 +336,20 @@ impl Metrics {
         }
     }
 
+    /// Counts a redrive run of `queue` that could not even start (no
+    /// connection): `dlqctl_redrive_runs_total{result="failed"}`, as a
+    /// run that failed on an error counts.
+    pub fn record_redrive_failed(&self, queue: &str) {
+        self.redrive_runs
+            .get_or_create(&RunLabels {
+                queue: queue.to_string(),
+                result: crate::core::dlq::redrive::RunResult::Failed
+                    .label()
+                    .to_string(),
+            })
+            .inc();
+    }
+
     /// Publishes the pipeline's current redrive wait (the shared one when
     /// the broker keeps it), and the messages its last run found waiting
     /// for a person.
@@ -698,6 +712,17 @@ mod tests {
                 "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
                 "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
             ],
+        );
+    }
+
+    #[test]
+    fn a_redrive_run_that_could_not_start_counts_as_failed() {
+        let m = Metrics::new();
+        m.record_redrive_failed("orders");
+        m.record_redrive_failed("orders");
+        assert_renders(
+            &m,
+            &["dlqctl_redrive_runs_total{queue=\"orders\",result=\"failed\"} 2"],
         );
     }
 

@@ -15,8 +15,8 @@
 use super::config::WorkerConfig;
 use crate::core::dlq::redrive::RunResult;
 use crate::ops::dlq::redrive::{redrive_if_due, RedriveReport, Turn};
-use crate::ops::dlq::{ReadOptions, Target};
-use crate::worker::metrics::{Metrics, RunLabels};
+use crate::ops::dlq::Target;
+use crate::worker::metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -91,13 +91,7 @@ pub(crate) async fn run_loop(
                 };
             }
             Err(e) => {
-                metrics
-                    .redrive_runs
-                    .get_or_create(&RunLabels {
-                        queue: queue.clone(),
-                        result: "failed".into(),
-                    })
-                    .inc();
+                metrics.record_redrive_failed(&queue);
                 warn!(queue = %queue, error = %e, next_wait_ms = policy.every, "redrive run failed");
                 wait = policy.every;
             }
@@ -115,17 +109,8 @@ async fn once(
     let name = format!("dlqctl redrive {}", p.name);
     let (conn, at) = cfg.brokers.connect(&name).await?;
     let conn = Arc::new(conn);
-    let target = Target {
-        conn: conn.clone(),
-        dlq: p.dead_letter.queue.clone(),
-        user: cfg.brokers.get(at).user().to_string(),
-        read: ReadOptions {
-            retention_ms: p.dead_letter.ttl,
-            cancel: stop.child_token(),
-            ..ReadOptions::default()
-        },
-        tag: name,
-    };
+    let user = cfg.brokers.get(at).user();
+    let target = Target::for_pipeline(conn.clone(), p, user, name, stop.child_token());
     let r = redrive_if_due(&target, p, previous_wait_ms).await;
     crate::amqp::connection::close(&conn).await;
     r

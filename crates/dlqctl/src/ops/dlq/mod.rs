@@ -56,6 +56,59 @@ pub struct Target {
 }
 
 impl Target {
+    /// The target of `pipeline`'s DLQ on `conn`, which authenticated as
+    /// `user` and is named `tag`: read with the DLQ's retention and the
+    /// default options, stopping when `cancel` is cancelled. The one way
+    /// every command, the worker, `dlqctl serve` and `dlqctl drill` make
+    /// it; [`Target::waiting`], [`Target::window`] and
+    /// [`Target::unsettled`] change what differs.
+    pub fn for_pipeline(
+        conn: Arc<Connection>,
+        pipeline: &crate::core::topology::Pipeline,
+        user: &str,
+        tag: String,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Target {
+        Target {
+            conn,
+            dlq: pipeline.dead_letter.queue.clone(),
+            user: user.to_string(),
+            read: ReadOptions {
+                retention_ms: pipeline.dead_letter.ttl,
+                cancel,
+                ..ReadOptions::default()
+            },
+            tag,
+        }
+    }
+
+    /// Waits for the DLQ's lock instead of failing with "busy" when `wait`
+    /// ([`ReadOptions::wait`]).
+    pub fn waiting(mut self, wait: bool) -> Target {
+        self.read.wait = wait;
+        self
+    }
+
+    /// Holds at most `window` messages unacked ([`ReadOptions::window`]).
+    pub fn window(mut self, window: u32) -> Target {
+        self.read.window = window;
+        self
+    }
+
+    /// Takes the snapshot at once, without waiting for the DLQ's depth to
+    /// hold still ([`ReadOptions::settle`] off).
+    pub fn unsettled(mut self) -> Target {
+        self.read.settle = false;
+        self
+    }
+
+    /// The same target, stopping when `cancel` is cancelled instead.
+    pub fn with_cancel(&self, cancel: tokio_util::sync::CancellationToken) -> Target {
+        let mut t = self.clone();
+        t.read.cancel = cancel;
+        t
+    }
+
     async fn open(&self) -> Result<DlqReader> {
         DlqReader::open(
             self.conn.clone(),

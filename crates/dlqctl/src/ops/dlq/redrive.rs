@@ -13,7 +13,7 @@ use super::replay::{
 };
 use super::{Message, Target};
 use crate::core::dlq::redrive::{
-    canary_passed, next_wait, redrive_copy, verdict, RunResult, Seen, Verdict,
+    next_wait, redrive_copy, verdict, CanaryRule, RunEnd, RunResult, Seen, Verdict,
 };
 use crate::core::dlq::redrive_state::{RedriveState, RunRecord};
 use crate::core::dlq::select::Selector;
@@ -68,6 +68,30 @@ pub struct RedriveReport {
     /// process's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared_unavailable: Option<String>,
+}
+
+impl RedriveReport {
+    /// The report of a run of `pipeline` on the DLQ of `t` that ended so,
+    /// before its times, its numbers and the shared state are added.
+    fn ended(pipeline: &Pipeline, t: &Target, replay_id: String, end: RunEnd) -> RedriveReport {
+        RedriveReport {
+            queue: pipeline.name.clone(),
+            dlq: t.dlq.clone(),
+            result: end.result(),
+            moved: 0,
+            waiting_for_person: None,
+            canary: None,
+            health: None,
+            why: end.why().map(str::to_string),
+            replay_id,
+            next_wait_ms: 0,
+            elapsed_ms: 0,
+            started_at_ms: 0,
+            ended_at_ms: 0,
+            shared: None,
+            shared_unavailable: None,
+        }
+    }
 }
 
 /// What a look at the DLQ came to: a run, or nothing because the
@@ -134,8 +158,8 @@ impl ReplayHooks for Hooks<'_> {
         redrive_copy(original, connection_user, replay_id, now_unix_ms)
     }
 
-    fn canary_passed(&self, sent: u64, came_back: u64) -> bool {
-        canary_passed(sent, came_back)
+    fn canary_rule(&self) -> CanaryRule {
+        CanaryRule::Automatic
     }
 }
 
@@ -184,36 +208,21 @@ async fn turn(
             pipeline.name
         )));
     };
-    let mut report = RedriveReport {
-        queue: pipeline.name.clone(),
-        dlq: t.dlq.clone(),
-        result: RunResult::Failed,
-        moved: 0,
-        waiting_for_person: None,
-        canary: None,
-        health: None,
-        why: None,
-        replay_id: new_replay_id(),
-        next_wait_ms: 0,
-        elapsed_ms: 0,
-        started_at_ms: 0,
-        ended_at_ms: 0,
-        shared: None,
-        shared_unavailable: None,
-    };
+    let replay_id = new_replay_id();
     let lock = redrive_lock_name(&t.dlq);
     let held = match hold_exclusive(&t.conn, &lock).await {
         Ok(Some(ch)) => ch,
         Ok(None) => {
-            report.result = RunResult::Busy;
-            report.why = Some(format!("another redrive run holds {lock}"));
+            let busy = RunEnd::Busy(format!("another redrive run holds {lock}"));
+            let mut report = RedriveReport::ended(pipeline, t, replay_id, busy);
             report.next_wait_ms = policy.every;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             report.ended_at_ms = super::now_ms();
             return Ok(Turn::Ran(Box::new(report)));
         }
         Err(e) => {
-            report.why = Some(e.to_string());
+            let failed = RunEnd::Failed(e.to_string());
+            let mut report = RedriveReport::ended(pipeline, t, replay_id, failed);
             report.next_wait_ms = next_wait(policy.every, previous_wait_ms, RunResult::Failed);
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             report.ended_at_ms = super::now_ms();
@@ -221,7 +230,7 @@ async fn turn(
         }
     };
     let state_queue = pipeline.redrive_state_queue();
-    let before = read_shared(t, &state_queue, policy.every, &mut report).await;
+    let (before, shared_unavailable) = read_shared(t, &state_queue, policy.every).await;
     let looked_at = super::now_ms();
     let not_due = before.as_ref().and_then(|s| {
         let remaining_ms = s.remaining_ms(policy.every, looked_at);
@@ -234,12 +243,19 @@ async fn turn(
         unlock(held, &lock).await;
         return Ok(n);
     }
-    report.started_at_ms = looked_at;
-    let (result, why) = locked(t, pipeline, policy, &mut report).await;
-    report.result = result;
-    report.why = why;
-    report.next_wait_ms = next_wait(policy.every, previous_wait_ms, result);
-    report.ended_at_ms = super::now_ms();
+    let run = locked(t, pipeline, policy, &replay_id).await;
+    let result = run.end.result();
+    let mut report = RedriveReport {
+        moved: run.moved,
+        waiting_for_person: run.waiting_for_person,
+        canary: run.canary,
+        health: run.health,
+        next_wait_ms: next_wait(policy.every, previous_wait_ms, result),
+        started_at_ms: looked_at,
+        ended_at_ms: super::now_ms(),
+        shared_unavailable,
+        ..RedriveReport::ended(pipeline, t, replay_id, run.end)
+    };
     // A run cut short by a stop (SIGTERM) is no result: the state stays
     // as it was.
     let stopped = t.read.cancel.is_cancelled();
@@ -263,15 +279,14 @@ async fn unlock(held: lapin::Channel, lock: &str) {
 }
 
 /// The shared state as the run starts (a fresh one when the queue holds
-/// none); `None`, with [`RedriveReport::shared_unavailable`] set, when it
-/// cannot be read. Nothing stays held: the run holds the redrive lock,
-/// and only a run under it writes.
+/// none); `None`, with why (for [`RedriveReport::shared_unavailable`]),
+/// when it cannot be read. Nothing stays held: the run holds the redrive
+/// lock, and only a run under it writes.
 async fn read_shared(
     t: &Target,
     queue: &str,
     every_ms: u64,
-    report: &mut RedriveReport,
-) -> Option<RedriveState> {
+) -> (Option<RedriveState>, Option<String>) {
     match super::redrive_state::read(&t.conn, queue, true).await {
         Ok(Some(held)) => {
             let state = held
@@ -279,19 +294,16 @@ async fn read_shared(
                 .clone()
                 .unwrap_or_else(|| RedriveState::fresh(every_ms, super::now_ms()));
             held.release().await;
-            Some(state)
+            (Some(state), None)
         }
-        Ok(None) => {
-            report.shared_unavailable = Some(format!(
+        Ok(None) => (
+            None,
+            Some(format!(
                 "queue {queue} does not exist: run `dlqctl provision` on the topology file to \
                  share the redrive wait between the pipeline's workers"
-            ));
-            None
-        }
-        Err(e) => {
-            report.shared_unavailable = Some(e.to_string());
-            None
-        }
+            )),
+        ),
+        Err(e) => (None, Some(e.to_string())),
     }
 }
 
@@ -350,24 +362,41 @@ fn record(r: &RedriveReport, by: &str, now: u64) -> RunRecord {
     .trimmed()
 }
 
+/// What a run did under its lock, for its [`RedriveReport`].
+struct UnderLock {
+    /// How it ended.
+    end: RunEnd,
+    moved: u64,
+    waiting_for_person: Option<u64>,
+    canary: Option<CanaryReport>,
+    health: Option<String>,
+}
+
+impl UnderLock {
+    /// A run that ended before its replay moved anything or read the DLQ.
+    fn nothing(end: RunEnd, health: Option<String>) -> UnderLock {
+        UnderLock {
+            end,
+            moved: 0,
+            waiting_for_person: None,
+            canary: None,
+            health,
+        }
+    }
+}
+
 /// The run, its lock held.
-async fn locked(
-    t: &Target,
-    pipeline: &Pipeline,
-    policy: &Redrive,
-    report: &mut RedriveReport,
-) -> (RunResult, Option<String>) {
+async fn locked(t: &Target, pipeline: &Pipeline, policy: &Redrive, replay_id: &str) -> UnderLock {
+    let mut health = None;
     if let Some(url) = &policy.health {
         let (healthy, said) = probe(url).await;
-        report.health = Some(said.clone());
+        health = Some(said.clone());
         if !healthy {
             let shown = reqwest::Url::parse(url)
                 .map(|u| crate::handler::http::redacted(&u))
                 .unwrap_or_else(|_| "(an invalid URL)".into());
-            return (
-                RunResult::Unhealthy,
-                Some(format!("the health probe {shown} answered {said}")),
-            );
+            let why = format!("the health probe {shown} answered {said}");
+            return UnderLock::nothing(RunEnd::Unhealthy(why), health);
         }
     }
     let opts = ReplayOptions {
@@ -380,7 +409,7 @@ async fn locked(
             count: policy.canary,
             wait: default_canary_wait(pipeline),
         }),
-        replay_id: report.replay_id.clone(),
+        replay_id: replay_id.to_string(),
         rerun: false,
         keys_of: None,
     };
@@ -389,21 +418,25 @@ async fn locked(
         waiting: None,
     };
     let replayed = replay_with(t, &opts, &mut hooks, &mut |_| {}).await;
-    report.waiting_for_person = hooks.waiting;
     let r = match replayed {
         Ok(r) => r,
-        Err(Error::Busy { message, .. }) => return (RunResult::Busy, Some(message)),
-        Err(e) => return (RunResult::Failed, Some(e.to_string())),
+        Err(e) => {
+            let end = match e {
+                Error::Busy { message, .. } => RunEnd::Busy(message),
+                e => RunEnd::Failed(e.to_string()),
+            };
+            return UnderLock {
+                waiting_for_person: hooks.waiting,
+                ..UnderLock::nothing(end, health)
+            };
+        }
     };
-    report.moved = r.moved;
-    report.canary = r.canary.clone();
-    let result = RunResult::of(r.moved, r.canary.as_ref().map(|c| (c.sent, c.came_back)));
-    if r.cancelled {
-        return (RunResult::Failed, Some("stopped (SIGINT, SIGTERM)".into()));
-    }
-    match (result, r.stopped) {
-        (RunResult::CanaryFailed, why) => (result, why),
-        (_, Some(why)) => (RunResult::Failed, Some(why)),
-        (_, None) => (result, None),
+    let canary = r.canary.as_ref().map(|c| (c.sent, c.came_back));
+    UnderLock {
+        end: RunEnd::after_replay(r.moved, canary, &r.ended),
+        moved: r.moved,
+        waiting_for_person: hooks.waiting,
+        canary: r.canary,
+        health,
     }
 }

@@ -10,6 +10,7 @@ use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
 use crate::core::dlq::rate::TokenBucket;
 use crate::core::dlq::replay::{replay_copy, replay_id_of};
+pub use crate::core::dlq::run::{CanaryRule, ReplayEnd, Stop};
 use crate::core::dlq::select::{GroupCheck, Selector};
 use crate::core::retry::fit::fit_retry_copy;
 use crate::error::{Error, Result};
@@ -87,8 +88,10 @@ pub struct CanaryReport {
     pub passed: bool,
 }
 
-/// What a replay did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+/// What a replay did. Its JSON form (`dlq replay --json`, the web page's
+/// job) says how it ended as `stopped` (the stop's words, or `null`) and
+/// `cancelled`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayReport {
     /// The DLQ (or the file replayed).
     pub from: String,
@@ -109,8 +112,8 @@ pub struct ReplayReport {
     /// Selected messages whose copy was refused or too large; they stay in
     /// the DLQ (from a file: they were not published).
     pub failed: u64,
-    /// Why the first of them failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the first of them failed: its copy did not fit (the run went
+    /// on) or was refused (the run stopped: see [`ReplayReport::ended`]).
     pub why_failed: Option<String>,
     /// A selected message read but not copied because the run was stopped
     /// (SIGINT, SIGTERM) while it waited for its turn; it stays in place.
@@ -123,20 +126,70 @@ pub struct ReplayReport {
     pub dry_run: bool,
     /// The canary, when asked for.
     pub canary: Option<CanaryReport>,
-    /// Why the run stopped before the end, if it did.
-    pub stopped: Option<String>,
-    /// Stopped by SIGINT/SIGTERM.
-    pub cancelled: bool,
+    /// How the run ended: through, stopped before the end, or cancelled.
+    pub ended: ReplayEnd,
     /// Wall time, in ms.
     pub elapsed_ms: u64,
     /// With [`ReplayOptions::keys_of`] on a dry run: the idempotency keys
     /// of the messages that would move (the command counts the marked).
-    #[serde(skip)]
+    /// Not in the JSON form.
     pub keys: Vec<Vec<u8>>,
     /// Of the messages that would move, those whose key is marked handled
     /// (a plain replay acks them without running; `--rerun` runs them).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub already_handled: Option<u64>,
+}
+
+/// The JSON form of a [`ReplayReport`], field by field as it always was.
+#[derive(serde::Serialize)]
+struct ReplayReportJson<'a> {
+    from: &'a str,
+    to: &'a str,
+    replay_id: &'a str,
+    snapshot: u64,
+    read: u64,
+    moved: u64,
+    skipped: u64,
+    failed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why_failed: Option<&'a str>,
+    interrupted: u64,
+    from_file: bool,
+    rotated: u64,
+    dry_run: bool,
+    canary: Option<&'a CanaryReport>,
+    /// Why the run stopped before the end, if it did.
+    stopped: Option<&'a str>,
+    /// Stopped by SIGINT/SIGTERM.
+    cancelled: bool,
+    elapsed_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    already_handled: Option<u64>,
+}
+
+impl serde::Serialize for ReplayReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        ReplayReportJson {
+            from: &self.from,
+            to: &self.to,
+            replay_id: &self.replay_id,
+            snapshot: self.snapshot,
+            read: self.read,
+            moved: self.moved,
+            skipped: self.skipped,
+            failed: self.failed,
+            why_failed: self.why_failed.as_deref(),
+            interrupted: self.interrupted,
+            from_file: self.from_file,
+            rotated: self.rotated,
+            dry_run: self.dry_run,
+            canary: self.canary.as_ref(),
+            stopped: self.ended.stop().map(Stop::why),
+            cancelled: self.ended.is_cancelled(),
+            elapsed_ms: self.elapsed_ms,
+            already_handled: self.already_handled,
+        }
+        .serialize(s)
+    }
 }
 
 /// The canary's default wait: the pipeline's retry delays summed (the
@@ -188,10 +241,9 @@ pub trait ReplayHooks: Send {
     ) -> lapin::BasicProperties {
         replay_copy(original, connection_user, replay_id, now_unix_ms)
     }
-    /// Whether the canary passed: `came_back` of `sent` were found in the
-    /// DLQ after the wait.
-    fn canary_passed(&self, sent: u64, came_back: u64) -> bool {
-        came_back * 2 <= sent
+    /// The rule that says whether the canary passed.
+    fn canary_rule(&self) -> CanaryRule {
+        CanaryRule::Manual
     }
 }
 
@@ -235,11 +287,10 @@ pub async fn replay_with(
     if let Some(c) = canary {
         let first = limit.map_or(c.count, |l| l.min(c.count));
         let snapshot = pass(
-            t,
+            &reading_at_most(t, None),
             opts,
             hooks,
             Some(first),
-            None,
             &mut p,
             progress,
             &mut report,
@@ -251,31 +302,34 @@ pub async fn replay_with(
             sent,
             ..Default::default()
         };
-        if sent > 0 && report.stopped.is_none() && !report.cancelled {
+        if sent > 0 && report.ended == ReplayEnd::Completed {
             tokio::select! {
-                _ = t.read.cancel.cancelled() => report.cancelled = true,
+                _ = t.read.cancel.cancelled() => report.ended.cancel(),
                 _ = tokio::time::sleep(c.wait) => {}
             }
-            if !report.cancelled {
+            if !report.ended.is_cancelled() {
                 cr.came_back = count_replay_id(t, &opts.replay_id, hooks).await?;
             }
         }
+        let cancelled = report.ended.is_cancelled();
         // No canary sent: the canary's pass read the whole snapshot and
         // found nothing to move, so there is no rest to move either.
         cr.passed =
-            !report.cancelled && (cr.sent == 0 || hooks.canary_passed(cr.sent, cr.came_back));
-        let go_on = cr.passed && report.stopped.is_none() && cr.sent > 0;
-        if !cr.passed && !report.cancelled {
-            report.stopped = Some(format!(
+            !cancelled && (cr.sent == 0 || hooks.canary_rule().passed(cr.sent, cr.came_back));
+        let go_on = cr.passed && report.ended == ReplayEnd::Completed && cr.sent > 0;
+        if !cr.passed && !cancelled {
+            // A canary waited for only when nothing stopped the pass:
+            // this is the run's stop.
+            report.ended = ReplayEnd::Stopped(Stop::CanaryFailed(format!(
                 "the canary failed: {} of {} replayed messages came back to {} within {}",
                 cr.came_back,
                 cr.sent,
                 t.dlq,
                 crate::core::values::duration::tier_name(c.wait.as_millis() as u64)
-            ));
+            )));
         }
         report.canary = Some(cr);
-        if !go_on || report.cancelled {
+        if !go_on || report.ended.is_cancelled() {
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -283,11 +337,10 @@ pub async fn replay_with(
         at_most = Some(snapshot.saturating_sub(sent));
     }
     let snapshot = pass(
-        t,
+        &reading_at_most(t, at_most),
         opts,
         hooks,
         limit,
-        at_most,
         &mut p,
         progress,
         &mut report,
@@ -330,24 +383,32 @@ async fn check_destination(conn: &lapin::Connection, to: &str) -> Result<()> {
     }
 }
 
-/// One pass over the DLQ: replays up to `limit` selected messages of at
-/// most `at_most` read, in strict batches ([`BatchPipeline`]): a batch's
-/// originals are acked once every copy of it is confirmed and routed; a
-/// refused batch stops the run and its originals stay. Returns the
-/// snapshot.
-#[allow(clippy::too_many_arguments)]
+/// `t`, reading at most `at_most` messages ([`ReadOptions::at_most`]).
+///
+/// [`ReadOptions::at_most`]: super::ReadOptions::at_most
+fn reading_at_most(t: &Target, at_most: Option<u64>) -> Target {
+    let mut t = t.clone();
+    t.read.at_most = at_most;
+    t
+}
+
+/// One pass over the DLQ of `t` (at most [`ReadOptions::at_most`] read):
+/// replays up to `limit` selected messages in strict batches
+/// ([`BatchPipeline`]): a batch's originals are acked once every copy of
+/// it is confirmed and routed; a refused batch stops the run and its
+/// originals stay. Returns the snapshot.
+///
+/// [`ReadOptions::at_most`]: super::ReadOptions::at_most
 async fn pass(
     t: &Target,
     opts: &ReplayOptions,
     hooks: &mut dyn ReplayHooks,
     limit: Option<u64>,
-    at_most: Option<u64>,
     p: &mut Progress,
     progress: &mut (dyn FnMut(&Progress) + Send),
     report: &mut ReplayReport,
 ) -> Result<u64> {
     let mut target = t.clone();
-    target.read.at_most = at_most;
     // Without selectors nothing here reads the headers (a rotation reads
     // what it needs itself).
     target.read.describe = !opts.selector.is_empty() || hooks.reads_headers();
@@ -397,8 +458,10 @@ async fn pass(
     let cancelled = t.read.cancel.is_cancelled();
     let stats = r.finish_after(outcome).await?;
     report.rotated += stats.rotated;
-    report.cancelled |= cancelled || stats.cancelled;
-    super::refuse_unknown_group(&groups, &t.dlq, report.cancelled)?;
+    if cancelled || stats.cancelled {
+        report.ended.cancel();
+    }
+    super::refuse_unknown_group(&groups, &t.dlq, report.ended.is_cancelled())?;
     Ok(snapshot)
 }
 
@@ -480,7 +543,7 @@ impl Pass<'_> {
             return Ok(true);
         }
         if !self.wait_turn(r).await? {
-            if self.report.stopped.is_none() {
+            if self.report.ended.stop().is_none() {
                 self.report.interrupted += 1;
             }
             r.keep(m, now).await?;
@@ -508,7 +571,7 @@ impl Pass<'_> {
         };
         self.publish(r, &m, props).await?;
         self.show();
-        Ok(self.report.stopped.is_none())
+        Ok(self.report.ended.stop().is_none())
     }
 
     /// Whether `m` is to move: not a copy of this run come back, within
@@ -534,7 +597,7 @@ impl Pass<'_> {
         // its originals acked: a kill during the wait leaves no message
         // both copied and in the DLQ.
         self.drain(r).await?;
-        if self.report.stopped.is_some() {
+        if self.report.ended.stop().is_some() {
             return Ok(false);
         }
         Ok(match self.bucket.as_mut() {
@@ -630,7 +693,7 @@ fn tally<T>(
             Err(why) => {
                 let why = format!("{to} refused a copy: {why}");
                 report.why_failed.get_or_insert_with(|| why.clone());
-                report.stopped.get_or_insert(why);
+                report.ended.stop_at(Stop::Refused(why));
                 report.failed += n;
                 p.failed += n;
                 tokens.into_iter().for_each(&mut refused);
@@ -788,8 +851,11 @@ pub async fn replay_file(
     let mut bucket = opts.rate.map(|rate| TokenBucket::new(rate, 0));
     let clock = Instant::now();
     for record in export_records(path)? {
-        if cancel.is_cancelled() || report.stopped.is_some() {
-            report.cancelled = cancel.is_cancelled();
+        if cancel.is_cancelled() {
+            report.ended.cancel();
+            break;
+        }
+        if report.ended.stop().is_some() {
             break;
         }
         let m = super::Message::new(0, record?, !opts.selector.is_empty());
@@ -812,7 +878,7 @@ pub async fn replay_file(
         let (done, go_on) = pace(&mut bucket, clock, publisher, cancel).await;
         file_settle(done, &mut report, &mut p, &opts.to);
         if !go_on {
-            report.cancelled = true;
+            report.ended.cancel();
             report.interrupted += 1;
             break;
         }
@@ -852,4 +918,94 @@ pub async fn replay_file(
 /// loss).
 fn file_settle(done: Vec<Settled<()>>, report: &mut ReplayReport, p: &mut Progress, to: &str) {
     tally(done, p, report, to, |_| {}, |_| {});
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON form as the derived one of the report with `stopped` and
+    /// `cancelled` fields wrote it: the same fields, in the same order.
+    #[test]
+    fn the_json_form_says_how_the_run_ended_as_it_always_did() {
+        let report = |ended: ReplayEnd, why_failed: Option<&str>| ReplayReport {
+            from: "orders.dlq".into(),
+            to: "orders".into(),
+            replay_id: "r1".into(),
+            snapshot: 5,
+            read: 4,
+            moved: 3,
+            skipped: 0,
+            failed: 1,
+            why_failed: why_failed.map(str::to_string),
+            interrupted: 0,
+            from_file: false,
+            rotated: 0,
+            dry_run: false,
+            canary: None,
+            ended,
+            elapsed_ms: 12,
+            keys: vec![b"k".to_vec()],
+            already_handled: None,
+        };
+        let head = r#"{"from":"orders.dlq","to":"orders","replay_id":"r1","snapshot":5,"read":4,"moved":3,"skipped":0,"failed":1,"#;
+        let tail =
+            r#""interrupted":0,"from_file":false,"rotated":0,"dry_run":false,"canary":null,"#;
+        let refused = Stop::Refused("orders refused a copy: nacked".into());
+        let cases = [
+            (
+                ReplayEnd::Completed,
+                None,
+                r#""stopped":null,"cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Stopped(refused.clone()),
+                Some("orders refused a copy: nacked"),
+                r#""stopped":"orders refused a copy: nacked","cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Stopped(Stop::CanaryFailed("the canary failed".into())),
+                None,
+                r#""stopped":"the canary failed","cancelled":false,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Cancelled { stop: None },
+                None,
+                r#""stopped":null,"cancelled":true,"elapsed_ms":12}"#,
+            ),
+            (
+                ReplayEnd::Cancelled {
+                    stop: Some(refused),
+                },
+                None,
+                r#""stopped":"orders refused a copy: nacked","cancelled":true,"elapsed_ms":12}"#,
+            ),
+        ];
+        for (ended, why_failed, end) in cases {
+            let why = match why_failed {
+                Some(w) => format!(r#""why_failed":"{w}","#),
+                None => String::new(),
+            };
+            assert_eq!(
+                serde_json::to_string(&report(ended, why_failed)).unwrap(),
+                format!("{head}{why}{tail}{end}")
+            );
+        }
+        let mut r = report(ReplayEnd::Completed, None);
+        r.canary = Some(CanaryReport {
+            sent: 2,
+            came_back: 0,
+            passed: true,
+        });
+        r.already_handled = Some(7);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            json.contains(r#""canary":{"sent":2,"came_back":0,"passed":true},"stopped":null"#),
+            "{json}"
+        );
+        assert!(
+            json.ends_with(r#""elapsed_ms":12,"already_handled":7}"#),
+            "{json}"
+        );
+    }
 }

@@ -1,15 +1,18 @@
-//! `dlqctl drill`: what a drill expects of a pipeline, and its timeline.
-//! Pure: the shell publishes, watches and cleans up (`crate::ops::drill`).
+//! `dlqctl drill`: what a drill expects of a pipeline, its timeline and
+//! its verdicts. Pure: the shell publishes, watches and cleans up
+//! (`crate::ops::drill`).
 //!
 //! A drill publishes one message marked with
-//! [`crate::wire::DRILL_HEADER`] through the pipeline's own
+//! [`crate::drill::message::DRILL_HEADER`] through the pipeline's own
 //! exchange (so its bindings are tested too), and follows it: the worker
 //! fails it through the tiers its decisions pick ([`expected_tiers`]),
-//! dead-letters it as `exhausted`, and acks it once the drill replays it.
+//! dead-letters it as `exhausted` ([`dead_lettered_verdict`]), and acks it
+//! once the drill replays it. Each step is a [`StepName`]; the drill
+//! passes when every step held ([`DrillVerdict`]).
 
 use crate::handling::outcome::Outcome;
 use crate::retry::confirm::Refusal;
-use crate::retry::{decide, Decision};
+use crate::retry::{decide, DeadLetterReason, Decision};
 use crate::topology::{ExchangeType, Pipeline};
 use crate::values::duration::tier_name;
 use serde_json::Value;
@@ -130,12 +133,69 @@ pub fn publish_retry(
     Some(step.min(bound_ms - waited_ms))
 }
 
+/// A step of a drill, named in its report as [`StepName::as_text`] says
+/// (`consumer`, `published`, `attempt 1`, `tier 10s`, `dead-lettered`,
+/// `dlq`, `metric`, `replayed`, `acked`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepName {
+    /// A worker consumes the main queue.
+    Consumer,
+    /// The drill message was published through the pipeline's route.
+    Published,
+    /// The worker failed this attempt (the first; the others show as the
+    /// tier they came back from).
+    Attempt(u32),
+    /// Through this tier (`10s`, its name) and back.
+    Tier(String),
+    /// Dead-lettered, by the message's `dlqctl-dead-lettered-at`.
+    DeadLettered,
+    /// Found in the DLQ, as `exhausted` after the expected attempts.
+    Dlq,
+    /// The worker's dead-letter counter went up.
+    Metric,
+    /// The drill replayed it to the main queue.
+    Replayed,
+    /// The worker acked the replayed copy.
+    Acked,
+}
+
+impl StepName {
+    /// The step's name in the report: `consumer`, `published`,
+    /// `attempt N`, `tier NAME`, `dead-lettered`, `dlq`, `metric`,
+    /// `replayed`, `acked`.
+    pub fn as_text(&self) -> std::borrow::Cow<'static, str> {
+        use std::borrow::Cow;
+        Cow::Borrowed(match self {
+            StepName::Consumer => "consumer",
+            StepName::Published => "published",
+            StepName::Attempt(n) => return Cow::Owned(format!("attempt {n}")),
+            StepName::Tier(t) => return Cow::Owned(format!("tier {t}")),
+            StepName::DeadLettered => "dead-lettered",
+            StepName::Dlq => "dlq",
+            StepName::Metric => "metric",
+            StepName::Replayed => "replayed",
+            StepName::Acked => "acked",
+        })
+    }
+}
+
+impl std::fmt::Display for StepName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_text())
+    }
+}
+
+impl serde::Serialize for StepName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_text())
+    }
+}
+
 /// One step of the timeline.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
-    /// `published`, `attempt 1`, `tier 10s`, `dlq`, `metric`, `replayed`,
-    /// `acked`, or a step that did not hold (`consumer`, ...).
-    pub name: String,
+    /// Which step (a step that did not hold ends the drill).
+    pub name: StepName,
     /// Whether it held.
     pub ok: bool,
     /// Milliseconds since the previous step (since the start for the
@@ -166,7 +226,7 @@ pub fn tier_steps(
     };
     let mut out = Vec::new();
     let mut last = Some(published_ms);
-    let mut step = |name: String, at: Option<u64>, detail: String, last: &mut Option<u64>| {
+    let mut step = |name: StepName, at: Option<u64>, detail: String, last: &mut Option<u64>| {
         let took_ms = match (at, *last) {
             (Some(at), Some(l)) => at.saturating_sub(l),
             _ => 0,
@@ -180,7 +240,7 @@ pub fn tier_steps(
         });
     };
     step(
-        "attempt 1".into(),
+        StepName::Attempt(1),
         time_of(1),
         "failed on purpose by the worker, without the handler".into(),
         &mut last,
@@ -192,16 +252,104 @@ pub fn tier_steps(
         } else {
             "through it (time not kept: the error history holds the last 5)".into()
         };
-        step(format!("tier {t}"), at, detail, &mut last);
+        step(StepName::Tier(t.clone()), at, detail, &mut last);
     }
     let at = dead_lettered_at.and_then(parse);
     step(
-        "dead-lettered".into(),
+        StepName::DeadLettered,
         at,
         "as exhausted, with dlqctl's headers".into(),
         &mut last,
     );
     out
+}
+
+/// What the DLQ message of a drill says against what the drill expects:
+/// dead-lettered as `exhausted` after one attempt per tier and one more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetteredVerdict {
+    /// As expected.
+    AsExpected,
+    /// Another reason, or another number of attempts.
+    Unexpected {
+        /// Its `dlqctl-reason`.
+        reason: Option<String>,
+        /// Its attempts.
+        attempts: Option<i64>,
+        /// The attempts the drill expected.
+        expected_attempts: usize,
+    },
+}
+
+impl std::fmt::Display for DeadLetteredVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadLetteredVerdict::AsExpected => {
+                write!(f, "{} as expected", DeadLetterReason::Exhausted.as_str())
+            }
+            DeadLetteredVerdict::Unexpected {
+                reason,
+                attempts,
+                expected_attempts,
+            } => write!(
+                f,
+                "reason {reason:?} after {attempts:?} attempts, expected {} after \
+                 {expected_attempts}",
+                DeadLetterReason::Exhausted.as_str()
+            ),
+        }
+    }
+}
+
+/// The verdict on a drill message found in the DLQ with `reason` after
+/// `attempts`, when the pipeline's decisions send it through `tiers`
+/// tiers ([`expected_tiers`]): it must be `exhausted` after `tiers + 1`
+/// attempts.
+pub fn dead_lettered_verdict(
+    reason: Option<&str>,
+    attempts: Option<i64>,
+    tiers: usize,
+) -> DeadLetteredVerdict {
+    let expected_attempts = tiers + 1;
+    let exhausted = reason == Some(DeadLetterReason::Exhausted.as_str());
+    if exhausted && attempts == i64::try_from(expected_attempts).ok() {
+        DeadLetteredVerdict::AsExpected
+    } else {
+        DeadLetteredVerdict::Unexpected {
+            reason: reason.map(str::to_string),
+            attempts,
+            expected_attempts,
+        }
+    }
+}
+
+/// What a drill came to: it passed when every step held, else it failed
+/// at its first step that did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrillVerdict {
+    /// Every step held.
+    Pass,
+    /// This step did not hold; the drill ended there.
+    FailedAt(StepName),
+}
+
+impl DrillVerdict {
+    /// The verdict of a timeline: failed at its first step that did not
+    /// hold, else passed.
+    pub fn of(steps: &[Step]) -> DrillVerdict {
+        match steps.iter().find(|s| !s.ok) {
+            Some(s) => DrillVerdict::FailedAt(s.name.clone()),
+            None => DrillVerdict::Pass,
+        }
+    }
+
+    /// The step it failed at, if it did.
+    pub fn failed_at(&self) -> Option<&StepName> {
+        match self {
+            DrillVerdict::Pass => None,
+            DrillVerdict::FailedAt(step) => Some(step),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -333,14 +481,17 @@ mod tests {
             &errors,
             Some("2023-11-14T22:13:20.750Z"),
         );
-        let names: Vec<(&str, u64)> = steps.iter().map(|s| (s.name.as_str(), s.took_ms)).collect();
+        let names: Vec<(String, u64)> = steps
+            .iter()
+            .map(|s| (s.name.to_string(), s.took_ms))
+            .collect();
         assert_eq!(
             names,
             vec![
-                ("attempt 1", 100),
-                ("tier 10s", 300),
-                ("tier 1m", 300),
-                ("dead-lettered", 50)
+                ("attempt 1".to_string(), 100),
+                ("tier 10s".to_string(), 300),
+                ("tier 1m".to_string(), 300),
+                ("dead-lettered".to_string(), 50)
             ]
         );
         assert!(steps.iter().all(|s| s.ok));
@@ -348,5 +499,96 @@ mod tests {
         let steps = tier_steps(published, &["10s".into()], &errors[2..], None);
         assert_eq!(steps[0].took_ms, 0);
         assert!(steps[1].detail.contains("not kept"), "{:?}", steps[1]);
+    }
+
+    #[test]
+    fn every_step_is_named_as_the_report_always_named_it() {
+        let names = [
+            (StepName::Consumer, "consumer"),
+            (StepName::Published, "published"),
+            (StepName::Attempt(1), "attempt 1"),
+            (StepName::Tier("10s".into()), "tier 10s"),
+            (StepName::DeadLettered, "dead-lettered"),
+            (StepName::Dlq, "dlq"),
+            (StepName::Metric, "metric"),
+            (StepName::Replayed, "replayed"),
+            (StepName::Acked, "acked"),
+        ];
+        for (step, text) in names {
+            assert_eq!(step.to_string(), text);
+            assert_eq!(serde_json::to_value(&step).unwrap(), json!(text));
+        }
+        let step = Step {
+            name: StepName::Tier("1m".into()),
+            ok: false,
+            took_ms: 7,
+            detail: "d".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&step).unwrap(),
+            r#"{"name":"tier 1m","ok":false,"took_ms":7,"detail":"d"}"#
+        );
+    }
+
+    #[test]
+    fn the_dlq_message_must_be_exhausted_after_one_attempt_per_tier_and_one_more() {
+        assert_eq!(
+            dead_lettered_verdict(Some("exhausted"), Some(3), 2),
+            DeadLetteredVerdict::AsExpected
+        );
+        assert_eq!(
+            dead_lettered_verdict(Some("exhausted"), Some(1), 0),
+            DeadLetteredVerdict::AsExpected
+        );
+        let wrong = [
+            (Some("permanent"), Some(3)),
+            (Some("too_large"), Some(3)),
+            (None, Some(3)),
+            (Some("Exhausted"), Some(3)),
+            (Some("exhausted"), Some(2)),
+            (Some("exhausted"), Some(4)),
+            (Some("exhausted"), None),
+        ];
+        for (reason, attempts) in wrong {
+            let v = dead_lettered_verdict(reason, attempts, 2);
+            assert_eq!(
+                v,
+                DeadLetteredVerdict::Unexpected {
+                    reason: reason.map(str::to_string),
+                    attempts,
+                    expected_attempts: 3
+                }
+            );
+        }
+        assert_eq!(
+            dead_lettered_verdict(Some("permanent"), Some(1), 2).to_string(),
+            "reason Some(\"permanent\") after Some(1) attempts, expected exhausted after 3"
+        );
+    }
+
+    #[test]
+    fn a_drill_fails_at_its_first_step_that_did_not_hold_else_passes() {
+        let step = |name: StepName, ok: bool| Step {
+            name,
+            ok,
+            took_ms: 0,
+            detail: String::new(),
+        };
+        assert_eq!(DrillVerdict::of(&[]), DrillVerdict::Pass);
+        let held = [
+            step(StepName::Consumer, true),
+            step(StepName::Published, true),
+            step(StepName::Acked, true),
+        ];
+        assert_eq!(DrillVerdict::of(&held), DrillVerdict::Pass);
+        assert_eq!(DrillVerdict::of(&held).failed_at(), None);
+        let broken = [
+            step(StepName::Consumer, true),
+            step(StepName::Tier("10s".into()), false),
+            step(StepName::Dlq, false),
+        ];
+        let v = DrillVerdict::of(&broken);
+        assert_eq!(v, DrillVerdict::FailedAt(StepName::Tier("10s".into())));
+        assert_eq!(v.failed_at(), Some(&StepName::Tier("10s".into())));
     }
 }
