@@ -449,3 +449,273 @@ fn metric_shapes(page: &str) -> String {
     lines.dedup();
     lines.join("\n") + "\n"
 }
+
+// ---------------------------------------------------------------- doctor's checklist
+
+mod checklist {
+    //! `dlqctl doctor`'s checklist judged in-process on snapshots that
+    //! reach every kind of item (what the broker test cannot, without a
+    //! management API): a healthy broker, a troubled one, one whose
+    //! management API does not answer, one whose API is another broker's.
+    //! The checklist as JSON (what `--format json` prints under `checks`).
+
+    use dlqctl::core::check::circuit::CircuitReading;
+    use dlqctl::core::check::doctor::{
+        checklist, HandlerTimeout, ManagementState, PermissionsUnknown, QueueFacts, Snapshot,
+    };
+    use dlqctl::core::check::idempotency::{IdempotencyFacts, StoreReading};
+    use dlqctl::core::check::permissions::UserPermissions;
+    use dlqctl::core::check::policy::AppliedPolicies;
+    use dlqctl::core::idempotency::Idempotency;
+    use dlqctl::core::retry::breaker::Phase;
+    use dlqctl::core::topology::plan::{pipeline_plan, Plan, Role};
+    use serde_json::{json, Map, Value};
+    use std::collections::HashMap;
+
+    const DAY: u64 = 86_400_000;
+
+    /// The plan of pipeline `orders` (tiers 1s and 10s), with `extra`
+    /// YAML lines.
+    fn plan(extra: &str) -> Plan {
+        let yaml = format!(
+            "version: 1\npipelines:\n  - name: orders\n    retry: {{delays: [1s, 10s]}}\n{extra}"
+        );
+        let t = dlqctl::core::topology::parse_topology(&yaml, "t.yaml").expect("a topology");
+        pipeline_plan(&t.pipelines[0])
+    }
+
+    /// What the broker says of a queue that exists: `ready` messages,
+    /// `consumers`, no policy, quorum, all three members, nothing held.
+    fn exists(ready: u64, consumers: u64) -> QueueFacts {
+        QueueFacts {
+            exists: true,
+            ready: Some(ready),
+            consumers: Some(consumers),
+            messages: Some(ready),
+            kind: Some("quorum".into()),
+            policies: Some(AppliedPolicies::default()),
+            messages_dlx: vec![0, 0],
+            members: Some((3, 3)),
+        }
+    }
+
+    /// What the broker says of a queue that does not exist.
+    fn missing() -> QueueFacts {
+        QueueFacts::default()
+    }
+
+    /// Facts of one queue of the snapshot, to change.
+    fn facts<'a>(s: &'a mut Snapshot, queue: &str) -> &'a mut QueueFacts {
+        s.queues.get_mut(queue).expect("a planned queue")
+    }
+
+    fn policy(name: &str, operator: bool, effective: Value) -> Option<AppliedPolicies> {
+        let effective: Map<String, Value> = effective.as_object().cloned().unwrap_or_default();
+        let name = Some(name.to_string());
+        Some(AppliedPolicies {
+            policy: if operator { None } else { name.clone() },
+            operator_policy: if operator { name } else { None },
+            effective,
+            ..AppliedPolicies::default()
+        })
+    }
+
+    /// A healthy broker for `plan`: every object, no policy, a consumer on
+    /// the main queue, the user may do everything.
+    fn healthy(plan: &Plan) -> Snapshot {
+        let queues = (plan.queues.iter())
+            .map(|q| {
+                (
+                    q.name.clone(),
+                    exists(0, u64::from(q.role == Role::MainQueue)),
+                )
+            })
+            .collect();
+        Snapshot {
+            version: Some("4.1.0".into()),
+            management: ManagementState::Answers,
+            user: "guest".into(),
+            permissions: Ok(UserPermissions {
+                configure: ".*".into(),
+                write: ".*".into(),
+                read: ".*".into(),
+            }),
+            missing_exchanges: vec![],
+            queues,
+            dlx_bound: [("orders".to_string(), Some(true))].into(),
+            sample_gap_s: 6,
+            handler_timeout: [(
+                "orders".to_string(),
+                HandlerTimeout {
+                    ms: 30_000,
+                    source: "--handler-timeout".into(),
+                },
+            )]
+            .into(),
+            max_dlq: Some(100),
+            handler_timeout_error: None,
+            circuit: [(
+                "orders".to_string(),
+                CircuitReading {
+                    state: Phase::Closed,
+                    since: Some("2026-12-07T09:10:00.000Z".into()),
+                    for_ms: Some(60_000),
+                },
+            )]
+            .into(),
+            policies_from_queue_view: None,
+            redrive: [("orders".to_string(), Ok(None))].into(),
+            now_ms: 1_796_600_000_000,
+            idempotency: [(
+                "orders".to_string(),
+                IdempotencyFacts {
+                    block: Idempotency {
+                        keep_ms: 30 * DAY,
+                        ..Idempotency::default()
+                    },
+                    store: "redis://:***@cache:6379/0".into(),
+                    sqlite: false,
+                    reading: StoreReading::Answers,
+                },
+            )]
+            .into(),
+            consumer_hosts: HashMap::new(),
+        }
+    }
+
+    /// Everything wrong at once on 3.10.8: a missing exchange and queue,
+    /// policies that override (drop-head, an operator policy's TTL), a
+    /// note, a key that changes nothing, a dead-letter cycle, members
+    /// down, messages held for a full DLQ whose DLX is unbound, no
+    /// consumer, a DLQ over --max-dlq, a handler timeout over the consumer
+    /// timeout, an open breaker, an unreadable redrive state, missing
+    /// permissions, an SQLite store not created yet, with a short keep and
+    /// consumers on two hosts.
+    fn troubled(plan: &Plan) -> Snapshot {
+        let mut s = healthy(plan);
+        s.version = Some("3.10.8".into());
+        s.missing_exchanges = vec!["orders.retry".into()];
+        *facts(&mut s, "orders.retry.10s") = missing();
+        facts(&mut s, "orders").policies = policy("dh", false, json!({"overflow": "drop-head"}));
+        facts(&mut s, "orders").members = Some((1, 3));
+        facts(&mut s, "orders").consumers = Some(0);
+        facts(&mut s, "orders").messages_dlx = vec![4, 5];
+        let dlq = facts(&mut s, "orders.dlq");
+        dlq.policies = policy(
+            "cap",
+            true,
+            json!({"message-ttl": 1000, "queue-leader-locator": "balanced"}),
+        );
+        if let Some(p) = dlq.policies.as_mut() {
+            p.notes = vec!["policies `a`, `b` match it with the same priority".into()];
+        }
+        (dlq.ready, dlq.messages, dlq.members) = (Some(10), Some(12), Some((2, 3)));
+        facts(&mut s, "orders.retry.1s").policies = policy(
+            "loop",
+            false,
+            json!({"dead-letter-exchange": "", "dead-letter-routing-key": "orders"}),
+        );
+        s.dlx_bound.insert("orders".into(), Some(false));
+        s.max_dlq = Some(5);
+        s.handler_timeout.insert(
+            "orders".into(),
+            HandlerTimeout {
+                ms: 2 * 3_600_000,
+                source: "http://w:9090/metrics".into(),
+            },
+        );
+        s.circuit.insert(
+            "orders".into(),
+            CircuitReading {
+                state: Phase::Open,
+                since: Some("2026-12-07T09:10:00.000Z".into()),
+                for_ms: Some(45_000),
+            },
+        );
+        s.redrive
+            .insert("orders".into(), Err("ACCESS_REFUSED".into()));
+        s.permissions = Ok(UserPermissions {
+            configure: "^$".into(),
+            write: "^orders\\.(retry|dlx)$".into(),
+            read: "^orders$".into(),
+        });
+        s.policies_from_queue_view = Some("policies read from the queues' statistics".into());
+        s.idempotency.insert(
+            "orders".into(),
+            IdempotencyFacts {
+                block: Idempotency {
+                    keep_ms: 3_600_000,
+                    ..Idempotency::default()
+                },
+                store: "sqlite:/var/lib/dlqctl/orders.db".into(),
+                sqlite: true,
+                reading: StoreReading::NotCreated,
+            },
+        );
+        s.consumer_hosts
+            .insert("orders".into(), vec!["10.0.0.1".into(), "10.0.0.2".into()]);
+        s
+    }
+
+    /// No management API: nothing but AMQP's facts.
+    fn unreachable(plan: &Plan) -> Snapshot {
+        let mut s = healthy(plan);
+        s.version = None;
+        s.management = ManagementState::Unreachable("connection refused".into());
+        s.permissions = Err(PermissionsUnknown::NoManagement);
+        for f in s.queues.values_mut() {
+            (f.messages, f.kind, f.policies, f.members) = (None, None, None, None);
+            f.messages_dlx = vec![];
+        }
+        s.dlx_bound.insert("orders".into(), None);
+        s.handler_timeout.clear();
+        s.handler_timeout_error = Some("http://w:9090/metrics: connection refused".into());
+        s.circuit.clear();
+        s.idempotency.insert(
+            "orders".into(),
+            IdempotencyFacts {
+                block: Idempotency::default(),
+                store: "redis://:***@cache:6379/0".into(),
+                sqlite: false,
+                reading: StoreReading::Failed(
+                    "idempotency store redis://:***@cache:6379/0 refused: WRONGPASS".into(),
+                ),
+            },
+        );
+        s
+    }
+
+    /// The management API of another broker, a version too old, a
+    /// version that does not read, a user without permissions, a DLQ that
+    /// dead-letters back into its pipeline.
+    fn other_broker(plan: &Plan, version: &str) -> Snapshot {
+        let mut s = healthy(plan);
+        facts(&mut s, "orders.dlq").policies = policy(
+            "loop",
+            false,
+            json!({"dead-letter-exchange": "", "dead-letter-routing-key": "orders"}),
+        );
+        s.version = Some(version.into());
+        s.management = ManagementState::OtherBroker("the management API names node b".into());
+        s.permissions = Err(PermissionsUnknown::NoneInVhost("guest".into()));
+        s.idempotency.clear();
+        s.redrive.clear();
+        s
+    }
+
+    #[test]
+    fn doctor_checklists_stay_as_they_are() {
+        let short = plan("    dead_letter: {ttl: 1d, max_length: 10}\n");
+        let plain = plan("");
+        let lists = json!({
+            "healthy": checklist(&plain, &healthy(&plain), None),
+            "troubled": checklist(&short, &troubled(&short), None),
+            "unreachable": checklist(&plain, &unreachable(&plain), None),
+            "other_broker_3.9": checklist(&plain, &other_broker(&plain, "3.9.29"), None),
+            "other_broker_unreadable": checklist(&plain, &other_broker(&plain, "x"), None),
+            "only_another_pipeline": checklist(&plain, &healthy(&plain), Some("other")),
+        });
+        let text = serde_json::to_string_pretty(&lists).expect("JSON") + "\n";
+        super::golden("doctor-checklists.json", &text);
+    }
+}
