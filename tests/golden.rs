@@ -486,27 +486,26 @@ mod checklist {
 
     /// What the broker says of a queue that exists: `ready` messages,
     /// `consumers`, no policy, quorum, all three members, nothing held.
-    fn exists(ready: u64, consumers: u64) -> QueueFacts {
-        QueueFacts {
-            exists: true,
-            ready: Some(ready),
-            consumers: Some(consumers),
+    fn exists(ready: u64, consumers: u64) -> Option<QueueFacts> {
+        Some(QueueFacts {
+            ready,
+            consumers,
             messages: Some(ready),
             kind: Some("quorum".into()),
             policies: Some(AppliedPolicies::default()),
             messages_dlx: vec![0, 0],
             members: Some((3, 3)),
-        }
+        })
     }
 
     /// What the broker says of a queue that does not exist.
-    fn missing() -> QueueFacts {
-        QueueFacts::default()
+    fn missing() -> Option<QueueFacts> {
+        None
     }
 
     /// Facts of one queue of the snapshot, to change.
     fn facts<'a>(s: &'a mut Snapshot, queue: &str) -> &'a mut QueueFacts {
-        s.queues.get_mut(queue).expect("a planned queue")
+        s.queue_mut(queue).expect("a planned queue that exists")
     }
 
     fn policy(name: &str, operator: bool, effective: Value) -> Option<AppliedPolicies> {
@@ -595,10 +594,10 @@ mod checklist {
         let mut s = healthy(plan);
         s.version = Some("3.10.8".into());
         s.missing_exchanges = vec!["orders.retry".into()];
-        *facts(&mut s, "orders.retry.10s") = missing();
+        s.queues.insert("orders.retry.10s".into(), missing());
         facts(&mut s, "orders").policies = policy("dh", false, json!({"overflow": "drop-head"}));
         facts(&mut s, "orders").members = Some((1, 3));
-        facts(&mut s, "orders").consumers = Some(0);
+        facts(&mut s, "orders").consumers = 0;
         facts(&mut s, "orders").messages_dlx = vec![4, 5];
         let dlq = facts(&mut s, "orders.dlq");
         dlq.policies = policy(
@@ -609,7 +608,7 @@ mod checklist {
         if let Some(p) = dlq.policies.as_mut() {
             p.notes = vec!["policies `a`, `b` match it with the same priority".into()];
         }
-        (dlq.ready, dlq.messages, dlq.members) = (Some(10), Some(12), Some((2, 3)));
+        (dlq.ready, dlq.messages, dlq.members) = (10, Some(12), Some((2, 3)));
         facts(&mut s, "orders.retry.1s").policies = policy(
             "loop",
             false,
@@ -663,7 +662,7 @@ mod checklist {
         s.version = None;
         s.management = ManagementState::Unreachable("connection refused".into());
         s.permissions = Err(PermissionsUnknown::NoManagement);
-        for f in s.queues.values_mut() {
+        for f in s.queues.values_mut().flatten() {
             (f.messages, f.kind, f.policies, f.members) = (None, None, None, None);
             f.messages_dlx = vec![];
         }
