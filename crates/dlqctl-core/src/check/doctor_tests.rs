@@ -1,6 +1,9 @@
 use super::*;
+use crate::check::permissions::UserPermissions;
+use crate::check::policy::AppliedPolicies;
 use crate::topology::plan::pipeline_plan;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 
 const DAY: u64 = 86_400_000;
 
@@ -29,16 +32,15 @@ fn healthy(plan: &Plan) -> Snapshot {
         .map(|q| {
             (
                 q.name.clone(),
-                QueueFacts {
-                    exists: true,
-                    ready: Some(0),
-                    consumers: Some(u64::from(q.role == Role::MainQueue)),
+                Some(QueueFacts {
+                    ready: 0,
+                    consumers: u64::from(q.role == Role::MainQueue),
                     messages: Some(0),
                     kind: Some("quorum".into()),
                     policies: Some(no_policies()),
                     messages_dlx: vec![0, 0],
                     members: Some((3, 3)),
-                },
+                }),
             )
         })
         .collect();
@@ -141,7 +143,7 @@ fn with(level: Level, checks: &[Check]) -> Vec<(Area, String, String)> {
 }
 
 fn facts<'a>(s: &'a mut Snapshot, q: &str) -> &'a mut QueueFacts {
-    s.queues.get_mut(q).expect("a planned queue")
+    s.queue_mut(q).expect("a planned queue that exists")
 }
 
 fn def(v: Value) -> Map<String, Value> {
@@ -322,7 +324,7 @@ fn a_key_that_changes_nothing_passes_and_names_the_policy() {
 fn a_short_dlq_retention_and_a_main_queue_without_consumers_warn() {
     let p = plan_of("    dead_letter: {ttl: 1d}\n");
     let mut s = healthy(&p);
-    facts(&mut s, "orders").consumers = Some(0);
+    facts(&mut s, "orders").consumers = 0;
     let c = checklist(&p, &s, None);
     assert_eq!(worst(&c), Level::Warn);
     let warns: Vec<String> = with(Level::Warn, &c).into_iter().map(|w| w.1).collect();
@@ -343,7 +345,7 @@ fn a_short_dlq_retention_and_a_main_queue_without_consumers_warn() {
 fn missing_objects_fail_and_name_provision() {
     let p = plan();
     let mut s = healthy(&p);
-    facts(&mut s, "orders.retry.10s").exists = false;
+    s.queues.insert("orders.retry.10s".into(), None);
     s.missing_exchanges = vec!["orders.dlx".into(), "not.ours".into()];
     let fails = with(Level::Fail, &checklist(&p, &s, None));
     assert_eq!(
@@ -370,7 +372,7 @@ fn without_the_management_api_its_items_are_skipped_not_passed() {
     s.management = ManagementState::Unreachable("connection refused".into());
     s.version = None;
     s.permissions = Err(PermissionsUnknown::NoManagement);
-    for f in s.queues.values_mut() {
+    for f in s.queues.values_mut().flatten() {
         f.policies = None;
         f.messages_dlx = vec![];
         f.members = None;
@@ -518,7 +520,7 @@ fn a_dlq_over_max_dlq_fails() {
     let p = plan();
     let mut s = healthy(&p);
     s.max_dlq = Some(5);
-    facts(&mut s, "orders.dlq").ready = Some(5);
+    facts(&mut s, "orders.dlq").ready = 5;
     assert_eq!(worst(&checklist(&p, &s, None)), Level::Pass);
     facts(&mut s, "orders.dlq").messages = Some(6);
     let fails = with(Level::Fail, &checklist(&p, &s, None));
@@ -529,7 +531,7 @@ fn a_dlq_over_max_dlq_fails() {
     // One message is one message, not "1 messages".
     s.max_dlq = Some(0);
     facts(&mut s, "orders.dlq").messages = Some(1);
-    facts(&mut s, "orders.dlq").ready = Some(1);
+    facts(&mut s, "orders.dlq").ready = 1;
     let fails = with(Level::Fail, &checklist(&p, &s, None));
     assert_eq!(
         fails[0].2,

@@ -64,50 +64,58 @@ pub enum Level {
     Fail,
 }
 
-/// An item of the checklist: level, subject, message (the doctor adds
-/// its area and pipeline).
-pub type Judged = (Level, String, String);
+/// An item of the checklist before the doctor adds its area and
+/// pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// How it came out.
+    pub level: Level,
+    /// What was checked (`idempotency store`, `idempotency keep`).
+    pub subject: String,
+    /// What was found, and what to do when it is not a pass.
+    pub message: String,
+}
 
 /// The store's item.
 pub fn store_check(f: &IdempotencyFacts) -> Judged {
     let subject = "idempotency store".to_string();
     match &f.reading {
-        StoreReading::Answers => (
-            Level::Pass,
+        StoreReading::Answers => Judged {
+            level: Level::Pass,
             subject,
-            format!(
+            message: format!(
                 "{} answers (a dlqctl-doctor: key written, read back and deleted)",
                 f.store
             ),
-        ),
-        StoreReading::NotCreated => (
-            Level::Warn,
+        },
+        StoreReading::NotCreated => Judged {
+            level: Level::Warn,
             subject,
-            format!(
+            message: format!(
                 "{} does not exist yet: it is created by dlqctl work when it starts (doctor \
                  never creates it); until then nothing is remembered",
                 f.store
             ),
-        ),
-        StoreReading::NoDirectory => (
-            Level::Fail,
+        },
+        StoreReading::NoDirectory => Judged {
+            level: Level::Fail,
             subject,
-            format!(
+            message: format!(
                 "{}: its directory does not exist, and dlqctl work refuses to start; create \
                  the directory, writable by the worker's user",
                 f.store
             ),
-        ),
-        StoreReading::Failed(why) => (
-            Level::Fail,
+        },
+        StoreReading::Failed(why) => Judged {
+            level: Level::Fail,
             subject,
-            format!(
+            message: format!(
                 "{}: dlqctl work exits 1 at start on a refused store and waits for an \
                  unreachable one, and a running worker pauses consumption until it answers",
                 // The subject already says what it is.
                 why.strip_prefix("idempotency store ").unwrap_or(why)
             ),
-        ),
+        },
     }
 }
 
@@ -120,26 +128,26 @@ pub fn keep_check(block: &Idempotency, dlq: &str, dlq_ttl_ms: Option<u64>) -> Op
     let subject = "idempotency keep".to_string();
     let keep = tier_name(block.keep_ms);
     Some(if block.keep_ms < ttl {
-        (
-            Level::Warn,
+        Judged {
+            level: Level::Warn,
             subject,
-            format!(
+            message: format!(
                 "keep {keep} is shorter than dead_letter.ttl {} of {dlq}: a copy replayed from \
                  the DLQ more than {keep} after its original was handled runs again; raise \
                  idempotency.keep to {} or more",
                 tier_name(ttl),
                 tier_name(ttl)
             ),
-        )
+        }
     } else {
-        (
-            Level::Pass,
+        Judged {
+            level: Level::Pass,
             subject,
-            format!(
+            message: format!(
                 "keep {keep} covers dead_letter.ttl {} of {dlq}",
                 tier_name(ttl)
             ),
-        )
+        }
     })
 }
 
@@ -156,10 +164,10 @@ pub fn hosts_check(f: &IdempotencyFacts, queue: &str, hosts: &[String]) -> Optio
         n if n > 5 => format!(" and {} more", n - 5),
         _ => String::new(),
     };
-    Some((
-        Level::Warn,
-        "idempotency store".to_string(),
-        format!(
+    Some(Judged {
+        level: Level::Warn,
+        subject: "idempotency store".to_string(),
+        message: format!(
             "the consumers of {queue} come from {} hosts ({}{more}) but the store is {}, a \
              file of one machine: the workers of other machines neither see its leases nor \
              its marks, so a message can run once on each; use a redis:// store (store: \
@@ -168,7 +176,7 @@ pub fn hosts_check(f: &IdempotencyFacts, queue: &str, hosts: &[String]) -> Optio
             shown.join(", "),
             f.store
         ),
-    ))
+    })
 }
 
 /// Duplicates skipped and deferrals of one pipeline, from workers'

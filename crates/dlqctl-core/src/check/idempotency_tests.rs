@@ -13,8 +13,11 @@ fn facts(store: &str, sqlite: bool, reading: StoreReading) -> IdempotencyFacts {
 
 #[test]
 fn the_store_passes_when_it_answers_warns_before_its_file_exists_and_fails_otherwise() {
-    let (level, subject, message) =
-        store_check(&facts("redis://cache:6379/0", false, StoreReading::Answers));
+    let Judged {
+        level,
+        subject,
+        message,
+    } = store_check(&facts("redis://cache:6379/0", false, StoreReading::Answers));
     assert_eq!(
         (level, subject.as_str()),
         (Level::Pass, "idempotency store")
@@ -24,7 +27,7 @@ fn the_store_passes_when_it_answers_warns_before_its_file_exists_and_fails_other
         "{message}"
     );
 
-    let (level, _, message) = store_check(&facts(
+    let Judged { level, message, .. } = store_check(&facts(
         "sqlite:/var/lib/dlqctl/orders.db",
         true,
         StoreReading::NotCreated,
@@ -37,7 +40,7 @@ fn the_store_passes_when_it_answers_warns_before_its_file_exists_and_fails_other
         "{message}"
     );
 
-    let (level, _, message) = store_check(&facts(
+    let Judged { level, message, .. } = store_check(&facts(
         "sqlite:/nowhere/orders.db",
         true,
         StoreReading::NoDirectory,
@@ -46,7 +49,7 @@ fn the_store_passes_when_it_answers_warns_before_its_file_exists_and_fails_other
     assert!(message.contains("directory does not exist"), "{message}");
 
     let refused = "idempotency store redis://:***@cache:6379/0 refused: WRONGPASS";
-    let (level, _, message) = store_check(&facts(
+    let Judged { level, message, .. } = store_check(&facts(
         "redis://:***@cache:6379/0",
         false,
         StoreReading::Failed(refused.into()),
@@ -65,7 +68,11 @@ fn keep_shorter_than_an_explicit_dlq_retention_warns() {
         keep_ms: DAY,
         ..Idempotency::default()
     };
-    let (level, subject, message) = keep_check(&block, "orders.dlq", Some(14 * DAY)).unwrap();
+    let Judged {
+        level,
+        subject,
+        message,
+    } = keep_check(&block, "orders.dlq", Some(14 * DAY)).unwrap();
     assert_eq!((level, subject.as_str()), (Level::Warn, "idempotency keep"));
     assert_eq!(
         message,
@@ -75,7 +82,7 @@ fn keep_shorter_than_an_explicit_dlq_retention_warns() {
     );
     // Equal is enough.
     block.keep_ms = 14 * DAY;
-    let (level, _, message) = keep_check(&block, "orders.dlq", Some(14 * DAY)).unwrap();
+    let Judged { level, message, .. } = keep_check(&block, "orders.dlq", Some(14 * DAY)).unwrap();
     assert_eq!(level, Level::Pass);
     assert_eq!(message, "keep 14d covers dead_letter.ttl 14d of orders.dlq");
     // No retention: nothing to compare.
@@ -92,7 +99,11 @@ fn an_sqlite_store_warns_when_consumers_come_from_several_hosts() {
     let hosts = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("10.0.0.{i}")).collect() };
     assert_eq!(hosts_check(&sqlite, "orders", &hosts(0)), None);
     assert_eq!(hosts_check(&sqlite, "orders", &hosts(1)), None);
-    let (level, subject, message) = hosts_check(&sqlite, "orders", &hosts(2)).unwrap();
+    let Judged {
+        level,
+        subject,
+        message,
+    } = hosts_check(&sqlite, "orders", &hosts(2)).unwrap();
     assert_eq!(
         (level, subject.as_str()),
         (Level::Warn, "idempotency store")
@@ -104,7 +115,7 @@ fn an_sqlite_store_warns_when_consumers_come_from_several_hosts() {
         ) && message.contains("use a redis:// store"),
         "{message}"
     );
-    let (_, _, message) = hosts_check(&sqlite, "orders", &hosts(7)).unwrap();
+    let Judged { message, .. } = hosts_check(&sqlite, "orders", &hosts(7)).unwrap();
     assert!(
         message.contains("7 hosts (10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4, 10.0.0.5 and 2 more)"),
         "{message}"

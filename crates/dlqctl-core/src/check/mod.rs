@@ -8,7 +8,8 @@
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
 //! - [`cycle`]: a DLQ that dead-letters back into its own pipeline.
-//! - [`doctor`]: the checklist of `dlqctl doctor`.
+//! - [`doctor`]: the checklist of `dlqctl doctor` (its parts in the
+//!   `doctor_*` files).
 //! - [`consumer_timeout`]: the queue's consumer timeout against the
 //!   handler timeout (`work` refuses to start, `doctor` fails).
 //! - [`permissions`]: which commands a user's permissions allow.
@@ -20,6 +21,14 @@ pub mod circuit;
 pub mod consumer_timeout;
 pub mod cycle;
 pub mod doctor;
+mod doctor_broker;
+mod doctor_health;
+mod doctor_idempotency;
+mod doctor_item;
+mod doctor_limits;
+mod doctor_permissions;
+mod doctor_policies;
+mod doctor_snapshot;
 pub mod drift;
 pub mod effective;
 pub mod finding;

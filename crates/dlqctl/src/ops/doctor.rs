@@ -60,18 +60,11 @@ pub async fn doctor(
     opts: &DoctorOptions,
 ) -> Result<Vec<Check>> {
     let plan = only(plan, opts.only.as_deref());
-    let mut queues: HashMap<String, QueueFacts> = HashMap::new();
+    let mut queues: HashMap<String, Option<QueueFacts>> = HashMap::new();
     for q in &plan.queues {
         let c = passive_queue(conn, &q.name).await?;
-        queues.insert(
-            q.name.clone(),
-            QueueFacts {
-                exists: c.is_some(),
-                ready: c.map(|c| u64::from(c.ready)),
-                consumers: c.map(|c| u64::from(c.consumers)),
-                ..QueueFacts::default()
-            },
-        );
+        let facts = c.map(|c| QueueFacts::declared(u64::from(c.ready), u64::from(c.consumers)));
+        queues.insert(q.name.clone(), facts);
     }
     let mut missing_exchanges = Vec::new();
     for e in &plan.exchanges {
@@ -189,7 +182,7 @@ async fn from_management(
     let listed = listing(m, plan, vhost, wait).await;
     if let Some(listed) = &listed {
         for q in &plan.queues {
-            let (Some(l), Some(facts)) = (listed.get(&q.name), s.queues.get_mut(&q.name)) else {
+            let (Some(l), Some(facts)) = (listed.get(&q.name), s.queue_mut(&q.name)) else {
                 continue;
             };
             facts.kind = l.kind.clone();
@@ -199,13 +192,10 @@ async fn from_management(
         }
     }
     for q in &plan.queues {
-        let quorum = s
-            .queues
-            .get(&q.name)
-            .is_some_and(|f| f.kind.as_deref() == Some("quorum"));
+        let quorum = (s.queue(&q.name)).is_some_and(|f| f.kind.as_deref() == Some("quorum"));
         if quorum {
             let members = m.members(vhost, &q.name).await.ok().flatten();
-            if let Some(f) = s.queues.get_mut(&q.name) {
+            if let Some(f) = s.queue_mut(&q.name) {
                 f.members = members;
             }
         }
@@ -225,15 +215,12 @@ async fn from_management(
             .map(|l| !l.is_empty());
         s.dlx_bound.insert(b.pipeline.clone(), bound);
     }
-    let held = s
-        .queues
-        .values()
-        .any(|f| f.messages_dlx.iter().any(|n| *n > 0));
+    let held = (s.queues.values().flatten()).any(|f| f.messages_dlx.iter().any(|n| *n > 0));
     if held {
         tokio::time::sleep(opts.sample_gap).await;
         if let Ok(again) = m.list_queues(vhost).await {
             for l in again {
-                if let Some(f) = s.queues.get_mut(&l.name) {
+                if let Some(f) = s.queue_mut(&l.name) {
                     if let Some(n) = l.messages_dlx {
                         f.messages_dlx.push(n);
                     }
