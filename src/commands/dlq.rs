@@ -361,25 +361,22 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         }
     }
     let o = open(&a.target, "replay").await?;
-    let opts = dlqctl::ops::dlq::replay::ReplayOptions {
-        selector: a.select.selector(),
-        limit: a.limit,
-        rate: a.rate,
-        to,
-        dry_run: a.dry_run,
-        canary: a.canary.map(|count| dlqctl::ops::dlq::replay::Canary {
-            count,
-            wait: a
-                .canary_wait
-                .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(&o.pipeline)),
-        }),
-        replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
-        rerun: a.rerun,
-        keys_of: a
-            .dry_run
-            .then(|| o.pipeline.idempotency.as_ref().map(|i| i.key.clone()))
-            .flatten(),
-    };
+    let mut opts = dlqctl::ops::dlq::replay::ReplayOptions::new(to, a.select.selector());
+    opts.limit = a.limit;
+    opts.rate = a.rate;
+    opts.dry_run = a.dry_run;
+    opts.canary = a.canary.map(|count| dlqctl::ops::dlq::replay::Canary {
+        count,
+        wait: a
+            .canary_wait
+            .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(&o.pipeline)),
+    });
+    opts.rerun = a.rerun;
+    opts.keys_of = a
+        .dry_run
+        .then(|| o.pipeline.idempotency.as_ref().map(|i| i.key.clone()))
+        .flatten();
+    let opts = opts;
     let mut bar = Reporter::new(
         if a.dry_run { "would move" } else { "moved" },
         a.json,

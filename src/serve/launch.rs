@@ -110,22 +110,15 @@ async fn run(
             canary,
             canary_wait_ms,
         } => {
-            let opts = ReplayOptions {
-                selector,
-                limit: job.request.selection.limit(),
-                rate: *rate,
-                to: p.name.clone(),
-                dry_run: false,
-                canary: canary.map(|count| Canary {
-                    count,
-                    wait: canary_wait_ms
-                        .map(Duration::from_millis)
-                        .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(p)),
-                }),
-                replay_id: dlqctl::ops::dlq::replay::new_replay_id(),
-                rerun: false,
-                keys_of: None,
-            };
+            let mut opts = ReplayOptions::new(p.name.clone(), selector);
+            opts.limit = job.request.selection.limit();
+            opts.rate = *rate;
+            opts.canary = canary.map(|count| Canary {
+                count,
+                wait: canary_wait_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(p)),
+            });
             dlqctl::ops::dlq::replay::replay(&t, &opts, &mut { progress })
                 .await
                 .map(|r| {

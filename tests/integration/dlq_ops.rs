@@ -978,17 +978,8 @@ async fn a_cancel_stops_every_dlq_command_at_once() {
     let to = scratch_queue(b, c, "to").await;
     let cancel = CancellationToken::new();
     let t = target_for(pipe, cancel.clone()).await;
-    let opts = dlqctl::ops::dlq::replay::ReplayOptions {
-        selector: Selector::default(),
-        limit: None,
-        rate: None,
-        to: to.clone(),
-        dry_run: false,
-        canary: None,
-        replay_id: "cancel-test".into(),
-        rerun: false,
-        keys_of: None,
-    };
+    let mut opts = dlqctl::ops::dlq::replay::ReplayOptions::new(to.clone(), Selector::default());
+    opts.replay_id = "cancel-test".into();
     let r = dlqctl::ops::dlq::replay::replay(&t, &opts, &mut at_ten(&cancel))
         .await
         .expect("replay");

@@ -34,8 +34,9 @@ fn build_example(name: &str) -> PathBuf {
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)
-        .arg("--package")
-        .arg("dlqctl")
+        // No `--package`: the workspace's default members, as the test
+        // build selected them, so the dependencies' features are the same
+        // and nothing but the example is built.
         .arg("--example")
         .arg(name);
     match profile {

@@ -1,6 +1,14 @@
 //! The library's error type.
 
 /// What can go wrong in dlqctl's shell (broker, files, handlers).
+///
+/// Exhaustive on purpose, unlike the configs and reports (which are
+/// `#[non_exhaustive]`: they grow a field without breaking a caller).
+/// Each variant is a documented exit code of the `dlqctl` command
+/// (docs/exit-codes.md), and the command matches them without a
+/// catch-all, so a new kind of failure cannot get an exit code by
+/// accident: adding a variant is a breaking change that makes every
+/// match, ours and an embedder's, decide what it means.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The topology file is invalid (every problem, `FILE:LINE:COL: ...`).

@@ -50,6 +50,7 @@ pub struct DrillOptions {
 
 /// What a drill found.
 #[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
 pub struct DrillReport {
     /// The pipeline.
     pub pipeline: String,

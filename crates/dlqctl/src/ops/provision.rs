@@ -27,6 +27,7 @@ pub const DEFAULT_PARALLELISM: usize = 16;
 
 /// The result of a provision or a check.
 #[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
 pub struct Report {
     /// Objects declared (provision) or found as wanted (check).
     #[serde(rename = "objects_as_wanted")]

@@ -110,6 +110,7 @@ pub struct RedriveStatus {
 
 /// Everything `status` found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct StatusReport {
     /// Each pipeline of the file, in file order.
     pub pipelines: Vec<PipelineStatus>,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// The pipeline to consume (its main queue).
     pub pipeline: Pipeline,

@@ -18,7 +18,7 @@ pub enum FileLineError {
     Io(std::io::Error),
     /// The line is longer than the bound.
     #[error(
-        "the line is longer than {max} bytes (the longest export line, README \"Limits\"): \
+        "the line is longer than {max} bytes (the longest export line, README \"Reliability bounds\"): \
          is this an export file?"
     )]
     TooLong {

@@ -56,6 +56,7 @@ pub struct ExportOptions {
 
 /// What an export did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ExportReport {
     /// The DLQ.
     pub queue: String,

@@ -218,6 +218,7 @@ impl PeekedMessage {
 
 /// What a peek read.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct PeekReport {
     /// The DLQ.
     pub queue: String,
@@ -281,6 +282,7 @@ pub async fn peek_from(
 
 /// What `dlq summary` found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct SummaryReport {
     /// The DLQ.
     pub queue: String,

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 
 /// What a purge did (or, counting, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct PurgeReport {
     /// The DLQ.
     pub queue: String,

@@ -25,6 +25,7 @@ use crate::ops::health::probe;
 
 /// What one redrive run did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct RedriveReport {
     /// The pipeline.
     pub queue: String,

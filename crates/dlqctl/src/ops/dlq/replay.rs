@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 /// What to replay, and how.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// Which messages.
     pub selector: Selector,
@@ -41,6 +42,24 @@ pub struct ReplayOptions {
     /// With `dry_run`: collect the idempotency keys (read this way) of
     /// the messages that would move, in [`ReplayReport::keys`].
     pub keys_of: Option<crate::core::idempotency::KeySource>,
+}
+
+impl ReplayOptions {
+    /// Every message of the snapshot to `to`, at no rate limit, with no
+    /// canary, under a new replay id; set the fields that differ.
+    pub fn new(to: impl Into<String>, selector: Selector) -> Self {
+        ReplayOptions {
+            selector,
+            limit: None,
+            rate: None,
+            to: to.into(),
+            dry_run: false,
+            canary: None,
+            replay_id: new_replay_id(),
+            rerun: false,
+            keys_of: None,
+        }
+    }
 }
 
 /// A replay copy with `dlqctl-rerun` set to `replay_id` when `rerun`.
@@ -79,6 +98,7 @@ pub struct Canary {
 
 /// What became of the canaries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct CanaryReport {
     /// Canaries replayed.
     pub sent: u64,
@@ -92,6 +112,7 @@ pub struct CanaryReport {
 /// job) says how it ended as `stopped` (the stop's words, or `null`) and
 /// `cancelled`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayReport {
     /// The DLQ (or the file replayed).
     pub from: String,
