@@ -366,7 +366,7 @@ async fn json_reports_of_one_pipeline_stay_as_they_are() {
 fn metric_names_labels_and_help_stay_as_they_are() {
     use dlqctl::core::dlq::redrive::RunResult;
     use dlqctl::core::retry::breaker::Phase;
-    use dlqctl::worker::metrics::QueueLabels;
+    use dlqctl::worker::metrics::{GuardEvent, RedriveRun};
     let m = dlqctl::Metrics::new();
     let q = m.queue_counters("orders");
     q.decision("ack");
@@ -375,22 +375,12 @@ fn metric_names_labels_and_help_stay_as_they_are() {
     q.dead_letter("exhausted");
     q.retry_delay(100);
     for result in RunResult::ALL {
-        m.record_redrive(&dlqctl::ops::dlq::redrive::RedriveReport {
-            queue: "orders".into(),
-            dlq: "orders.dlq".into(),
+        m.record_redrive(&RedriveRun {
+            queue: "orders",
             result,
             moved: 1,
             waiting_for_person: Some(1),
-            canary: None,
-            health: None,
-            why: None,
-            replay_id: "r".into(),
             next_wait_ms: 1000,
-            elapsed_ms: 0,
-            started_at_ms: 0,
-            ended_at_ms: 0,
-            shared: None,
-            shared_unavailable: None,
         });
     }
     m.record_redrive_wait("orders", 2000);
@@ -404,25 +394,15 @@ fn metric_names_labels_and_help_stay_as_they_are() {
     m.settle_succeeded();
     m.store_down();
     m.store_up();
-    m.handler_seconds.observe(0.5);
-    m.publish_refusals.inc();
-    m.reconnects.inc();
-    m.in_flight.inc();
-    m.consuming.set(1);
-    m.consumer_timeout_conflicts.inc();
-    let labels = QueueLabels {
-        queue: "orders".into(),
-    };
-    let i = &m.idempotency;
-    for family in [
-        &i.duplicates,
-        &i.deferrals,
-        &i.key_conflicts,
-        &i.unkeyed,
-        &i.store_pauses,
-        &i.mark_failures,
-    ] {
-        family.get_or_create(&labels).inc();
+    m.handler_started();
+    m.handler_finished(Duration::from_millis(500));
+    m.publish_refused();
+    m.reconnected();
+    m.set_consuming(true);
+    m.consumer_timeout_conflict();
+    m.guard_started("orders");
+    for event in GuardEvent::ALL {
+        m.guard_event("orders", event);
     }
     golden("metrics.txt", &metric_shapes(&m.render()));
 }

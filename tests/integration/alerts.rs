@@ -45,13 +45,19 @@ fn the_rules_use_the_workers_metric_names() {
     let m = dlqctl::worker::metrics::Metrics::new();
     let q = m.queue_counters("orders");
     q.decision("dead_letter");
-    m.circuit_open.set(0);
-    m.redrive_runs
-        .get_or_create(&dlqctl::worker::metrics::RunLabels {
-            queue: "orders".into(),
-            result: "canary_failed".into(),
-        })
-        .inc();
+    m.set_circuit(
+        "orders",
+        dlqctl::core::retry::breaker::Phase::Closed,
+        0.0,
+        false,
+    );
+    m.record_redrive(&dlqctl::worker::metrics::RedriveRun {
+        queue: "orders",
+        result: dlqctl::core::dlq::redrive::RunResult::CanaryFailed,
+        moved: 0,
+        waiting_for_person: None,
+        next_wait_ms: 60_000,
+    });
     let exported = m.render();
     for name in [
         "dlqctl_decisions_total",

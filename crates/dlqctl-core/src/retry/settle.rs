@@ -134,6 +134,10 @@ pub struct Delivered<'a> {
     pub routing_key: &'a str,
     /// This run's number, 1 for the first (see [`super::count_attempt`]).
     pub attempt: u32,
+    /// Its drill step, decided once from its headers when it arrived
+    /// ([`super::drill::drill_step`]); `None` for a message that is not a
+    /// drill.
+    pub drill: Option<crate::drill::message::DrillStep>,
 }
 
 /// A copy to publish, `mandatory` and persistent, before the original is
@@ -319,26 +323,6 @@ impl Settlement {
 
     /// The copy to publish before the ack, if any.
     pub fn copy(&self) -> Option<&Copy> {
-        match self {
-            Settlement::Retry { copy, .. }
-            | Settlement::DeadLetter { copy, .. }
-            | Settlement::Defer { copy, .. } => Some(copy),
-            _ => None,
-        }
-    }
-
-    /// The copy to publish, taken out of the settlement.
-    pub fn into_copy(self) -> Option<Copy> {
-        match self {
-            Settlement::Retry { copy, .. }
-            | Settlement::DeadLetter { copy, .. }
-            | Settlement::Defer { copy, .. } => Some(copy),
-            _ => None,
-        }
-    }
-
-    /// The copy to publish, to take its properties for a publish.
-    pub fn copy_mut(&mut self) -> Option<&mut Copy> {
         match self {
             Settlement::Retry { copy, .. }
             | Settlement::DeadLetter { copy, .. }
@@ -540,8 +524,7 @@ fn retry(
 ) -> Option<Settlement> {
     let p = rules.pipeline;
     // A drill message's copies expire at once (see core::drill::message).
-    let drill = crate::drill::message::drill_step(d.properties.headers().as_ref()).is_some();
-    let expiration = if drill {
+    let expiration = if d.drill.is_some() {
         Some(
             crate::drill::message::DRILL_EXPIRATION_MS
                 .min(delay_ms)

@@ -76,6 +76,8 @@ impl Case {
             exchange: "orders-in",
             routing_key: "order.created",
             attempt,
+            // As the worker does: decided once from the headers.
+            drill: crate::drill::message::drill_step(self.properties.headers().as_ref()),
         };
         settle(&rules, &d, &run, NOW, jitter_u)
     }
@@ -523,10 +525,48 @@ fn a_drill_message_retries_with_a_short_expiration_and_ends_exhausted() {
     );
 }
 
-/// The worker publishes a copy's properties without keeping a clone and,
-/// when the broker refuses the copy, settles again from the same inputs to
-/// publish it again: the same inputs must give the same copy, for every
-/// kind of copy settle makes (each case checked to be the kind it says).
+/// The drill is what the delivery carries ([`Delivered::drill`], decided
+/// once by the worker), not read again from the headers by `settle`.
+#[test]
+fn a_drill_is_what_the_delivery_carries() {
+    use crate::drill::message::{DrillStep, DRILL_EXPIRATION_MS};
+    use crate::wire::DRILL_HEADER;
+    let c = Case::new();
+    let rules = Rules {
+        pipeline: &c.pipeline,
+        dead_letter: c.mode,
+        frame_max: c.frame_max,
+        connection_user: "worker",
+    };
+    let mut h = FieldTable::default();
+    h.insert(
+        ShortString::from(DRILL_HEADER),
+        AMQPValue::LongString(LongString::from("d-1")),
+    );
+    let with_header = message().with_headers(h);
+    let plain = message();
+    let expiration = |properties: &BasicProperties, drill: Option<DrillStep>| {
+        let d = Delivered {
+            properties,
+            exchange: "orders-in",
+            routing_key: "order.created",
+            attempt: 1,
+            drill,
+        };
+        let plan = settle(&rules, &d, &ran(transient()), NOW, 0.5);
+        let (_, copy) = retried(&plan);
+        copy.properties.expiration().as_ref().map(|e| e.to_string())
+    };
+    let short = Some(DRILL_EXPIRATION_MS.to_string());
+    assert_eq!(expiration(&plain, Some(DrillStep::Fail)), short);
+    // Without jitter, a copy that is not a drill's has no expiration.
+    assert_eq!(expiration(&with_header, None), None);
+    assert_eq!(expiration(&with_header, Some(DrillStep::Fail)), short);
+}
+
+/// `settle` is pure: the same inputs give the same plan and the same copy,
+/// for every kind of copy it makes (each case checked to be the kind it
+/// says).
 #[test]
 fn the_same_inputs_settle_to_the_same_copy() {
     use crate::drill::message::DrillStep;
@@ -607,7 +647,7 @@ fn the_same_inputs_settle_to_the_same_copy() {
         let again = case.settle_with_u(*attempt, run.clone(), *u);
         assert_eq!(first, again, "{expected}");
         assert_eq!(
-            first.settlement.into_copy().as_ref(),
+            first.settlement.copy(),
             again.settlement.copy(),
             "{expected}"
         );

@@ -189,7 +189,7 @@ pub(super) async fn run_loop(
         };
         match verdict(&cfg, handler, &view) {
             Verdict::TooLong(why) => {
-                metrics.consumer_timeout_conflicts.inc();
+                metrics.consumer_timeout_conflict();
                 if last.as_deref() != Some(why.as_str()) {
                     error!(queue = %queue, reason = %why, "the handler timeout is too long for the queue's consumer timeout, which changed while the worker runs");
                     last = Some(why);

@@ -22,7 +22,7 @@ use crate::worker::metrics::{Metrics, QueueCounters};
 use futures_util::FutureExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
-use lapin::{BasicProperties, Channel};
+use lapin::Channel;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,8 +65,12 @@ struct Prepared {
     attempt: u32,
     /// The message id as a log shows it.
     message_id: Option<String>,
-    /// What the handler gets; none when the attempts are already used up.
+    /// What the handler gets; none for a drill message, or when the
+    /// attempts are already used up.
     msg: Option<HandlerMessage>,
+    /// Its drill step, decided here once from its headers; `None` for a
+    /// message that is not a drill (see core::drill::message).
+    drill: Option<DrillStep>,
 }
 
 /// What a settlement planned, as the "message handled" line says it (the
@@ -105,8 +109,7 @@ impl<H: Handler> DeliveryTask<H> {
     pub(super) async fn process(self, d: Delivery, probe: Option<ProbeTicket>) {
         let mut prepared = self.prepare(&d);
         // A drill message never reaches the handler (core::drill::message).
-        let drill = drill_step(d.properties.headers().as_ref());
-        let run = match drill {
+        let run = match prepared.drill {
             Some(step) => {
                 info!(queue = %self.cfg.pipeline.name,
                 message_id = prepared.message_id.as_deref().unwrap_or(""),
@@ -132,30 +135,25 @@ impl<H: Handler> DeliveryTask<H> {
             exchange: d.exchange.as_str(),
             routing_key: d.routing_key.as_str(),
             attempt: prepared.attempt,
+            drill: prepared.drill,
         };
-        let (now, jitter_u) = (now_unix_ms(), rand::random::<f64>());
-        let plan = settle(&rules, &delivered, &run, now, jitter_u);
+        let plan = settle(
+            &rules,
+            &delivered,
+            &run,
+            now_unix_ms(),
+            rand::random::<f64>(),
+        );
         for note in &plan.notes {
             self.log_note(note, &prepared, rules.frame_max);
         }
-        // What the log line needs of the plan: not a clone of its copy.
+        // What the log line needs of the plan, which carrying it out may
+        // turn into another settlement.
         let planned = Planned {
             tier: plan.settlement.tier().map(str::to_owned),
             reason: plan.settlement.reason(),
         };
-        // The copy's properties go to its first publish as they are, not
-        // cloned for a refusal that seldom comes: a publish tried again
-        // gets them made again from the same inputs (`settle` is pure, so
-        // they are the same copy).
-        let remake = || {
-            settle(&rules, &delivered, &run, now, jitter_u)
-                .settlement
-                .into_copy()
-                .map(|c| c.properties)
-        };
-        let done = self
-            .carry_out(&d, plan.settlement, &prepared, &remake)
-            .await;
+        let done = self.carry_out(&d, plan.settlement, &prepared).await;
         self.record(&prepared, &run, &planned, &done);
     }
 
@@ -218,6 +216,7 @@ impl<H: Handler> DeliveryTask<H> {
             self.shared.warn_once(w);
         }
         let attempt = count.attempt;
+        let drill = drill_step(headers);
         // Short strings are bytes on the wire, not necessarily UTF-8: the
         // handler gets text or base64, the log says which, copies keep the
         // bytes (see core::values::shortstr).
@@ -241,12 +240,14 @@ impl<H: Handler> DeliveryTask<H> {
             );
         }
         // A message that arrives with its runs already used up is not run
-        // again (step 3 dead-letters it).
-        let msg = (attempt <= p.retry.max_attempts).then(|| self.handler_message(d, attempt));
+        // again (step 3 dead-letters it), nor is a drill message.
+        let msg = (drill.is_none() && attempt <= p.retry.max_attempts)
+            .then(|| self.handler_message(d, attempt));
         Prepared {
             attempt,
             message_id,
             msg,
+            drill,
         }
     }
 
@@ -289,7 +290,7 @@ impl<H: Handler> DeliveryTask<H> {
         let Some(msg) = &prepared.msg else {
             return Run::spent(prepared.attempt, p.retry.max_attempts);
         };
-        self.metrics.in_flight.inc();
+        self.metrics.handler_started();
         let t0 = Instant::now();
         let run = AssertUnwindSafe(self.handler.handle(msg)).catch_unwind();
         let outcome = tokio::select! {
@@ -302,14 +303,11 @@ impl<H: Handler> DeliveryTask<H> {
                 Outcome::transient(format!("the handler panicked: {what}"))
             }),
             _ = self.lost.cancelled() => {
-                self.metrics.in_flight.dec();
+                self.metrics.handler_abandoned();
                 return Run::Interrupted;
             }
         };
-        self.metrics
-            .handler_seconds
-            .observe(t0.elapsed().as_secs_f64());
-        self.metrics.in_flight.dec();
+        self.metrics.handler_finished(t0.elapsed());
         self.shared.counters.outcome(outcome.label());
         if let Some(c) = &self.shared.circuit {
             c.record(
@@ -326,21 +324,12 @@ impl<H: Handler> DeliveryTask<H> {
 
     /// Step 4: carries `s` out and returns what was done: `s` itself, or
     /// what [`Settlement::after_publish`] says when its copy could not be
-    /// published. The copy's properties have gone to the publish: the
-    /// settlement returned holds them empty.
-    async fn carry_out(
-        &self,
-        d: &Delivery,
-        mut s: Settlement,
-        prepared: &Prepared,
-        remake: &(dyn Fn() -> Option<BasicProperties> + Sync),
-    ) -> Settlement {
-        let nack_if_refused = s.nack_if_refused();
-        let s = match s.copy_mut() {
+    /// published.
+    async fn carry_out(&self, d: &Delivery, s: Settlement, prepared: &Prepared) -> Settlement {
+        let s = match s.copy() {
             Some(copy) => {
-                let properties = std::mem::take(&mut copy.properties);
                 let end = self
-                    .publish_until_confirmed(copy, properties, remake, d, nack_if_refused)
+                    .publish_until_confirmed(copy, d, s.nack_if_refused())
                     .await;
                 s.after_publish(end)
             }
@@ -499,40 +488,31 @@ impl<H: Handler> DeliveryTask<H> {
         }
     }
 
-    /// Publishes a copy (to `copy`'s exchange and routing key, with
-    /// `properties`) until the broker confirms it; each try after the
-    /// first publishes what `remake` makes. While the broker refuses, the
-    /// original stays unacked and the worker starts no new handler.
+    /// Publishes `copy` (the body is `d`'s) until the broker confirms it,
+    /// the same copy at each try. While the broker refuses, the original
+    /// stays unacked and the worker starts no new handler.
     async fn publish_until_confirmed(
         &self,
         copy: &Copy,
-        properties: BasicProperties,
-        remake: &(dyn Fn() -> Option<BasicProperties> + Sync),
         d: &Delivery,
         nack_if_refused: bool,
     ) -> PublishEnd {
         let (exchange, routing_key) = (copy.exchange.as_str(), copy.routing_key.as_str());
         let mut backoff = Backoff::new(Duration::from_millis(100), self.cfg.max_publish_backoff);
         let mut refusing = false;
-        let mut first = Some(properties);
         let result = loop {
-            let Some(properties) = first.take().or_else(remake) else {
-                // Not reached: `settle` made a copy from the same inputs
-                // (core::retry::settle_tests, the_same_inputs_settle_to_the_same_copy).
-                warn!(queue = %self.cfg.pipeline.name, message_id = d.properties.message_id().as_ref().map(|m| m.as_str()),
-                    "a refused copy could not be made again to publish it again (a defect of dlqctl): the message stays unacked until its channel closes, then returns to the queue");
-                break PublishEnd::ChannelClosed;
-            };
+            // A publish takes its properties: each try gets a clone, and
+            // the copy stays whole for the next.
             match self
                 .publisher
-                .publish(exchange, routing_key, &d.data, properties)
+                .publish(exchange, routing_key, &d.data, copy.properties.clone())
                 .await
             {
                 Ok(()) => break PublishEnd::Confirmed,
                 Err(Refusal::Nacked) if nack_if_refused => break PublishEnd::Nacked,
                 Err(Refusal::TooLarge(why)) => break PublishEnd::TooLarge(why),
                 Err(r) => {
-                    self.metrics.publish_refusals.inc();
+                    self.metrics.publish_refused();
                     self.metrics.settle_failed();
                     if !refusing {
                         refusing = true;

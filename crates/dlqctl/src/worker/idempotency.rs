@@ -20,7 +20,7 @@ use crate::core::handling::outcome::Outcome;
 use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
 use crate::core::retry::Run;
 use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
-use crate::worker::metrics::{Metrics, QueueLabels};
+use crate::worker::metrics::{GuardEvent, Metrics};
 
 /// How often a paused worker asks the store whether it answers again.
 const PING_EVERY: Duration = Duration::from_secs(1);
@@ -66,23 +66,8 @@ impl Guard {
         queue: &str,
         metrics: Arc<Metrics>,
     ) -> Self {
-        // Every counter starts at 0, so that /metrics (and `status
-        // --metrics-url`) shows the pipeline as guarded before the first
-        // one, and a rate() has a start.
-        let labels = QueueLabels {
-            queue: queue.to_string(),
-        };
-        let m = &metrics.idempotency;
-        for family in [
-            &m.duplicates,
-            &m.deferrals,
-            &m.key_conflicts,
-            &m.unkeyed,
-            &m.store_pauses,
-            &m.mark_failures,
-        ] {
-            let _ = family.get_or_create(&labels);
-        }
+        // Every counter starts at 0 (see Metrics::guard_started).
+        metrics.guard_started(queue);
         Guard {
             store,
             key: idem.key.clone(),
@@ -98,10 +83,9 @@ impl Guard {
         }
     }
 
-    fn labels(&self) -> QueueLabels {
-        QueueLabels {
-            queue: self.queue.clone(),
-        }
+    /// Counts `event` for this guard's pipeline.
+    fn count(&self, event: GuardEvent) {
+        self.metrics.guard_event(&self.queue, event);
     }
 
     /// Whether consumption is paused for the store.
@@ -112,11 +96,7 @@ impl Guard {
     /// Before the handler: looks the key of `d` up and takes its lease.
     pub(crate) async fn enter(self: &Arc<Self>, d: &Delivery, message_id: &str) -> Entry {
         let Some(key) = key_of(&self.key, &d.properties, &d.data) else {
-            self.metrics
-                .idempotency
-                .unkeyed
-                .get_or_create(&self.labels())
-                .inc();
+            self.count(GuardEvent::Unkeyed);
             if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
                 warn!(queue = %self.queue, key = %self.key.text(), message_id,
                     "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
@@ -130,30 +110,18 @@ impl Guard {
         match self.store.begin(&key, &body, self.lease_ms).await {
             Ok(Begin::Acquired { lease, conflict }) => {
                 if conflict {
-                    self.metrics
-                        .idempotency
-                        .key_conflicts
-                        .get_or_create(&self.labels())
-                        .inc();
+                    self.count(GuardEvent::KeyConflict);
                     warn!(queue = %self.queue, message_id,
                         "this key was marked handled with another body: not a duplicate, it runs (counted in dlqctl_idempotency_key_conflicts_total)");
                 }
                 Entry::Leased { lease, body }
             }
             Ok(Begin::Handled) => {
-                self.metrics
-                    .idempotency
-                    .duplicates
-                    .get_or_create(&self.labels())
-                    .inc();
+                self.count(GuardEvent::Duplicate);
                 Entry::Skip(Run::Duplicate)
             }
             Ok(Begin::Leased { remaining_ms }) => {
-                self.metrics
-                    .idempotency
-                    .deferrals
-                    .get_or_create(&self.labels())
-                    .inc();
+                self.count(GuardEvent::Deferral);
                 Entry::Skip(Run::Deferred { remaining_ms })
             }
             Err(e) => {
@@ -195,11 +163,7 @@ impl Guard {
     async fn mark(&self, lease: &Lease, body: &BodySha) -> Result<(), StoreError> {
         let marked = self.store.mark(lease, body, self.keep_ms).await;
         if marked.is_err() {
-            self.metrics
-                .idempotency
-                .mark_failures
-                .get_or_create(&self.labels())
-                .inc();
+            self.count(GuardEvent::MarkFailure);
         }
         marked
     }
@@ -252,11 +216,7 @@ impl Guard {
         if self.paused.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.metrics
-            .idempotency
-            .store_pauses
-            .get_or_create(&self.labels())
-            .inc();
+        self.count(GuardEvent::StorePause);
         warn!(queue = %self.queue, error = %e,
             "the idempotency store does not answer: consumption paused, deliveries not started are handed back; no handler runs unguarded");
         let guard = self.clone();

@@ -1,5 +1,6 @@
 //! Prometheus metrics of a worker, in OpenMetrics text.
 
+use crate::core::dlq::redrive::RunResult;
 use crate::core::retry::breaker::Phase;
 use crate::core::retry::{DeadLetterReason, Settlement};
 use prometheus_client::encoding::text::encode;
@@ -53,118 +54,120 @@ impl Default for SettleState {
 
 /// Labels of a decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
+struct DecisionLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
     /// `ack`, `retry`, `dead_letter`, `dead_letter_nack`, `abandoned`,
     /// `duplicate`, `deferred`.
-    pub decision: String,
+    decision: String,
 }
 
 /// Labels of a handler run.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
+struct OutcomeLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
     /// `success`, `transient`, `permanent`.
-    pub outcome: String,
+    outcome: String,
 }
 
 /// Labels of a dead-letter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
+struct ReasonLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
     /// `permanent`, `exhausted`, `too_large`.
-    pub reason: String,
+    reason: String,
 }
 
 /// Labels of a redrive run.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RunLabels {
+struct RunLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
     /// `moved`, `canary_failed`, `unhealthy`, `nothing_eligible`, `busy`,
     /// `failed`.
-    pub result: String,
+    result: String,
 }
 
 /// Labels of a circuit breaker's change of state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TransitionLabels {
+struct TransitionLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
     /// The state it went to: `open`, `half_open`, `closed`.
-    pub to: String,
+    to: String,
 }
 
 /// Labels of a pipeline alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
+struct QueueLabels {
     /// The pipeline.
-    pub queue: String,
+    queue: String,
 }
 
-/// Everything a worker counts.
+/// Everything a worker counts, rendered by [`Metrics::render`]. Its
+/// metrics are private: the worker, its parts and the tests count through
+/// its methods.
 pub struct Metrics {
     registry: Registry,
     /// Decisions carried out.
-    pub decisions: Family<DecisionLabels, Counter>,
+    decisions: Family<DecisionLabels, Counter>,
     /// Handler runs by outcome.
-    pub outcomes: Family<OutcomeLabels, Counter>,
+    outcomes: Family<OutcomeLabels, Counter>,
     /// Handler run time.
-    pub handler_seconds: Histogram,
+    handler_seconds: Histogram,
     /// Copies the broker refused (nack, return, timeout, channel error).
-    pub publish_refusals: Counter,
+    publish_refusals: Counter,
     /// Reconnections after a lost connection.
-    pub reconnects: Counter,
+    reconnects: Counter,
     /// Handler runs in progress.
-    pub in_flight: Gauge,
+    in_flight: Gauge,
     /// 1 while the circuit breaker is not closed (open, or half-open with
     /// only its probe running): consumption is paused.
-    pub circuit_open: Gauge,
+    circuit_open: Gauge,
     /// The circuit breaker's state per pipeline: 0 closed, 1 open, 2
     /// half-open (only with a `circuit_breaker` in the topology).
-    pub circuit_state: Family<QueueLabels, Gauge>,
+    circuit_state: Family<QueueLabels, Gauge>,
     /// Changes of the circuit breaker's state, by the state it went to.
-    pub circuit_transitions: Family<TransitionLabels, Counter>,
+    circuit_transitions: Family<TransitionLabels, Counter>,
     /// When the circuit breaker took its current state (the worker's start
     /// while it never changed), in Unix seconds.
-    pub circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// 1 while the worker is connected and has its consumer on the main
     /// queue.
-    pub consuming: Gauge,
+    consuming: Gauge,
     /// 1 while the worker is ready: what `/readyz` answers (see
     /// [`Readiness`]). Brought up to date whenever it is read.
-    pub ready: Gauge,
+    ready: Gauge,
     /// Looks at the consumer timeout (at start, then every minute) that
     /// found it not above the handler timeout while the worker ran.
-    pub consumer_timeout_conflicts: Counter,
+    consumer_timeout_conflicts: Counter,
     /// Whether settles go through, and since when they fail.
     settles: SettleState,
     /// Messages that succeeded on their first attempt.
-    pub first_attempt_successes: Family<QueueLabels, Counter>,
+    first_attempt_successes: Family<QueueLabels, Counter>,
     /// Dead-letters by reason.
-    pub dead_letters: Family<ReasonLabels, Counter>,
+    dead_letters: Family<ReasonLabels, Counter>,
     /// The wait scheduled between a failed attempt and the next (the
     /// tier's delay), in seconds.
-    pub retry_delay_seconds: Histogram,
+    retry_delay_seconds: Histogram,
     /// Automatic redrive runs by result.
-    pub redrive_runs: Family<RunLabels, Counter>,
+    redrive_runs: Family<RunLabels, Counter>,
     /// Messages moved back by automatic redrive (canaries included).
-    pub redriven_messages: Family<QueueLabels, Counter>,
+    redriven_messages: Family<QueueLabels, Counter>,
     /// DLQ messages past `max_redrives`, waiting for a person (as the last
     /// run that read the DLQ counted them).
-    pub redrive_waiting_for_person: Family<QueueLabels, Gauge>,
+    redrive_waiting_for_person: Family<QueueLabels, Gauge>,
     /// How long until the next redrive look, in seconds (doubles after a
     /// failed canary).
-    pub redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    redrive_next_wait_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// The handler timeout the worker was started with, per pipeline
     /// (`dlqctl doctor --metrics-url` compares it with the broker's
     /// consumer timeout).
-    pub handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    handler_timeout_seconds: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// Idempotent handling, per pipeline.
-    pub idempotency: IdempotencyMetrics,
+    idempotency: IdempotencyMetrics,
     /// Since when (ms on the settles' clock) the idempotency store has not
     /// answered; `None` while it answers.
     store_down_since: Mutex<Option<u64>>,
@@ -173,19 +176,71 @@ pub struct Metrics {
 /// The counters of idempotent handling (docs/worker.md, "Idempotent
 /// handling"), per pipeline.
 #[derive(Clone, Default)]
-pub struct IdempotencyMetrics {
+struct IdempotencyMetrics {
     /// Deliveries acked without the handler: their key was marked handled.
-    pub duplicates: Family<QueueLabels, Counter>,
+    duplicates: Family<QueueLabels, Counter>,
     /// Deliveries deferred to a tier: another run held their key's lease.
-    pub deferrals: Family<QueueLabels, Counter>,
+    deferrals: Family<QueueLabels, Counter>,
     /// Keys marked handled with another body, run again.
-    pub key_conflicts: Family<QueueLabels, Counter>,
+    key_conflicts: Family<QueueLabels, Counter>,
     /// Deliveries without the configured key, run unguarded.
-    pub unkeyed: Family<QueueLabels, Counter>,
+    unkeyed: Family<QueueLabels, Counter>,
     /// Pauses of consumption because the store did not answer.
-    pub store_pauses: Family<QueueLabels, Counter>,
+    store_pauses: Family<QueueLabels, Counter>,
     /// Marks that failed after a success (the message was acked anyway).
-    pub mark_failures: Family<QueueLabels, Counter>,
+    mark_failures: Family<QueueLabels, Counter>,
+}
+
+/// A redrive run as the metrics count it (the worker makes it of its
+/// report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedriveRun<'a> {
+    /// The pipeline.
+    pub queue: &'a str,
+    /// How the run ended.
+    pub result: RunResult,
+    /// Messages it moved back (canaries included).
+    pub moved: u64,
+    /// DLQ messages past `max_redrives`, when it read the DLQ.
+    pub waiting_for_person: Option<u64>,
+    /// The wait before the next look, in ms.
+    pub next_wait_ms: u64,
+}
+
+/// What the idempotency guard counts, each per pipeline (docs/worker.md,
+/// "Idempotent handling").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardEvent {
+    /// A delivery acked without the handler: its key was marked handled
+    /// (`dlqctl_duplicates_total`).
+    Duplicate,
+    /// A delivery deferred to a tier: another run held its key's lease
+    /// (`dlqctl_deferrals_total`).
+    Deferral,
+    /// A key marked handled with another body, run again
+    /// (`dlqctl_idempotency_key_conflicts_total`).
+    KeyConflict,
+    /// A delivery without the configured key, run unguarded
+    /// (`dlqctl_idempotency_unkeyed_total`).
+    Unkeyed,
+    /// Consumption paused because the store did not answer
+    /// (`dlqctl_idempotency_store_pauses_total`).
+    StorePause,
+    /// A mark that failed after a success; the message was acked anyway
+    /// (`dlqctl_idempotency_mark_failures_total`).
+    MarkFailure,
+}
+
+impl GuardEvent {
+    /// Every event, in the order their families are registered.
+    pub const ALL: [GuardEvent; 6] = [
+        GuardEvent::Duplicate,
+        GuardEvent::Deferral,
+        GuardEvent::KeyConflict,
+        GuardEvent::Unkeyed,
+        GuardEvent::StorePause,
+        GuardEvent::MarkFailure,
+    ];
 }
 
 impl Default for Metrics {
@@ -314,16 +369,11 @@ impl Metrics {
 
     /// Counts a redrive run: its result, what it moved, the messages
     /// waiting for a person (when it read the DLQ) and the next wait.
-    pub fn record_redrive(&self, r: &crate::ops::dlq::redrive::RedriveReport) {
+    pub fn record_redrive(&self, r: &RedriveRun<'_>) {
         let queue = QueueLabels {
-            queue: r.queue.clone(),
+            queue: r.queue.to_string(),
         };
-        self.redrive_runs
-            .get_or_create(&RunLabels {
-                queue: r.queue.clone(),
-                result: r.result.label().to_string(),
-            })
-            .inc();
+        self.count_redrive_run(r.queue, r.result);
         self.redriven_messages.get_or_create(&queue).inc_by(r.moved);
         if let Some(n) = r.waiting_for_person {
             self.redrive_waiting_for_person
@@ -331,21 +381,22 @@ impl Metrics {
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         // A busy turn changed no wait: the gauge keeps what it showed.
-        if r.result != crate::core::dlq::redrive::RunResult::Busy {
-            self.record_redrive_wait(&r.queue, r.next_wait_ms);
+        if r.result != RunResult::Busy {
+            self.record_redrive_wait(r.queue, r.next_wait_ms);
         }
     }
 
-    /// Counts a redrive run of `queue` that could not even start (no
-    /// connection): `dlqctl_redrive_runs_total{result="failed"}`, as a
-    /// run that failed on an error counts.
+    /// Counts a redrive run of `queue` that failed before it could report
+    /// (`result="failed"`): nothing else about it is known.
     pub fn record_redrive_failed(&self, queue: &str) {
+        self.count_redrive_run(queue, RunResult::Failed);
+    }
+
+    fn count_redrive_run(&self, queue: &str, result: RunResult) {
         self.redrive_runs
             .get_or_create(&RunLabels {
                 queue: queue.to_string(),
-                result: crate::core::dlq::redrive::RunResult::Failed
-                    .label()
-                    .to_string(),
+                result: result.label().to_string(),
             })
             .inc();
     }
@@ -404,6 +455,80 @@ impl Metrics {
             if changed && p == phase {
                 c.inc();
             }
+        }
+    }
+
+    /// Counts a reconnection after a lost connection.
+    pub fn reconnected(&self) {
+        self.reconnects.inc();
+    }
+
+    /// Shows whether the worker is connected and has its consumer on the
+    /// main queue.
+    pub fn set_consuming(&self, consuming: bool) {
+        self.consuming.set(i64::from(consuming));
+    }
+
+    /// Counts a look at the consumer timeout that found it not above the
+    /// handler timeout.
+    pub fn consumer_timeout_conflict(&self) {
+        self.consumer_timeout_conflicts.inc();
+    }
+
+    /// A handler run started.
+    pub fn handler_started(&self) {
+        self.in_flight.inc();
+    }
+
+    /// A handler run started by [`Self::handler_started`] ended after
+    /// `took`.
+    pub fn handler_finished(&self, took: std::time::Duration) {
+        self.handler_seconds.observe(took.as_secs_f64());
+        self.in_flight.dec();
+    }
+
+    /// A handler run started by [`Self::handler_started`] was given up
+    /// (the connection was lost): no run time is recorded.
+    pub fn handler_abandoned(&self) {
+        self.in_flight.dec();
+    }
+
+    /// Counts a copy the broker refused (nack, return, timeout, channel
+    /// error).
+    pub fn publish_refused(&self) {
+        self.publish_refusals.inc();
+    }
+
+    /// Makes `queue`'s idempotency counters, at 0: /metrics (and `status
+    /// --metrics-url`) then shows the pipeline as guarded before the
+    /// first one, and a rate() has a start.
+    pub fn guard_started(&self, queue: &str) {
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        for event in GuardEvent::ALL {
+            let _ = self.guard_family(event).get_or_create(&labels);
+        }
+    }
+
+    /// Counts one `event` of `queue`'s idempotency guard.
+    pub fn guard_event(&self, queue: &str, event: GuardEvent) {
+        self.guard_family(event)
+            .get_or_create(&QueueLabels {
+                queue: queue.to_string(),
+            })
+            .inc();
+    }
+
+    fn guard_family(&self, event: GuardEvent) -> &Family<QueueLabels, Counter> {
+        let m = &self.idempotency;
+        match event {
+            GuardEvent::Duplicate => &m.duplicates,
+            GuardEvent::Deferral => &m.deferrals,
+            GuardEvent::KeyConflict => &m.key_conflicts,
+            GuardEvent::Unkeyed => &m.unkeyed,
+            GuardEvent::StorePause => &m.store_pauses,
+            GuardEvent::MarkFailure => &m.mark_failures,
         }
     }
 
@@ -638,7 +763,7 @@ mod tests {
         let m = Metrics::new();
         assert_eq!(readiness(&m).0, 503);
         assert!(m.render().contains("dlqctl_ready 0"));
-        m.consuming.set(1);
+        m.set_consuming(true);
         assert_eq!(readiness(&m).0, 200);
         let text = m.render();
         assert!(text.contains("dlqctl_consuming 1"), "{text}");
@@ -650,7 +775,7 @@ mod tests {
         assert_eq!(readiness(&m).0, 200);
         m.settle_retry_ended();
         m.settle_succeeded();
-        m.consuming.set(0);
+        m.set_consuming(false);
         assert_eq!(readiness(&m).0, 503);
         assert!(m.render().contains("dlqctl_ready 0"));
     }
@@ -678,24 +803,13 @@ mod tests {
 
     #[test]
     fn renders_redrive_runs_moved_waiting_and_next_wait() {
-        use crate::core::dlq::redrive::RunResult;
         let m = Metrics::new();
-        let mut r = crate::ops::dlq::redrive::RedriveReport {
-            queue: "orders".into(),
-            dlq: "orders.dlq".into(),
+        let mut r = RedriveRun {
+            queue: "orders",
             result: RunResult::CanaryFailed,
             moved: 5,
             waiting_for_person: Some(2),
-            canary: None,
-            health: None,
-            why: None,
-            replay_id: "r".into(),
             next_wait_ms: 120_000,
-            elapsed_ms: 0,
-            started_at_ms: 0,
-            ended_at_ms: 0,
-            shared: None,
-            shared_unavailable: None,
         };
         m.record_redrive(&r);
         r.result = RunResult::Moved;
@@ -703,11 +817,17 @@ mod tests {
         r.waiting_for_person = None;
         r.next_wait_ms = 1500;
         m.record_redrive(&r);
+        // A busy turn counts, and leaves the wait as it was.
+        r.result = RunResult::Busy;
+        r.moved = 0;
+        r.next_wait_ms = 9_000;
+        m.record_redrive(&r);
         assert_renders(
             &m,
             &[
                 "dlqctl_redrive_runs_total{queue=\"orders\",result=\"canary_failed\"} 1",
                 "dlqctl_redrive_runs_total{queue=\"orders\",result=\"moved\"} 1",
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"busy\"} 1",
                 "dlqctl_redriven_messages_total{queue=\"orders\"} 50",
                 "dlqctl_redrive_waiting_for_person{queue=\"orders\"} 2",
                 "dlqctl_redrive_next_wait_seconds{queue=\"orders\"} 1.5",
@@ -769,6 +889,55 @@ mod tests {
                 "dlqctl_circuit_open 0",
                 "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"closed\"} 1",
                 "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn each_method_counts_into_its_metric() {
+        let m = Metrics::new();
+        m.reconnected();
+        m.consumer_timeout_conflict();
+        m.publish_refused();
+        m.publish_refused();
+        m.handler_started();
+        m.handler_started();
+        m.handler_started();
+        m.handler_finished(std::time::Duration::from_millis(2));
+        m.handler_abandoned();
+        m.record_redrive_failed("orders");
+        m.guard_started("payments");
+        m.guard_started("orders");
+        for (n, event) in GuardEvent::ALL.into_iter().enumerate() {
+            for _ in 0..=n {
+                m.guard_event("orders", event);
+            }
+        }
+        m.set_consuming(true);
+        assert_renders(
+            &m,
+            &[
+                "dlqctl_reconnects_total 1",
+                "dlqctl_consumer_timeout_conflicts_total 1",
+                "dlqctl_publish_refusals_total 2",
+                "dlqctl_handlers_in_flight 1",
+                "dlqctl_handler_duration_seconds_sum 0.002",
+                "dlqctl_handler_duration_seconds_count 1",
+                "dlqctl_redrive_runs_total{queue=\"orders\",result=\"failed\"} 1",
+                "dlqctl_consuming 1",
+                "dlqctl_duplicates_total{queue=\"orders\"} 1",
+                "dlqctl_deferrals_total{queue=\"orders\"} 2",
+                "dlqctl_idempotency_key_conflicts_total{queue=\"orders\"} 3",
+                "dlqctl_idempotency_unkeyed_total{queue=\"orders\"} 4",
+                "dlqctl_idempotency_store_pauses_total{queue=\"orders\"} 5",
+                "dlqctl_idempotency_mark_failures_total{queue=\"orders\"} 6",
+                // Made at 0 for a guarded pipeline before its first event.
+                "dlqctl_duplicates_total{queue=\"payments\"} 0",
+                "dlqctl_deferrals_total{queue=\"payments\"} 0",
+                "dlqctl_idempotency_key_conflicts_total{queue=\"payments\"} 0",
+                "dlqctl_idempotency_unkeyed_total{queue=\"payments\"} 0",
+                "dlqctl_idempotency_store_pauses_total{queue=\"payments\"} 0",
+                "dlqctl_idempotency_mark_failures_total{queue=\"payments\"} 0",
             ],
         );
     }

@@ -245,7 +245,7 @@ impl<H: Handler> Worker<H> {
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tokio::time::sleep(backoff.next_wait()) => {}
             }
-            self.metrics.reconnects.inc();
+            self.metrics.reconnected();
         }
     }
 
@@ -258,7 +258,7 @@ impl<H: Handler> Worker<H> {
     ) -> Result<SessionEnd> {
         let (conn, at) = self.connect().await?;
         let (consume, publisher, mut consumer) = self.open(&conn, at).await?;
-        self.metrics.consuming.set(1);
+        self.metrics.set_consuming(true);
         let template = DeliveryTask {
             cfg: self.cfg.clone(),
             handler: self.handler.clone(),
@@ -278,7 +278,7 @@ impl<H: Handler> Worker<H> {
         let end = self
             .consume(shutdown, &consume, &mut consumer, &tracker, &template)
             .await;
-        self.metrics.consuming.set(0);
+        self.metrics.set_consuming(false);
         tracker.close();
         const NETWORK_STEP: Duration = Duration::from_secs(5);
         match &end {

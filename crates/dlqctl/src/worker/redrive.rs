@@ -16,7 +16,7 @@ use super::config::WorkerConfig;
 use crate::core::dlq::redrive::RunResult;
 use crate::ops::dlq::redrive::{redrive_if_due, RedriveReport, Turn};
 use crate::ops::dlq::Target;
-use crate::worker::metrics::Metrics;
+use crate::worker::metrics::{Metrics, RedriveRun};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +72,7 @@ pub(crate) async fn run_loop(
                 wait = remaining_ms.clamp(1, policy.every);
             }
             Ok(Turn::Ran(r)) => {
-                metrics.record_redrive(&r);
+                metrics.record_redrive(&counted(&r));
                 log_run(&r);
                 match (&r.shared, &r.shared_unavailable, warned_unshared) {
                     (None, Some(why), false) => {
@@ -114,6 +114,17 @@ async fn once(
     let r = redrive_if_due(&target, p, previous_wait_ms).await;
     crate::amqp::connection::close(&conn).await;
     r
+}
+
+/// What the metrics count of a run.
+fn counted(r: &RedriveReport) -> RedriveRun<'_> {
+    RedriveRun {
+        queue: &r.queue,
+        result: r.result,
+        moved: r.moved,
+        waiting_for_person: r.waiting_for_person,
+        next_wait_ms: r.next_wait_ms,
+    }
 }
 
 /// The log line of a run: `redrive run` at info (a busy DLQ, skipped, at
