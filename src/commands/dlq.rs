@@ -361,7 +361,11 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         }
     }
     let o = open(&a.target, "replay").await?;
-    let mut opts = dlqctl::ops::dlq::replay::ReplayOptions::new(to, a.select.selector());
+    let mut opts = dlqctl::ops::dlq::replay::ReplayOptions::new(
+        to,
+        a.select.selector(),
+        dlqctl::ops::dlq::replay::new_replay_id(),
+    );
     opts.limit = a.limit;
     opts.rate = a.rate;
     opts.dry_run = a.dry_run;
@@ -376,7 +380,6 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         .dry_run
         .then(|| o.pipeline.idempotency.as_ref().map(|i| i.key.clone()))
         .flatten();
-    let opts = opts;
     let mut bar = Reporter::new(
         if a.dry_run { "would move" } else { "moved" },
         a.json,

@@ -110,7 +110,11 @@ async fn run(
             canary,
             canary_wait_ms,
         } => {
-            let mut opts = ReplayOptions::new(p.name.clone(), selector);
+            let mut opts = ReplayOptions::new(
+                p.name.clone(),
+                selector,
+                dlqctl::ops::dlq::replay::new_replay_id(),
+            );
             opts.limit = job.request.selection.limit();
             opts.rate = *rate;
             opts.canary = canary.map(|count| Canary {

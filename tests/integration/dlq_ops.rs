@@ -978,8 +978,11 @@ async fn a_cancel_stops_every_dlq_command_at_once() {
     let to = scratch_queue(b, c, "to").await;
     let cancel = CancellationToken::new();
     let t = target_for(pipe, cancel.clone()).await;
-    let mut opts = dlqctl::ops::dlq::replay::ReplayOptions::new(to.clone(), Selector::default());
-    opts.replay_id = "cancel-test".into();
+    let opts = dlqctl::ops::dlq::replay::ReplayOptions::new(
+        to.clone(),
+        Selector::default(),
+        "cancel-test",
+    );
     let r = dlqctl::ops::dlq::replay::replay(&t, &opts, &mut at_ten(&cancel))
         .await
         .expect("replay");

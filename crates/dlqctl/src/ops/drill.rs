@@ -418,15 +418,12 @@ async fn after_dlq(
     let replay = crate::ops::dlq::replay::replay(
         &d.target,
         &crate::ops::dlq::replay::ReplayOptions {
-            selector: d.mine.clone(),
             limit: Some(1),
-            rate: None,
-            to: p.name.clone(),
-            dry_run: false,
-            canary: None,
-            replay_id: format!("drill-{id}"),
-            rerun: false,
-            keys_of: None,
+            ..crate::ops::dlq::replay::ReplayOptions::new(
+                &p.name,
+                d.mine.clone(),
+                format!("drill-{id}"),
+            )
         },
         &mut |_| {},
     )

@@ -401,18 +401,12 @@ async fn locked(t: &Target, pipeline: &Pipeline, policy: &Redrive, replay_id: &s
         }
     }
     let opts = ReplayOptions {
-        selector: Selector::default(),
-        limit: None,
         rate: Some(policy.rate),
-        to: pipeline.name.clone(),
-        dry_run: false,
         canary: (policy.canary > 0).then(|| Canary {
             count: policy.canary,
             wait: default_canary_wait(pipeline),
         }),
-        replay_id: replay_id.to_string(),
-        rerun: false,
-        keys_of: None,
+        ..ReplayOptions::new(&pipeline.name, Selector::default(), replay_id)
     };
     let mut hooks = Hooks {
         policy,

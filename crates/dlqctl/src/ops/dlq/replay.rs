@@ -46,8 +46,9 @@ pub struct ReplayOptions {
 
 impl ReplayOptions {
     /// Every message of the snapshot to `to`, at no rate limit, with no
-    /// canary, under a new replay id; set the fields that differ.
-    pub fn new(to: impl Into<String>, selector: Selector) -> Self {
+    /// canary, under `replay_id` ([`new_replay_id`] for a person's run);
+    /// set the fields that differ.
+    pub fn new(to: impl Into<String>, selector: Selector, replay_id: impl Into<String>) -> Self {
         ReplayOptions {
             selector,
             limit: None,
@@ -55,7 +56,7 @@ impl ReplayOptions {
             to: to.into(),
             dry_run: false,
             canary: None,
-            replay_id: new_replay_id(),
+            replay_id: replay_id.into(),
             rerun: false,
             keys_of: None,
         }
