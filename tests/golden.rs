@@ -439,13 +439,13 @@ mod checklist {
     //! management API does not answer, one whose API is another broker's.
     //! The checklist as JSON (what `--format json` prints under `checks`).
 
-    use dlqctl::core::check::circuit::CircuitReading;
-    use dlqctl::core::check::doctor::{
+    use dlqctl::core::audit::circuit::CircuitReading;
+    use dlqctl::core::audit::doctor::{
         checklist, HandlerTimeout, ManagementState, PermissionsUnknown, QueueFacts, Snapshot,
     };
-    use dlqctl::core::check::idempotency::{IdempotencyFacts, StoreReading};
-    use dlqctl::core::check::permissions::UserPermissions;
-    use dlqctl::core::check::policy::AppliedPolicies;
+    use dlqctl::core::audit::idempotency::{IdempotencyFacts, StoreReading};
+    use dlqctl::core::audit::permissions::UserPermissions;
+    use dlqctl::core::audit::policy::AppliedPolicies;
     use dlqctl::core::idempotency::Idempotency;
     use dlqctl::core::retry::breaker::Phase;
     use dlqctl::core::topology::plan::{pipeline_plan, Plan, Role};

@@ -4,7 +4,7 @@ use crate::cli::{DoctorArgs, OutputFormat};
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::core::check::doctor::{worst, Level};
+use dlqctl::core::audit::doctor::{worst, Level};
 use dlqctl::core::topology::plan;
 use dlqctl::load_topology;
 use dlqctl::ops::doctor::DoctorOptions;

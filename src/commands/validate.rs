@@ -3,7 +3,7 @@
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
-use dlqctl::core::check::idempotency::topology_warnings;
+use dlqctl::core::audit::idempotency::topology_warnings;
 use dlqctl::core::topology::plan;
 use dlqctl::core::values::text::count;
 use dlqctl::load_topology;

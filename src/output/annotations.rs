@@ -7,7 +7,7 @@
 //! Actions"): `::error file=F,line=L,title=T::MESSAGE`, with `%`, CR and LF
 //! escaped in the message, and `:` and `,` too in property values.
 
-use dlqctl::core::check::finding::{binding_name, Finding, ObjectKind};
+use dlqctl::core::audit::finding::{binding_name, Finding, ObjectKind};
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Topology;
 use std::collections::HashMap;
@@ -410,7 +410,7 @@ pipelines:
 
     #[test]
     fn policy_overrides_are_errors_and_policy_information_a_notice() {
-        use dlqctl::core::check::policy::PolicyKind;
+        use dlqctl::core::audit::policy::PolicyKind;
         with_lines(|l| {
             let findings = vec![
                 Finding::PolicyOverrides {

@@ -1,7 +1,7 @@
 //! What `dlqctl doctor` prints: text, JSON, or GitHub annotations.
 
 use crate::output::annotations::{workflow_command, Level as Annotation};
-use dlqctl::core::check::doctor::{worst, Check, Level};
+use dlqctl::core::audit::doctor::{worst, Check, Level};
 use dlqctl::core::topology::Topology;
 
 /// How many items came out at each level, worst first.
@@ -95,7 +95,7 @@ pub fn doctor_github(file: &str, topology: &Topology, checks: &[Check]) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlqctl::core::check::doctor::Area;
+    use dlqctl::core::audit::doctor::Area;
 
     fn check(pipeline: Option<&str>, level: Level, subject: &str) -> Check {
         Check {

@@ -1,6 +1,6 @@
 //! What a person sees: plans, findings and reports as text.
 
-use dlqctl::core::check::finding::Finding;
+use dlqctl::core::audit::finding::Finding;
 use dlqctl::core::topology::plan::{Plan, Role};
 use dlqctl::core::topology::Arguments;
 use dlqctl::core::values::text::{count, escape_controls as esc};
@@ -715,7 +715,7 @@ pub fn purge_text(r: &PurgeReport) -> String {
 #[cfg(test)]
 mod findings_tests {
     use super::*;
-    use dlqctl::core::check::finding::ObjectKind;
+    use dlqctl::core::audit::finding::ObjectKind;
 
     fn unverified(object: ObjectKind, name: &str, reason: &str) -> Finding {
         Finding::Unverified {

@@ -14,7 +14,8 @@
 //!   line, the replay and rotation copies, the rate.
 //! - [`drill`]: `dlqctl drill`: the drill message the worker fails
 //!   without its handler, and what a drill expects of a pipeline.
-//! - [`check`]: what `provision --check` finds: drift read from the
+//! - [`audit`]: the broker audited against the topology, for `provision
+//!   --check`, `doctor` and the worker's start: drift read from the
 //!   broker's refusals, stale objects, policies, the findings themselves.
 //! - [`values`]: small values shared by all: durations, short strings that
 //!   are not UTF-8, text and time helpers.
@@ -30,7 +31,7 @@
 //! processes and environment std still offers (`tests/architecture.rs`
 //! checks both, and keeps this folder small).
 
-pub mod check;
+pub mod audit;
 pub mod dlq;
 pub mod drill;
 pub mod handling;

@@ -140,7 +140,7 @@ pub const DRILL_MESSAGE_ID_PREFIX: &str = "dlqctl-drill-";
 pub const JSONL_PROTOCOL: &str = "dlqctl-jsonl";
 
 /// The `format` of an export line (docs/export-format.md).
-pub const EXPORT_FORMAT: &str = "dlqctl-export/1";
+pub(crate) const EXPORT_FORMAT: &str = "dlqctl-export/1";
 
 /// The prefix of the names dlqctl gives the temporary files and folders it
 /// makes (its unit tests' too), in the system's temporary folder.
@@ -164,7 +164,7 @@ pub const DOCTOR_KEY_PREFIX: &str = "dlqctl-doctor:";
 
 /// Any AMQP integer type, widened to `i64`; `None` for every other type
 /// (booleans, floats, decimals, timestamps and strings included).
-pub fn as_integer(value: &AMQPValue) -> Option<i64> {
+pub(crate) fn as_integer(value: &AMQPValue) -> Option<i64> {
     Some(match *value {
         AMQPValue::ShortShortInt(n) => n.into(),
         AMQPValue::ShortShortUInt(n) => n.into(),

@@ -390,7 +390,7 @@ mod tests {
             idempotency: None,
         };
         assert_eq!(idempotency_note(&p).into_string(), "");
-        p.idempotency = Some(dlqctl::core::check::idempotency::IdempotencyCounts {
+        p.idempotency = Some(dlqctl::core::audit::idempotency::IdempotencyCounts {
             duplicates: 4,
             deferrals: 1,
         });

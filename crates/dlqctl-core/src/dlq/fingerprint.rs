@@ -103,7 +103,7 @@ pub fn normalise(error: &str) -> String {
 }
 
 /// The group id of a reason and a normalised error: 10 hex digits.
-pub fn group_id(reason: &str, normalised: &str) -> String {
+pub(crate) fn group_id(reason: &str, normalised: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in reason
         .bytes()

@@ -54,9 +54,9 @@ impl TokenBucket {
 
 /// The slowest `--rate`: one message per 100 s. A slower one would hold
 /// the DLQ's lock for days (`1e-7` is 116 days a message).
-pub const MIN_RATE: f64 = 0.01;
+pub(crate) const MIN_RATE: f64 = 0.01;
 /// The fastest `--rate` (faster is no pacing at all).
-pub const MAX_RATE: f64 = 1_000_000.0;
+pub(crate) const MAX_RATE: f64 = 1_000_000.0;
 
 /// Checks a rate: finite, from [`MIN_RATE`] to [`MAX_RATE`] messages per
 /// second.

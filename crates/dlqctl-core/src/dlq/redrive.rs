@@ -16,7 +16,7 @@ use amq_protocol::types::FieldTable;
 
 /// The longest the DLQ waits between two looks after failed canaries: an
 /// hour (unless `every` itself is longer).
-pub const MAX_WAIT_MS: u64 = 3_600_000;
+pub(crate) const MAX_WAIT_MS: u64 = 3_600_000;
 
 /// What a run does with one DLQ message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -91,7 +91,7 @@ pub fn verdict(policy: &Redrive, m: &Seen, now_unix_ms: u64) -> Verdict {
 
 /// The automatic redrives a message's headers count: `dlqctl-redriven`
 /// when it is a non-negative integer of any width, else 0.
-pub fn redriven_count(headers: Option<&FieldTable>) -> u64 {
+pub(crate) fn redriven_count(headers: Option<&FieldTable>) -> u64 {
     count(headers, REDRIVEN_HEADER)
 }
 

@@ -13,17 +13,17 @@ use super::redrive::{next_wait, RunResult, MAX_WAIT_MS};
 
 /// The state's format version; a message of another version is ignored
 /// (and replaced by the next run).
-pub const STATE_VERSION: u32 = 1;
+pub(crate) const STATE_VERSION: u32 = 1;
 
 /// How many runs the state keeps, newest first.
-pub const HISTORY: usize = 10;
+pub(crate) const HISTORY: usize = 10;
 
 /// How far a due time may lie beyond the wait that set it before it is
 /// taken for a clock that is off: a minute.
-pub const CLOCK_SLACK_MS: u64 = 60_000;
+pub(crate) const CLOCK_SLACK_MS: u64 = 60_000;
 
 /// The longest `why` a run record keeps, in bytes.
-pub const WHY_MAX: usize = 256;
+pub(crate) const WHY_MAX: usize = 256;
 
 /// One finished run, as the state keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -108,7 +108,7 @@ pub fn rotation_copy(
 /// that moved) is not rotated to its death: its copy keeps this long, time
 /// for the next reader to reach it at the tail. The broker would not have
 /// dropped it either: its own clock (`x-message-ttl`) starts at enqueue.
-pub const ROTATION_FLOOR_MS: u64 = 15 * 60 * 1000;
+pub(crate) const ROTATION_FLOOR_MS: u64 = 15 * 60 * 1000;
 
 /// The `expiration` of a rotation copy, in ms: the DLQ's retention
 /// (`dead_letter.ttl`) minus the time since the message was dead-lettered,

@@ -22,7 +22,7 @@ use amq_protocol::types::FieldTable;
 use crate::wire::{has, DRILL_HEADER, REDRIVEN_HEADER, REPLAYED_HEADER};
 
 /// The `expiration` of a drill message's retry copies, in milliseconds.
-pub const DRILL_EXPIRATION_MS: u64 = 200;
+pub(crate) const DRILL_EXPIRATION_MS: u64 = 200;
 
 /// The error a drill message's failures record.
 pub const DRILL_ERROR: &str =

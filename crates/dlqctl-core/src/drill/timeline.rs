@@ -57,7 +57,7 @@ pub fn expected_tiers(p: &Pipeline) -> Vec<String> {
 }
 
 /// How often a drill looks for its message in the DLQ.
-pub const LOOK_EVERY_MS: u64 = 1000;
+pub(crate) const LOOK_EVERY_MS: u64 = 1000;
 
 /// How long to wait before the next look for the drill message in the DLQ,
 /// `elapsed_ms` after it was published, when `--timeout` is `timeout_ms`:
@@ -73,7 +73,7 @@ pub fn next_look(elapsed_ms: u64, timeout_ms: u64) -> Option<u64> {
 /// How late a look may start after the deadline and still count as the
 /// look at the deadline: a timer wakes a few milliseconds after the time
 /// it was set for.
-pub const LOOK_SLACK_MS: u64 = 50;
+pub(crate) const LOOK_SLACK_MS: u64 = 50;
 
 /// Whether a drill message found by a look that started `look_ms` after
 /// the publish arrived in time: the look started by the deadline, give or
@@ -86,7 +86,7 @@ pub fn in_time(look_ms: u64, timeout_ms: u64) -> bool {
 
 /// How long a drill keeps publishing its message when a node cannot route
 /// it yet, on brokers where that can happen.
-pub const ROUTABLE_WAIT_MS: u64 = 3000;
+pub(crate) const ROUTABLE_WAIT_MS: u64 = 3000;
 
 /// The bound of [`publish_retry`] for a broker of `version`
 /// (`rabbitmq_version`; `None`: unknown). From 4.2 the metadata store is

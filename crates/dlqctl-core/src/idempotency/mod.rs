@@ -134,7 +134,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Default `keep`: 7 days.
-pub const DEFAULT_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+pub(crate) const DEFAULT_KEEP_MS: u64 = 7 * 24 * 3_600_000;
 
 /// A pipeline's `idempotency` block.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -218,6 +218,6 @@ pub fn lease_ms(handler_timeout_ms: u64) -> u64 {
 }
 
 /// What a lease outlasts the handler's timeout by.
-pub const LEASE_MARGIN_MS: u64 = 5_000;
+pub(crate) const LEASE_MARGIN_MS: u64 = 5_000;
 /// The shortest lease.
-pub const MIN_LEASE_MS: u64 = 10_000;
+pub(crate) const MIN_LEASE_MS: u64 = 10_000;

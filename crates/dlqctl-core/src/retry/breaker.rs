@@ -133,7 +133,7 @@ pub enum Call {
 }
 
 /// How many time buckets the window is cut into.
-pub const BUCKETS: usize = 20;
+pub(crate) const BUCKETS: usize = 20;
 
 /// Calls and transient failures seen in one slice of the window.
 #[derive(Debug, Clone, Copy, Default)]

@@ -5,7 +5,6 @@ use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortSt
 
 use super::attempt::{as_str, as_text};
 use super::decision::DeadLetterReason;
-use super::fit::entry_size;
 use super::headers::*;
 use crate::values::shortstr;
 use crate::values::text::{rfc3339_millis, truncate_utf8};
@@ -69,7 +68,7 @@ pub fn retry_copy(
 /// without a run of its own (for example a delivery whose attempts were
 /// already spent when it arrived): `ctx.error` is then only written as
 /// `dlqctl-last-error` and the history is kept as it was.
-pub fn dead_letter_copy(
+pub(crate) fn dead_letter_copy(
     original: &BasicProperties,
     ctx: &CopyContext,
     reason: DeadLetterReason,
@@ -99,7 +98,7 @@ pub fn dead_letter_copy(
 /// delivery), `dlqctl-deferred` added (so that the tier's `x-death` is not
 /// counted as a run), and the original exchange and routing key recorded
 /// as on any copy. Other properties as [`retry_copy`].
-pub fn defer_copy(
+pub(crate) fn defer_copy(
     original: &BasicProperties,
     runs_made: u32,
     delivery_exchange: &str,
@@ -156,12 +155,13 @@ pub fn original_exchange_and_key(
 /// in `headers`, as AMQP 0-9-1 field-table entries: for each, the key (1
 /// length byte + bytes) and the value (1 type byte + payload, nested tables
 /// and arrays with their 4-byte length). Exact for the encoding lapin uses.
-pub fn written_headers_size(headers: &FieldTable) -> usize {
+#[cfg(test)]
+pub(crate) fn written_headers_size(headers: &FieldTable) -> usize {
     headers
         .inner()
         .iter()
         .filter(|(k, _)| WRITTEN_HEADERS.contains(&k.as_str()))
-        .map(|(k, v)| entry_size(k.as_str(), v))
+        .map(|(k, v)| super::fit::entry_size(k.as_str(), v))
         .fold(0, usize::saturating_add)
 }
 

@@ -159,7 +159,7 @@ pub(super) fn floor_ms(x: f64) -> u64 {
 /// The tier a delivery whose key is leased elsewhere waits in: the
 /// shortest tier whose shortest jittered wait outlasts the `remaining_ms`
 /// of the lease, else the longest. `None` without tiers.
-pub fn defer_tier(policy: &RetryPolicy, remaining_ms: u64) -> Option<u64> {
+pub(crate) fn defer_tier(policy: &RetryPolicy, remaining_ms: u64) -> Option<u64> {
     let jitter = clamp_jitter(policy.jitter);
     let tiers = policy.tiers();
     tiers

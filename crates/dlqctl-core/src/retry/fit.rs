@@ -42,17 +42,17 @@ use crate::wire::{ERRORS_HEADER, LAST_ERROR_HEADER, REASON_HEADER};
 
 /// Bytes of a content-header frame besides its properties: frame type 1,
 /// channel 2, size 4, class id 2, weight 2, body size 8, frame end 1.
-pub const HEADER_FRAME_OVERHEAD: usize = 20;
+pub(crate) const HEADER_FRAME_OVERHEAD: usize = 20;
 
 /// Room a retry copy leaves below `frame_max` for what the broker adds
 /// when its tier dead-letters it (2,421 bytes at most, see the module
 /// documentation), with margin.
-pub const BROKER_DEAD_LETTER_RESERVE: usize = 4096;
+pub(crate) const BROKER_DEAD_LETTER_RESERVE: usize = 4096;
 
 /// Room a dead-letter copy leaves below `frame_max` for what the broker
 /// adds when it delivers it (`x-delivery-count`, 26 bytes, and from 4.3
 /// `x-acquired-count`, 26 bytes), with margin.
-pub const DELIVERY_RESERVE: usize = 256;
+pub(crate) const DELIVERY_RESERVE: usize = 256;
 
 /// The encoded size of `props` as the properties of a content-header frame:
 /// the 2 property-flag bytes and every property present (a short string
@@ -84,7 +84,7 @@ pub fn properties_size(props: &BasicProperties) -> usize {
 }
 
 /// The encoded size of a field table: its 4-byte length and its entries.
-pub fn table_size(table: &FieldTable) -> usize {
+pub(crate) fn table_size(table: &FieldTable) -> usize {
     table
         .inner()
         .iter()
@@ -93,13 +93,13 @@ pub fn table_size(table: &FieldTable) -> usize {
 }
 
 /// One table entry: the key (1 length byte + its bytes) and the value.
-pub fn entry_size(key: &str, value: &AMQPValue) -> usize {
+pub(crate) fn entry_size(key: &str, value: &AMQPValue) -> usize {
     (1 + shortstr::wire_len(key)).saturating_add(value_size(value))
 }
 
 /// One value: its type byte and payload (nested tables and arrays with
 /// their 4-byte length).
-pub fn value_size(value: &AMQPValue) -> usize {
+pub(crate) fn value_size(value: &AMQPValue) -> usize {
     let payload = match value {
         AMQPValue::Boolean(_) | AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => 1,
         AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => 2,
@@ -122,7 +122,7 @@ pub fn value_size(value: &AMQPValue) -> usize {
 
 /// The most properties a copy may have on a connection with `frame_max`,
 /// keeping `reserve` bytes free.
-pub fn properties_budget(frame_max: u32, reserve: usize) -> usize {
+pub(crate) fn properties_budget(frame_max: u32, reserve: usize) -> usize {
     usize::try_from(frame_max)
         .unwrap_or(usize::MAX)
         .saturating_sub(HEADER_FRAME_OVERHEAD)
@@ -141,7 +141,7 @@ pub fn retry_budget(props: &BasicProperties, frame_max: u32) -> usize {
 }
 
 /// The budget of a dead-letter copy: [`DELIVERY_RESERVE`] kept free.
-pub fn dead_letter_budget(frame_max: u32) -> usize {
+pub(crate) fn dead_letter_budget(frame_max: u32) -> usize {
     properties_budget(frame_max, DELIVERY_RESERVE)
 }
 
@@ -241,7 +241,7 @@ pub fn fit_retry_copy(
 /// removed, then that too. `Err` when even the message's own properties do
 /// not fit (the copy is then the most that can be kept, still within
 /// `frame_max` itself when the original was).
-pub fn fit_dead_letter_copy(
+pub(crate) fn fit_dead_letter_copy(
     props: BasicProperties,
     frame_max: u32,
 ) -> (BasicProperties, Trimmed, Result<(), TooLarge>) {

@@ -8,8 +8,8 @@ use crate::wire::{
 };
 
 /// Every header a copy (re)writes: a retry copy the first six, a
-/// dead-letter copy all. The bound [`MAX_ADDED_HEADERS_BYTES`] covers these.
-pub const WRITTEN_HEADERS: [&str; 9] = [
+/// dead-letter copy all. The bound `MAX_ADDED_HEADERS_BYTES` (8 KiB) covers these.
+pub(crate) const WRITTEN_HEADERS: [&str; 9] = [
     ATTEMPT_HEADER,
     FIRST_FAILED_AT_HEADER,
     LAST_ERROR_HEADER,
@@ -25,13 +25,15 @@ pub const WRITTEN_HEADERS: [&str; 9] = [
 pub(crate) const COPY_HEADERS: &[&str] = WRITTEN_HEADERS.split_at(6).0;
 
 /// Longest `dlqctl-last-error`, in bytes.
-pub const MAX_LAST_ERROR_BYTES: usize = 1024;
+pub(crate) const MAX_LAST_ERROR_BYTES: usize = 1024;
 /// Longest error of one `dlqctl-errors` entry, in bytes.
-pub const MAX_HISTORY_ERROR_BYTES: usize = 256;
+pub(crate) const MAX_HISTORY_ERROR_BYTES: usize = 256;
 /// Entries kept in `dlqctl-errors`.
-pub const MAX_HISTORY_ENTRIES: usize = 5;
-/// Bound on the encoded size of the headers in [`WRITTEN_HEADERS`].
-pub const MAX_ADDED_HEADERS_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_HISTORY_ENTRIES: usize = 5;
+/// Bound on the encoded size of the headers in [`WRITTEN_HEADERS`]
+/// (the copy tests hold every copy to it).
+#[cfg(test)]
+pub(crate) const MAX_ADDED_HEADERS_BYTES: usize = 8 * 1024;
 
 /// Exchange, routing key and queue names are short strings on the wire.
 pub(crate) const MAX_NAME_BYTES: usize = 255;

@@ -38,7 +38,7 @@ fn table_to_json(table: &FieldTable, depth: usize) -> serde_json::Value {
 }
 
 /// The prefix of a header key written as base64.
-pub const BASE64_KEY_PREFIX: &str = "base64:";
+pub(crate) const BASE64_KEY_PREFIX: &str = "base64:";
 
 /// A key as the JSON object's key: its text, or `base64:` and the base64
 /// of its bytes when they are not UTF-8 or the text starts with `base64:`.

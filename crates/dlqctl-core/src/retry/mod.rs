@@ -21,7 +21,7 @@
 //! - A header dlqctl reads back from an earlier copy is used only when it
 //!   has the type and size dlqctl writes; otherwise it is treated as absent
 //!   and rewritten. This is what keeps the added headers under
-//!   [`MAX_ADDED_HEADERS_BYTES`] whatever a message arrives with.
+//!   8 KiB whatever a message arrives with.
 
 mod attempt;
 pub mod backoff;
@@ -41,12 +41,12 @@ mod settle_tests;
 mod tests;
 
 pub use attempt::{count_attempt, AttemptCount};
-pub use copy::{
-    dead_letter_copy, original_exchange_and_key, retry_copy, written_headers_size, CopyContext,
-};
+pub use copy::{original_exchange_and_key, retry_copy, CopyContext};
 pub use decision::{decide, DeadLetterReason, Decision};
-pub use headers::*;
-pub use headers_json::{headers_to_json, BASE64_KEY_PREFIX};
+#[cfg(test)]
+use headers::*;
+pub use headers_json::headers_to_json;
+pub(crate) use headers_json::BASE64_KEY_PREFIX;
 pub use jitter::jitter_expiration;
 pub use settle::{
     settle, Copy, DeadLetterMode, Delivered, NackCause, Note, Plan, PublishEnd, RequeueCause,

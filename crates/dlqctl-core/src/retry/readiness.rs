@@ -29,7 +29,7 @@ pub const SETTLE_STALL_MS: u64 = 30_000;
 /// How long the idempotency store must have not answered before the
 /// worker says it is not ready: 10 s. Its consumption is paused at the
 /// first failure; a blip shorter than this keeps it ready.
-pub const STORE_STALL_MS: u64 = 10_000;
+pub(crate) const STORE_STALL_MS: u64 = 10_000;
 
 /// Whether settles succeed, from what the worker saw of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@ mod model;
 mod parse;
 pub mod plan;
 pub mod source;
-pub mod yaml;
+pub(crate) mod yaml;
 
 pub use model::*;
 pub use parse::{parse_topology, Invalid, Problem};

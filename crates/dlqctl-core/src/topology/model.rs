@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 
 /// Default delivery limit of quorum main queues.
-pub const DEFAULT_DELIVERY_LIMIT: i64 = 20;
+pub(crate) const DEFAULT_DELIVERY_LIMIT: i64 = 20;
 /// Default retry delays when a file gives none.
-pub const DEFAULT_DELAYS: [u64; 3] = [1_000, 10_000, 60_000];
+pub(crate) const DEFAULT_DELAYS: [u64; 3] = [1_000, 10_000, 60_000];
 /// Default attempt budget.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 4;
 /// Default jitter.
-pub const DEFAULT_JITTER: f64 = 0.1;
+pub(crate) const DEFAULT_JITTER: f64 = 0.1;
 
 /// Queue type of a pipeline's queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -151,17 +151,17 @@ pub struct DeadLetter {
 
 /// Reasons redriven when a policy lists none: `exhausted` only (a
 /// `permanent` message would only fail again).
-pub const DEFAULT_REDRIVE_REASONS: [&str; 1] = ["exhausted"];
+pub(crate) const DEFAULT_REDRIVE_REASONS: [&str; 1] = ["exhausted"];
 /// Default `min_age`: 5 minutes in the DLQ first.
-pub const DEFAULT_REDRIVE_MIN_AGE: u64 = 5 * 60_000;
+pub(crate) const DEFAULT_REDRIVE_MIN_AGE: u64 = 5 * 60_000;
 /// Default `max_redrives`.
-pub const DEFAULT_MAX_REDRIVES: u32 = 3;
+pub(crate) const DEFAULT_MAX_REDRIVES: u32 = 3;
 /// Default `rate`, copies per second.
-pub const DEFAULT_REDRIVE_RATE: f64 = 50.0;
+pub(crate) const DEFAULT_REDRIVE_RATE: f64 = 50.0;
 /// Default `canary`.
-pub const DEFAULT_REDRIVE_CANARY: u64 = 5;
+pub(crate) const DEFAULT_REDRIVE_CANARY: u64 = 5;
 /// Default `every`: a look at the DLQ each minute.
-pub const DEFAULT_REDRIVE_EVERY: u64 = 60_000;
+pub(crate) const DEFAULT_REDRIVE_EVERY: u64 = 60_000;
 
 /// The automatic redrive policy of a pipeline (`dead_letter.redrive`):
 /// which DLQ messages go back to the main queue by themselves, and how

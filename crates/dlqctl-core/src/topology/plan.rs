@@ -99,7 +99,7 @@ fn s(v: &str) -> ArgValue {
 }
 
 /// Arguments of a pipeline's main queue.
-pub fn main_queue_arguments(p: &Pipeline) -> Arguments {
+pub(crate) fn main_queue_arguments(p: &Pipeline) -> Arguments {
     let mut a = p.arguments.clone();
     a.insert("x-queue-type".into(), s(p.queue_type.as_str()));
     a.insert(
@@ -118,7 +118,7 @@ pub fn main_queue_arguments(p: &Pipeline) -> Arguments {
 }
 
 /// Arguments of the retry queue of one delay tier.
-pub fn retry_queue_arguments(p: &Pipeline, delay_ms: u64) -> Arguments {
+pub(crate) fn retry_queue_arguments(p: &Pipeline, delay_ms: u64) -> Arguments {
     let mut a = Arguments::new();
     a.insert("x-queue-type".into(), s(p.queue_type.as_str()));
     a.insert("x-message-ttl".into(), int(delay_ms as i64));
@@ -132,7 +132,7 @@ pub fn retry_queue_arguments(p: &Pipeline, delay_ms: u64) -> Arguments {
 }
 
 /// Arguments of a pipeline's DLQ.
-pub fn dead_letter_queue_arguments(p: &Pipeline) -> Arguments {
+pub(crate) fn dead_letter_queue_arguments(p: &Pipeline) -> Arguments {
     let mut a = Arguments::new();
     a.insert("x-queue-type".into(), s(p.queue_type.as_str()));
     if let Some(ttl) = p.dead_letter.ttl {
@@ -152,7 +152,7 @@ pub fn dead_letter_queue_arguments(p: &Pipeline) -> Arguments {
 /// Arguments of a pipeline's redrive-state queue: always classic (a
 /// quorum queue read by get and requeue counts every read against its
 /// delivery limit, 20 by default on 4.x).
-pub fn redrive_state_arguments() -> Arguments {
+pub(crate) fn redrive_state_arguments() -> Arguments {
     let mut a = Arguments::new();
     a.insert("x-queue-type".into(), s("classic"));
     a

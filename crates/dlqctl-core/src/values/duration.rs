@@ -3,7 +3,7 @@
 
 /// Largest duration dlqctl accepts anywhere: the broker bound on
 /// `x-message-ttl` and per-message `expiration` (2^32 − 1 ms).
-pub const MAX_MILLIS: u64 = 4_294_967_295;
+pub(crate) const MAX_MILLIS: u64 = 4_294_967_295;
 
 const UNITS: [(&str, u64); 5] = [
     ("d", 86_400_000),

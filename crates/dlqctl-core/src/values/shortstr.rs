@@ -29,20 +29,20 @@ use base64::Engine as _;
 pub(crate) const MAX_JSON_DEPTH: usize = 64;
 
 /// The bytes the short string holding `s` is sent as (and was received as).
-pub fn raw_bytes(s: &str) -> Cow<'_, [u8]> {
+pub(crate) fn raw_bytes(s: &str) -> Cow<'_, [u8]> {
     amq_protocol::types::short_string_wire_bytes(s)
 }
 
 /// The number of bytes the short string holding `s` takes on the wire,
 /// without its length byte.
-pub fn wire_len(s: &str) -> usize {
+pub(crate) fn wire_len(s: &str) -> usize {
     raw_bytes(s).len()
 }
 
 /// Whether `s` goes on the wire as its own UTF-8 (it holds no escaped
 /// byte). A string received as UTF-8 always does, unless it contains one of
 /// the private-use characters U+EF80..=U+EFFF.
-pub fn is_utf8_clean(s: &str) -> bool {
+pub(crate) fn is_utf8_clean(s: &str) -> bool {
     matches!(raw_bytes(s), Cow::Borrowed(_))
 }
 
@@ -120,7 +120,7 @@ pub fn non_utf8_bytes(s: &str) -> Option<Vec<u8>> {
 
 /// `s` cut to at most `max` bytes on the wire (never inside a UTF-8
 /// character when its bytes are UTF-8).
-pub fn truncate_wire(s: &str, max: usize) -> Cow<'_, str> {
+pub(crate) fn truncate_wire(s: &str, max: usize) -> Cow<'_, str> {
     let bytes = raw_bytes(s);
     if bytes.len() <= max {
         return Cow::Borrowed(s);

@@ -12,7 +12,7 @@ pub fn count(n: u64, noun: &str) -> String {
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a
 /// character boundary.
-pub fn truncate_utf8(s: &str, max: usize) -> &str {
+pub(crate) fn truncate_utf8(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

@@ -2,8 +2,8 @@
 //! listing every difference of an existing object.
 
 use crate::amqp::connection::{amqp_reply, field_table};
-use crate::core::check::drift::{next_probe, ProbeStep, Shape};
-use crate::core::check::finding::{binding_name, Finding, ObjectKind};
+use crate::core::audit::drift::{next_probe, ProbeStep, Shape};
+use crate::core::audit::finding::{binding_name, Finding, ObjectKind};
 use crate::core::topology::plan::{BindingSpec, ExchangeSpec, Plan, QueueSpec};
 use crate::core::topology::ExchangeType;
 use crate::error::describe_lapin_error;

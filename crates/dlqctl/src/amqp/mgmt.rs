@@ -2,9 +2,9 @@
 //! tell: bindings, the messages a quorum queue holds for its DLX, and the
 //! policies that apply to each queue.
 
-use crate::core::check::effective::{PolicyDefinition, PolicySet};
-use crate::core::check::policy::AppliedPolicies;
-use crate::core::check::stale::{ListedBinding, ListedQueue};
+use crate::core::audit::effective::{PolicyDefinition, PolicySet};
+use crate::core::audit::policy::AppliedPolicies;
+use crate::core::audit::stale::{ListedBinding, ListedQueue};
 use crate::error::{Error, Result};
 use reqwest::Url;
 use std::time::Duration;
@@ -274,7 +274,7 @@ impl Management {
 
     /// The vhost's policies and operator policies, with their patterns,
     /// `apply-to` and priorities, and the broker's version: what
-    /// [`crate::core::check::effective`] needs to tell which apply to a
+    /// [`crate::core::audit::effective`] needs to tell which apply to a
     /// queue. Reading them needs permissions in the vhost or the
     /// `administrator` tag (a `monitoring` user without permissions there
     /// lists queues but gets 403 here): a refusal is an error the caller
@@ -376,7 +376,7 @@ impl Management {
         &self,
         vhost: &str,
         user: &str,
-    ) -> Result<Option<crate::core::check::permissions::UserPermissions>> {
+    ) -> Result<Option<crate::core::audit::permissions::UserPermissions>> {
         let doc = match self.get(&["permissions", vhost, user]).await {
             Ok(doc) => doc,
             Err(Error::Management { url, message }) if message.contains("refused user") => {
@@ -391,7 +391,7 @@ impl Management {
             Err(e) => return Err(e),
         };
         Ok(
-            doc.map(|d| crate::core::check::permissions::UserPermissions {
+            doc.map(|d| crate::core::audit::permissions::UserPermissions {
                 configure: d["configure"].as_str().unwrap_or_default().to_string(),
                 write: d["write"].as_str().unwrap_or_default().to_string(),
                 read: d["read"].as_str().unwrap_or_default().to_string(),

@@ -1,5 +1,5 @@
 //! `dlqctl doctor`: gathers the [`Snapshot`] the pure checklist
-//! ([`crate::core::check::doctor`]) judges: passive declares over AMQP,
+//! ([`crate::core::audit::doctor`]) judges: passive declares over AMQP,
 //! then, where the management API answers for the same broker, the
 //! version, each queue's policies, statistics and quorum members, the DLX's
 //! binding, and the user's permissions; the handler timeout from the
@@ -9,12 +9,12 @@
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
-use crate::core::check::doctor::{
+use crate::core::audit::doctor::{
     checklist, handler_timeout_from_metrics, Check, HandlerTimeout, ManagementState,
     PermissionsUnknown, QueueFacts, Snapshot,
 };
-use crate::core::check::idempotency::{IdempotencyFacts, StoreReading};
-use crate::core::check::stale::ListedQueue;
+use crate::core::audit::idempotency::{IdempotencyFacts, StoreReading};
+use crate::core::audit::stale::ListedQueue;
 use crate::core::idempotency::{redact_url, Idempotency, StoreSpec};
 use crate::core::topology::plan::{Plan, Role};
 use crate::error::Result;
@@ -302,7 +302,7 @@ async fn handler_timeouts(plan: &Plan, opts: &DoctorOptions, s: &mut Snapshot) -
     (!found).then(|| {
         format!(
             "{shown} has no {} sample for these pipelines (a worker older than this dlqctl?)",
-            crate::core::check::doctor::HANDLER_TIMEOUT_METRIC
+            crate::core::audit::doctor::HANDLER_TIMEOUT_METRIC
         )
     })
 }

@@ -14,8 +14,8 @@
 use crate::amqp::declare::passive_queue;
 use crate::amqp::mgmt::Management;
 use crate::amqp::publisher::Publisher;
-use crate::core::check::finding::Finding;
-use crate::core::check::policy::policy_findings;
+use crate::core::audit::finding::Finding;
+use crate::core::audit::policy::policy_findings;
 use crate::core::dlq::select::Selector;
 use crate::core::drill::message::DRILL_ERROR;
 use crate::core::drill::timeline::{

@@ -1,10 +1,10 @@
 //! Reading a worker's `/metrics` page (`--metrics-url` of `doctor`,
 //! `drill` and `status`): the page's text, the circuit breaker of each
-//! pipeline on it ([`crate::core::check::circuit`]), and its duplicates
-//! skipped and deferrals ([`crate::core::check::idempotency`]).
+//! pipeline on it ([`crate::core::audit::circuit`]), and its duplicates
+//! skipped and deferrals ([`crate::core::audit::idempotency`]).
 
-use crate::core::check::circuit::{circuit_from_metrics, ready_from_metrics, CircuitReading};
-use crate::core::check::idempotency::{idempotency_from_metrics, IdempotencyCounts};
+use crate::core::audit::circuit::{circuit_from_metrics, ready_from_metrics, CircuitReading};
+use crate::core::audit::idempotency::{idempotency_from_metrics, IdempotencyCounts};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

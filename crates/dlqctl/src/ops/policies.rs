@@ -1,6 +1,6 @@
 //! The policies that apply to the planned queues, as `provision --check`,
 //! `status`, `doctor` and `drill` see them: worked out from the policy
-//! definitions (current at once) by [`crate::core::check::effective`],
+//! definitions (current at once) by [`crate::core::audit::effective`],
 //! compared with each queue's own report (refreshed only with its
 //! statistics, seconds later). When the definitions cannot be read (a
 //! user without permissions in the vhost nor the `administrator` tag gets
@@ -8,8 +8,8 @@
 //! be a few seconds old.
 
 use crate::amqp::mgmt::Management;
-use crate::core::check::effective::{queue_view_note, resolve_against, PolicySet};
-use crate::core::check::policy::AppliedPolicies;
+use crate::core::audit::effective::{queue_view_note, resolve_against, PolicySet};
+use crate::core::audit::policy::AppliedPolicies;
 use crate::core::topology::plan::QueueSpec;
 use crate::core::topology::ArgValue;
 

@@ -2,13 +2,13 @@
 //! anything. Every difference of every object is listed, although the
 //! broker names only one per refusal (rabbitmq-facts.md, "Declaring"), and
 //! so is every policy or operator policy that changes a planned queue
-//! (read through the management API, see [`crate::core::check::policy`]).
+//! (read through the management API, see [`crate::core::audit::policy`]).
 
 use crate::amqp::declare::{declare_plan, inspect_plan, ready_messages};
 use crate::amqp::mgmt::Management;
-use crate::core::check::finding::{binding_name, Finding, ObjectKind};
-use crate::core::check::policy::policy_findings;
-use crate::core::check::stale::{args_match, stale_objects, ListedQueue};
+use crate::core::audit::finding::{binding_name, Finding, ObjectKind};
+use crate::core::audit::policy::policy_findings;
+use crate::core::audit::stale::{args_match, stale_objects, ListedQueue};
 use crate::core::topology::plan::Plan;
 use crate::error::Result;
 use crate::ops::policies::{planned_type, PolicyView};

@@ -7,10 +7,10 @@
 
 use crate::amqp::declare::{passive_exchange, passive_queue};
 use crate::amqp::mgmt::Management;
-use crate::core::check::circuit::CircuitReading;
-use crate::core::check::finding::Finding;
-use crate::core::check::idempotency::IdempotencyCounts;
-use crate::core::check::stale::ListedQueue;
+use crate::core::audit::circuit::CircuitReading;
+use crate::core::audit::finding::Finding;
+use crate::core::audit::idempotency::IdempotencyCounts;
+use crate::core::audit::stale::ListedQueue;
 use crate::core::topology::plan::{Plan, QueueSpec, Role};
 use crate::core::topology::ArgValue;
 use crate::error::Result;

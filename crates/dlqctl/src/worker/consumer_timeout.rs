@@ -4,15 +4,15 @@
 //! broker, like a topology not provisioned); then every
 //! [`RECHECK_EVERY`] while the worker runs, where such a policy appearing
 //! is logged as an error and counted (`dlqctl_consumer_timeout_conflicts_total`).
-//! The rule is the core's ([`crate::core::check::consumer_timeout`]), the
+//! The rule is the core's ([`crate::core::audit::consumer_timeout`]), the
 //! same `dlqctl doctor` judges with. Without the management API the
 //! worker warns and starts.
 
 use super::config::WorkerConfig;
 use super::shared::Shared;
 use crate::amqp::mgmt::Management;
-use crate::core::check::consumer_timeout::{self as ct, Handlers, Verdict};
-use crate::core::check::policy::AppliedPolicies;
+use crate::core::audit::consumer_timeout::{self as ct, Handlers, Verdict};
+use crate::core::audit::policy::AppliedPolicies;
 use crate::error::{Error, Result};
 use crate::worker::metrics::Metrics;
 use std::sync::atomic::Ordering;
@@ -39,7 +39,7 @@ struct QueueView {
 
 /// The policies that apply to `queue`, as `provision --check` and `doctor`
 /// work them out: from the policy definitions (current at once:
-/// [`crate::core::check::effective`]), checked against the queue's own
+/// [`crate::core::audit::effective`]), checked against the queue's own
 /// view (`policy`, `operator_policy`, `effective_policy_definition`,
 /// refreshed with its statistics, so a few seconds late), which is the
 /// fallback when the definitions cannot be read. Also returns the queue's
@@ -58,7 +58,7 @@ async fn queue_policies(
     let reported = crate::amqp::mgmt::reported_policies(&doc);
     let kind = doc["type"].as_str().unwrap_or("classic");
     let applied = match m.policy_set(vhost).await {
-        Ok(set) => Some(crate::core::check::effective::resolve_against(
+        Ok(set) => Some(crate::core::audit::effective::resolve_against(
             queue,
             kind,
             &set,

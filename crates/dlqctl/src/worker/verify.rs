@@ -1,6 +1,6 @@
 //! The check at start: the pipeline's objects exist with the topology's arguments.
 
-use crate::core::check::finding::Finding;
+use crate::core::audit::finding::Finding;
 use crate::core::topology::Pipeline;
 use crate::error::{Error, Result};
 use lapin::Connection;
@@ -72,7 +72,7 @@ fn judge<'f>(pipeline: &str, findings: &'f [Finding]) -> Result<Vec<&'f Finding>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::check::finding::ObjectKind;
+    use crate::core::audit::finding::ObjectKind;
 
     fn failed(name: &str, message: &str, reply_code: Option<u16>) -> Finding {
         Finding::Failed {

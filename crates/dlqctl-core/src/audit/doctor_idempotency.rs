@@ -1,11 +1,11 @@
 //! Doctor's items on a pipeline's idempotency store: it answers, its
 //! `keep` against the DLQ's retention, an SQLite store while consumers
-//! come from several hosts ([`crate::check::idempotency`]).
+//! come from several hosts ([`crate::audit::idempotency`]).
 
-use crate::check::doctor_item::{Area, Item, Level};
-use crate::check::doctor_limits::int_arg;
-use crate::check::doctor_snapshot::Snapshot;
-use crate::check::idempotency::{self, hosts_check, keep_check, store_check, Judged};
+use crate::audit::doctor_item::{Area, Item, Level};
+use crate::audit::doctor_limits::int_arg;
+use crate::audit::doctor_snapshot::Snapshot;
+use crate::audit::idempotency::{self, hosts_check, keep_check, store_check, Judged};
 use crate::topology::plan::{QueueSpec, Role};
 
 /// The pipeline's idempotency store, its `keep` against the DLQ's

@@ -1,11 +1,11 @@
 //! What `dlqctl doctor` reads from the broker, the worker and the command
-//! line before it judges ([`crate::check::doctor`]): the shell
+//! line before it judges ([`crate::audit::doctor`]): the shell
 //! gathers it, the checklist reads it.
 
-use crate::check::circuit::CircuitReading;
-use crate::check::idempotency::IdempotencyFacts;
-use crate::check::permissions::UserPermissions;
-use crate::check::policy::AppliedPolicies;
+use crate::audit::circuit::CircuitReading;
+use crate::audit::idempotency::IdempotencyFacts;
+use crate::audit::permissions::UserPermissions;
+use crate::audit::policy::AppliedPolicies;
 use crate::dlq::redrive_state::RedriveState;
 use std::collections::HashMap;
 

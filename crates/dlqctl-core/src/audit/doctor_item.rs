@@ -1,5 +1,5 @@
 //! What `dlqctl doctor`'s checklist is made of: items, each in a part of
-//! the checklist, with how it came out (see [`crate::check::doctor`]).
+//! the checklist, with how it came out (see [`crate::audit::doctor`]).
 
 /// How an item came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

@@ -18,10 +18,10 @@ use crate::values::duration::tier_name;
 
 /// The counter of deliveries acked without the handler (a key marked
 /// handled), per pipeline.
-pub const DUPLICATES_METRIC: &str = "dlqctl_duplicates_total";
+pub(crate) const DUPLICATES_METRIC: &str = "dlqctl_duplicates_total";
 /// The counter of deliveries deferred to a tier (a key leased by another
 /// run), per pipeline.
-pub const DEFERRALS_METRIC: &str = "dlqctl_deferrals_total";
+pub(crate) const DEFERRALS_METRIC: &str = "dlqctl_deferrals_total";
 
 /// What doctor's check of a pipeline's store found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub enum Level {
 /// An item of the checklist before the doctor adds its area and
 /// pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Judged {
+pub(crate) struct Judged {
     /// How it came out.
     pub level: Level,
     /// What was checked (`idempotency store`, `idempotency keep`).
@@ -77,7 +77,7 @@ pub struct Judged {
 }
 
 /// The store's item.
-pub fn store_check(f: &IdempotencyFacts) -> Judged {
+pub(crate) fn store_check(f: &IdempotencyFacts) -> Judged {
     let subject = "idempotency store".to_string();
     match &f.reading {
         StoreReading::Answers => Judged {
@@ -123,7 +123,11 @@ pub fn store_check(f: &IdempotencyFacts) -> Judged {
 /// replayed from the DLQ after `keep` has passed since its original was
 /// handled finds no mark and runs again. `None` without a retention
 /// (messages stay until a person removes them: no bound to compare).
-pub fn keep_check(block: &Idempotency, dlq: &str, dlq_ttl_ms: Option<u64>) -> Option<Judged> {
+pub(crate) fn keep_check(
+    block: &Idempotency,
+    dlq: &str,
+    dlq_ttl_ms: Option<u64>,
+) -> Option<Judged> {
     let ttl = dlq_ttl_ms?;
     let subject = "idempotency keep".to_string();
     let keep = tier_name(block.keep_ms);
@@ -155,7 +159,7 @@ pub fn keep_check(block: &Idempotency, dlq: &str, dlq_ttl_ms: Option<u64>) -> Op
 /// `hosts` (their `peer_host`, as the management API lists them): one
 /// file per machine, so leases and marks are not shared and a message can
 /// run once on each. `None` with a Redis store, or fewer than two hosts.
-pub fn hosts_check(f: &IdempotencyFacts, queue: &str, hosts: &[String]) -> Option<Judged> {
+pub(crate) fn hosts_check(f: &IdempotencyFacts, queue: &str, hosts: &[String]) -> Option<Judged> {
     if !f.sqlite || hosts.len() < 2 {
         return None;
     }
@@ -213,7 +217,7 @@ impl IdempotencyCounts {
 /// `idempotency` on the pipeline, or a worker older than this dlqctl).
 /// A counter the page lacks while it has the other counts 0.
 pub fn idempotency_from_metrics(text: &str, pipeline: &str) -> Option<IdempotencyCounts> {
-    use crate::check::circuit::sample;
+    use crate::audit::circuit::sample;
     let count = |metric: &str| {
         sample(text, metric, pipeline)
             .filter(|v| *v >= 0.0)

@@ -32,7 +32,7 @@
 //! back-references) cannot be evaluated here: such a policy is named in
 //! [`Effective::undecided`] and the caller keeps the queue's own view.
 
-use crate::check::policy::AppliedPolicies;
+use crate::audit::policy::AppliedPolicies;
 use regex_automata::dfa::regex::Regex;
 use serde_json::{Map, Value};
 
@@ -127,7 +127,7 @@ fn major_minor(v: &str) -> Option<(u32, u32)> {
 
 /// What applies to one queue, from the definitions.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Effective {
+pub(crate) struct Effective {
     /// The policy that applies.
     pub policy: Option<String>,
     /// The operator policy that applies.
@@ -150,7 +150,7 @@ pub struct Effective {
 /// `version`: a policy holding any of them does not apply to such a queue
 /// at all (`unsupported_policies` of each queue type's capabilities, from
 /// RabbitMQ 3.10.8 to 4.3.5).
-pub fn unsupported_keys(queue_type: &str, version: Option<(u32, u32)>) -> Vec<&'static str> {
+pub(crate) fn unsupported_keys(queue_type: &str, version: Option<(u32, u32)>) -> Vec<&'static str> {
     const HA: [&str; 6] = [
         "ha-mode",
         "ha-params",
@@ -234,7 +234,7 @@ fn applies_to_queue(apply_to: &str, queue_type: &str) -> bool {
 }
 
 /// The keys an operator policy's value wins for when lower.
-pub const LOWER_WINS: [&str; 7] = [
+pub(crate) const LOWER_WINS: [&str; 7] = [
     "message-ttl",
     "expires",
     "max-length",
@@ -329,7 +329,8 @@ fn pick<'a>(
 
 /// What applies to the queue `queue` of type `queue_type` (`classic`,
 /// `quorum`, `stream`), from the definitions of `set`.
-pub fn effective_policy(queue: &str, queue_type: &str, set: &PolicySet) -> Effective {
+#[cfg(test)]
+pub(crate) fn effective_policy(queue: &str, queue_type: &str, set: &PolicySet) -> Effective {
     effective_preferring(queue, queue_type, set, None, None)
 }
 
@@ -387,7 +388,7 @@ fn effective_preferring(
 }
 
 /// The start of the warning on policies read from the queues' own fields.
-pub const QUEUE_VIEW_NOTE: &str = "policies read from the queues' statistics (the policy \
+pub(crate) const QUEUE_VIEW_NOTE: &str = "policies read from the queues' statistics (the policy \
 definitions could not be read), possibly a few seconds old: a policy set or changed just before \
 may not show yet";
 

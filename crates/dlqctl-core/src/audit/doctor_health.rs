@@ -3,9 +3,9 @@
 //! consumers on the main queue, `--max-dlq`, the worker's circuit breaker
 //! (from `--metrics-url`) and the automatic redrive's last run.
 
-use crate::check::doctor_item::{plural, Area, Item, Level};
-use crate::check::doctor_limits::{int_arg, int_policy, lowest};
-use crate::check::doctor_snapshot::{ManagementState, Snapshot};
+use crate::audit::doctor_item::{plural, Area, Item, Level};
+use crate::audit::doctor_limits::{int_arg, int_policy, lowest};
+use crate::audit::doctor_snapshot::{ManagementState, Snapshot};
 use crate::topology::plan::{QueueSpec, Role};
 use crate::values::text::count;
 

@@ -3,7 +3,7 @@
 //! to list every difference by redeclaring with the broker's value
 //! substituted (rabbitmq-facts.md, "Checking without creating").
 
-use crate::check::finding::{Finding, ObjectKind};
+use crate::audit::finding::{Finding, ObjectKind};
 use crate::topology::plan::{ExchangeSpec, QueueSpec};
 use crate::topology::{ArgValue, Arguments};
 
@@ -25,7 +25,7 @@ pub enum BrokerValue {
 
 /// One difference the broker reported.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Inequivalence {
+pub(crate) struct Inequivalence {
     /// The argument (`x-message-ttl`, `type`, `durable`, ...).
     pub argument: String,
     /// What the broker holds.
@@ -34,7 +34,7 @@ pub struct Inequivalence {
 
 /// Parses `inequivalent arg 'K' for queue 'Q' in vhost '/': received X but
 /// current is Y`, X and Y being `'v'`, `none` or `the value 'v' of type 't'`.
-pub fn parse_inequivalent(text: &str) -> Option<Inequivalence> {
+pub(crate) fn parse_inequivalent(text: &str) -> Option<Inequivalence> {
     let rest = &text[text.find("inequivalent arg '")? + "inequivalent arg '".len()..];
     let end = rest.find("' for ")?;
     let argument = rest[..end].to_string();
@@ -66,7 +66,10 @@ fn parse_side(s: &str) -> Option<BrokerValue> {
 /// broker on this argument. `None` when it cannot be expressed (an unknown
 /// type), or when it would repeat `wanted` (the texts print a string "1000"
 /// and an integer 1000 alike: then the other type is tried).
-pub fn substitute(wanted: Option<&ArgValue>, current: &BrokerValue) -> Option<Option<ArgValue>> {
+pub(crate) fn substitute(
+    wanted: Option<&ArgValue>,
+    current: &BrokerValue,
+) -> Option<Option<ArgValue>> {
     let v = match current {
         BrokerValue::Absent => return Some(None),
         BrokerValue::Typed { text, type_name } => match type_name.as_str() {

@@ -68,7 +68,7 @@ pub struct Need {
 
 /// The commands whose needs are known, as the permissions table names
 /// them.
-pub const COMMANDS: [&str; 7] = [
+pub(crate) const COMMANDS: [&str; 7] = [
     "provision",
     "provision --check",
     "status",

@@ -7,7 +7,7 @@
 //!   from their definitions.
 //! - [`policy`]: what a policy changes in a planned queue.
 //! - [`stale`]: objects with dlqctl's names the topology no longer has.
-//! - [`cycle`]: a DLQ that dead-letters back into its own pipeline.
+//! - `cycle`: a DLQ that dead-letters back into its own pipeline.
 //! - [`doctor`]: the checklist of `dlqctl doctor` (its parts in the
 //!   `doctor_*` files).
 //! - [`consumer_timeout`]: the queue's consumer timeout against the
@@ -19,7 +19,7 @@
 
 pub mod circuit;
 pub mod consumer_timeout;
-pub mod cycle;
+pub(crate) mod cycle;
 pub mod doctor;
 mod doctor_broker;
 mod doctor_health;

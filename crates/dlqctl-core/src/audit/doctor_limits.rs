@@ -2,20 +2,20 @@
 //! warns; a handler timeout not under the consumer timeout fails; the
 //! broker's message size limit.
 
-use crate::check::doctor_broker::{major_minor, max_message_size};
-use crate::check::doctor_item::{Area, Item, Level};
-use crate::check::doctor_snapshot::{QueueFacts, Snapshot};
+use crate::audit::doctor_broker::{major_minor, max_message_size};
+use crate::audit::doctor_item::{Area, Item, Level};
+use crate::audit::doctor_snapshot::{QueueFacts, Snapshot};
 use crate::topology::plan::{QueueSpec, Role};
 use crate::topology::ArgValue;
 use crate::values::duration::tier_name;
 
 /// A DLQ that keeps its messages for less than this warns: an incident
 /// found on a Monday needs Friday's evidence.
-pub const MIN_DLQ_RETENTION_MS: u64 = 7 * 86_400_000;
+pub(crate) const MIN_DLQ_RETENTION_MS: u64 = 7 * 86_400_000;
 
 /// What a retry or dead-letter copy may add to a message (dlqctl's
 /// headers stay under 8 KiB).
-pub const COPY_HEADROOM_BYTES: u64 = 8 * 1024;
+pub(crate) const COPY_HEADROOM_BYTES: u64 = 8 * 1024;
 
 /// An integer argument of a planned queue.
 pub(super) fn int_arg(q: &QueueSpec, key: &str) -> Option<i64> {
@@ -99,9 +99,9 @@ pub(super) fn limit_checks(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Vec<
 
 /// The handler timeout against the consumer timeout of the main queue
 /// (the rule `dlqctl work` applies at start:
-/// [`crate::check::consumer_timeout`]).
+/// [`crate::audit::consumer_timeout`]).
 fn timeout_check(queues: &[&QueueSpec], s: &Snapshot, p: &str) -> Option<Item> {
-    use crate::check::consumer_timeout::{self as ct, Handlers, Verdict};
+    use crate::audit::consumer_timeout::{self as ct, Handlers, Verdict};
     let main = queues.iter().find(|q| q.role == Role::MainQueue)?;
     let facts = s.queue(&main.name);
     let timeout = ct::consumer_timeout(&ct::Facts {

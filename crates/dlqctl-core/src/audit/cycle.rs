@@ -17,7 +17,7 @@
 //! a `dead-letter-routing-key` a message keeps its own routing key, which
 //! for the worker's dead letters is the main queue's name.
 
-use crate::check::policy::AppliedPolicies;
+use crate::audit::policy::AppliedPolicies;
 use crate::topology::plan::{Plan, QueueSpec, Role};
 use crate::topology::{ArgValue, ExchangeType};
 use crate::values::duration::tier_name;
@@ -25,7 +25,7 @@ use serde_json::Value;
 
 /// A path by which a DLQ dead-letters back into its own pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cycle {
+pub(crate) struct Cycle {
     /// What set the dead-letter exchange: "policy `NAME`" or "argument
     /// x-dead-letter-exchange".
     pub source: String,
@@ -76,7 +76,7 @@ fn key_of(q: &QueueSpec, applied: Option<&AppliedPolicies>, key: &str) -> Option
 
 /// Whether a topic binding `pattern` routes `key` (`*` one word, `#` zero
 /// or more).
-pub fn topic_matches(pattern: &str, key: &str) -> bool {
+pub(crate) fn topic_matches(pattern: &str, key: &str) -> bool {
     fn go(p: &[&str], k: &[&str]) -> bool {
         match (p.first(), k.first()) {
             (None, None) => true,
@@ -148,7 +148,7 @@ fn when(dlq: &QueueSpec, applied: Option<&AppliedPolicies>) -> String {
 /// The path by which the DLQ `dlq` of `plan` dead-letters back into its
 /// own pipeline under its arguments and the policies that apply
 /// (`applied`, `None` when unknown), if there is one.
-pub fn dead_letter_cycle(
+pub(crate) fn dead_letter_cycle(
     plan: &Plan,
     dlq: &QueueSpec,
     applied: Option<&AppliedPolicies>,

@@ -1,9 +1,9 @@
 //! Doctor's items on the connecting user: each command it could or could
-//! not run on a pipeline ([`crate::check::permissions`]).
+//! not run on a pipeline ([`crate::audit::permissions`]).
 
-use crate::check::doctor_item::{Area, Item, Level};
-use crate::check::doctor_snapshot::Snapshot;
-use crate::check::permissions::{verdicts, Verdict};
+use crate::audit::doctor_item::{Area, Item, Level};
+use crate::audit::doctor_snapshot::Snapshot;
+use crate::audit::permissions::{verdicts, Verdict};
 use crate::topology::plan::Plan;
 
 /// An item per command on pipeline `p`, or one skip when the user's

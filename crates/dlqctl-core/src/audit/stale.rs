@@ -16,7 +16,7 @@
 //! Objects of pipelines that are not in the file are never listed: several
 //! topology files may share a vhost.
 
-use crate::check::finding::{Finding, ObjectKind};
+use crate::audit::finding::{Finding, ObjectKind};
 use crate::topology::plan::{Plan, Role};
 use crate::topology::{ArgValue, Arguments};
 use std::collections::HashSet;
@@ -36,7 +36,7 @@ pub struct ListedQueue {
     pub kind: Option<String>,
     /// The policies that apply to it; `None` until the broker's statistics
     /// report them (a few seconds after the queue is created).
-    pub policies: Option<crate::check::policy::AppliedPolicies>,
+    pub policies: Option<crate::audit::policy::AppliedPolicies>,
 }
 
 /// A binding as the broker lists it (the management API's

@@ -20,14 +20,14 @@
 //! `rabbitmq.conf` cannot be read through the management API: without a
 //! policy or argument the default of 30 minutes is assumed.
 
-use crate::check::policy::AppliedPolicies;
+use crate::audit::policy::AppliedPolicies;
 use crate::values::duration::tier_name;
 
 /// RabbitMQ's default `consumer_timeout` (30 minutes).
-pub const DEFAULT_CONSUMER_TIMEOUT_MS: u64 = 30 * 60_000;
+pub(crate) const DEFAULT_CONSUMER_TIMEOUT_MS: u64 = 30 * 60_000;
 
 /// The policy key.
-pub const POLICY_KEY: &str = "consumer-timeout";
+pub(crate) const POLICY_KEY: &str = "consumer-timeout";
 /// The queue argument.
 pub const ARGUMENT: &str = "x-consumer-timeout";
 

@@ -60,7 +60,7 @@ pub enum Finding {
     },
     /// An object with dlqctl's generated names for a pipeline of the file
     /// that the file no longer describes (`--check` only; see
-    /// [`crate::check::stale`]). `provision` never deletes it.
+    /// [`crate::audit::stale`]). `provision` never deletes it.
     NotInTopology {
         /// Object kind.
         object: ObjectKind,
@@ -71,7 +71,7 @@ pub enum Finding {
         messages: Option<u64>,
     },
     /// A policy or operator policy makes the queue differ from the
-    /// topology (see [`crate::check::policy`]).
+    /// topology (see [`crate::audit::policy`]).
     PolicyOverrides {
         /// Object kind (a queue).
         object: ObjectKind,

@@ -1,6 +1,6 @@
 use super::*;
-use crate::check::permissions::UserPermissions;
-use crate::check::policy::AppliedPolicies;
+use crate::audit::permissions::UserPermissions;
+use crate::audit::policy::AppliedPolicies;
 use crate::topology::plan::pipeline_plan;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -187,7 +187,7 @@ fn a_healthy_pipeline_passes_every_item() {
         .all(|i| i.pipeline.as_deref() == Some("orders")));
     assert_eq!(
         c.iter().filter(|i| i.area == Area::Permissions).count(),
-        crate::check::permissions::COMMANDS.len()
+        crate::audit::permissions::COMMANDS.len()
     );
 }
 
@@ -637,7 +637,7 @@ fn the_handler_timeout_is_read_from_the_workers_metrics() {
 
 #[test]
 fn an_open_or_half_open_circuit_breaker_warns_naming_since_when() {
-    use crate::check::circuit::circuit_from_metrics;
+    use crate::audit::circuit::circuit_from_metrics;
     let p = plan();
     let page = "dlqctl_circuit_state{queue=\"orders\"} 1\n\
                 dlqctl_circuit_state_since_timestamp_seconds{queue=\"orders\"} 1765098600\n";
@@ -689,7 +689,7 @@ fn an_open_or_half_open_circuit_breaker_warns_naming_since_when() {
 
 #[test]
 fn a_pipeline_with_idempotency_gets_its_store_keep_and_hosts_items() {
-    use crate::check::idempotency::{IdempotencyFacts, StoreReading};
+    use crate::audit::idempotency::{IdempotencyFacts, StoreReading};
     use crate::idempotency::Idempotency;
     let plan = plan_of("    dead_letter: {ttl: 14d}\n");
     let mut s = healthy(&plan);

@@ -2,11 +2,11 @@
 //! rules that follow from it, and whether the management API answers for
 //! the same broker.
 
-use crate::check::doctor_item::{Area, Check, Item, Level};
-use crate::check::doctor_snapshot::{ManagementState, Snapshot};
+use crate::audit::doctor_item::{Area, Check, Item, Level};
+use crate::audit::doctor_snapshot::{ManagementState, Snapshot};
 
 /// `(major, minor)` of a version string such as `3.10.8` or `4.3.6+dfsg`.
-pub fn major_minor(version: &str) -> Option<(u32, u32)> {
+pub(crate) fn major_minor(version: &str) -> Option<(u32, u32)> {
     let mut parts = version.split(|c: char| !c.is_ascii_digit());
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;

@@ -26,12 +26,12 @@
 //! (a `max-length` on a main queue) overrides, and the finding's note says
 //! what the queue's overflow then does ([`overflow_in_force`]).
 
-use crate::check::finding::{Finding, ObjectKind};
+use crate::audit::finding::{Finding, ObjectKind};
 use crate::topology::plan::QueueSpec;
 use crate::topology::ArgValue;
 use serde_json::{Map, Value};
 
-pub use crate::check::finding::PolicyKind;
+pub use crate::audit::finding::PolicyKind;
 
 /// The policies that apply to one queue, as the management API reports
 /// them.
@@ -49,12 +49,12 @@ pub struct AppliedPolicies {
     pub operator_definition: Option<Map<String, Value>>,
     /// Warnings on how these were worked out: a tie of priorities, the
     /// definitions and the queue's own report disagreeing, a report
-    /// possibly a few seconds old (see [`crate::check::effective`]).
+    /// possibly a few seconds old (see [`crate::audit::effective`]).
     pub notes: Vec<String>,
 }
 
 /// The start of the note on a limit the topology does not set.
-pub const UNBOUNDED_NOTE: &str = "the topology leaves this queue unbounded";
+pub(crate) const UNBOUNDED_NOTE: &str = "the topology leaves this queue unbounded";
 
 /// How the broker resolves a key between argument and policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,11 @@ fn lower(arg: Option<&Value>, pol: &Value) -> Value {
 /// The overflow behaviour a queue ends up with: on quorum queues the
 /// policy's wins over the argument, on classic ones the argument's;
 /// `drop-head` when neither sets one.
-pub fn overflow_in_force(queue: &QueueSpec, queue_type: &str, applied: &AppliedPolicies) -> String {
+pub(crate) fn overflow_in_force(
+    queue: &QueueSpec,
+    queue_type: &str,
+    applied: &AppliedPolicies,
+) -> String {
     let arg = match queue.arguments.get("x-overflow") {
         Some(ArgValue::Str(s)) => Some(s.clone()),
         _ => None,

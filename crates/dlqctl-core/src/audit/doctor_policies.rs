@@ -1,15 +1,15 @@
 //! Doctor's items on a pipeline's objects and the policies that apply to
 //! them: every planned exchange and queue exists; each key of a policy or
 //! operator policy that changes a queue fails (see
-//! [`crate::check::policy`]), the others pass; a DLQ that
+//! [`crate::audit::policy`]), the others pass; a DLQ that
 //! dead-letters back into its own pipeline fails.
 
-use crate::check::cycle::dead_letter_cycle;
-use crate::check::doctor_broker::management_why;
-use crate::check::doctor_item::{plural, Area, Item, Level};
-use crate::check::doctor_snapshot::Snapshot;
-use crate::check::finding::Finding;
-use crate::check::policy::policy_findings;
+use crate::audit::cycle::dead_letter_cycle;
+use crate::audit::doctor_broker::management_why;
+use crate::audit::doctor_item::{plural, Area, Item, Level};
+use crate::audit::doctor_snapshot::Snapshot;
+use crate::audit::finding::Finding;
+use crate::audit::policy::policy_findings;
 use crate::topology::plan::{Plan, QueueSpec, Role};
 use crate::topology::ArgValue;
 

@@ -9,7 +9,7 @@
 //!   and whether the management API answers for the same broker;
 //! - objects: every planned exchange and queue exists;
 //! - policies: each key of a policy or operator policy that changes a
-//!   queue is a fail (see [`crate::check::policy`]), the others pass;
+//!   queue is a fail (see [`crate::audit::policy`]), the others pass;
 //! - limits: a DLQ retention under 7 days warns; a handler timeout not
 //!   under the consumer timeout fails; the broker's message size limit;
 //! - health: quorum members online, `messages_dlx` over two samples, the
@@ -18,7 +18,7 @@
 //! - permissions: each command the connecting user could or could not run;
 //! - idempotency: the store answers, `keep` against the DLQ's retention,
 //!   an SQLite store while consumers come from several hosts
-//!   ([`crate::check::idempotency`]).
+//!   ([`crate::audit::idempotency`]).
 //!
 //! The files: what is judged (`doctor_snapshot.rs`) and what comes out
 //! (`doctor_item.rs`), then one file per part of the checklist
@@ -26,21 +26,20 @@
 //! `doctor_limits.rs`, `doctor_health.rs`, `doctor_permissions.rs`,
 //! `doctor_idempotency.rs`); this one puts them together.
 
-use crate::check::doctor_broker::broker_checks;
-use crate::check::doctor_health::{circuit_check, health_checks, redrive_check};
-use crate::check::doctor_idempotency::idempotency_checks;
-use crate::check::doctor_limits::limit_checks;
-use crate::check::doctor_permissions::permission_checks;
-use crate::check::doctor_policies::{cycle_checks, object_checks, policy_checks};
+use crate::audit::doctor_broker::broker_checks;
+use crate::audit::doctor_health::{circuit_check, health_checks, redrive_check};
+use crate::audit::doctor_idempotency::idempotency_checks;
+use crate::audit::doctor_limits::limit_checks;
+use crate::audit::doctor_permissions::permission_checks;
+use crate::audit::doctor_policies::{cycle_checks, object_checks, policy_checks};
 use crate::topology::plan::{Plan, QueueSpec, Role};
 
-pub use crate::check::consumer_timeout::DEFAULT_CONSUMER_TIMEOUT_MS;
-pub use crate::check::doctor_broker::major_minor;
-pub use crate::check::doctor_item::{Area, Check, Level};
-pub use crate::check::doctor_limits::{COPY_HEADROOM_BYTES, MIN_DLQ_RETENTION_MS};
-pub use crate::check::doctor_snapshot::{
+pub use crate::audit::doctor_item::{Area, Check, Level};
+pub use crate::audit::doctor_snapshot::{
     HandlerTimeout, ManagementState, PermissionsUnknown, QueueFacts, Snapshot,
 };
+#[cfg(test)]
+use crate::audit::{consumer_timeout::DEFAULT_CONSUMER_TIMEOUT_MS, doctor_broker::major_minor};
 
 /// The metric through which a worker publishes its handler timeout.
 pub const HANDLER_TIMEOUT_METRIC: &str = "dlqctl_handler_timeout_seconds";

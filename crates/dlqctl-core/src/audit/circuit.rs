@@ -9,9 +9,9 @@ use crate::values::duration::tier_name;
 use crate::values::text::rfc3339_millis;
 
 /// The gauge of the breaker's state (0 closed, 1 open, 2 half-open).
-pub const CIRCUIT_STATE_METRIC: &str = "dlqctl_circuit_state";
+pub(crate) const CIRCUIT_STATE_METRIC: &str = "dlqctl_circuit_state";
 /// The gauge of when it took that state, in Unix seconds.
-pub const CIRCUIT_SINCE_METRIC: &str = "dlqctl_circuit_state_since_timestamp_seconds";
+pub(crate) const CIRCUIT_SINCE_METRIC: &str = "dlqctl_circuit_state_since_timestamp_seconds";
 
 /// One pipeline's breaker, as read from a worker's metrics page.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -91,7 +91,7 @@ pub(crate) fn sample(text: &str, metric: &str, pipeline: &str) -> Option<f64> {
 }
 
 /// The worker's readiness gauge (1 ready, 0 not: what `/readyz` answers).
-pub const READY_METRIC: &str = "dlqctl_ready";
+pub(crate) const READY_METRIC: &str = "dlqctl_ready";
 
 /// Whether the worker whose metrics page is `text` is ready (`dlqctl_ready`,
 /// a gauge without labels: one worker, one page); `None` when the page
