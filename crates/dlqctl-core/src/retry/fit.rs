@@ -352,7 +352,7 @@ fn without_headers(props: BasicProperties, drop: impl Fn(&str) -> bool) -> Basic
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::values::shortstr::from_raw_bytes;
     use crate::wire::{ATTEMPT_HEADER, SOURCE_QUEUE_HEADER};
@@ -408,7 +408,7 @@ mod tests {
         t
     }
 
-    fn full_properties() -> BasicProperties {
+    pub(crate) fn full_properties() -> BasicProperties {
         BasicProperties::default()
             .with_content_type("application/json".into())
             .with_content_encoding("gzip".into())

@@ -37,6 +37,7 @@ pub mod readiness;
 mod settle;
 #[cfg(test)]
 mod settle_tests;
+mod spare;
 #[cfg(test)]
 mod tests;
 
@@ -52,3 +53,4 @@ pub use settle::{
     settle, Copy, DeadLetterMode, Delivered, NackCause, Note, Plan, PublishEnd, RequeueCause,
     Rules, Run, Settlement,
 };
+pub use spare::Spare;

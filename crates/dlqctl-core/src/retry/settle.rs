@@ -233,6 +233,10 @@ pub enum RequeueCause {
     /// The idempotency store did not answer: handed back at once, and
     /// the consumer paused until the store answers.
     StoreUnavailable,
+    /// The broker refused the copy and its [`super::Spare`] did not read
+    /// back to publish it again: handed back at once, so the message is
+    /// handled again rather than held unacked.
+    CopyNotRepeatable,
     /// The broker refuses a deferred copy for its size: handed back
     /// rather than dead-lettered (a deferral never dead-letters).
     DeferTooLarge,
@@ -244,7 +248,9 @@ impl RequeueCause {
     pub fn handed_back(self) -> bool {
         matches!(
             self,
-            RequeueCause::StoreUnavailable | RequeueCause::DeferTooLarge
+            RequeueCause::StoreUnavailable
+                | RequeueCause::DeferTooLarge
+                | RequeueCause::CopyNotRepeatable
         )
     }
 }
@@ -263,6 +269,9 @@ pub enum PublishEnd {
     ChannelClosed,
     /// The worker is stopping before the copy was confirmed.
     ShuttingDown,
+    /// The broker refused the copy, and it could not be read back from
+    /// its [`super::Spare`] to publish it again.
+    NotRepeatable,
 }
 
 /// What [`settle`] found worth a log line on the way.
@@ -331,6 +340,17 @@ impl Settlement {
         }
     }
 
+    /// The copy to publish, for its publish to take the properties (see
+    /// [`super::Spare`]); what is left of it is the plan's record.
+    pub fn copy_mut(&mut self) -> Option<&mut Copy> {
+        match self {
+            Settlement::Retry { copy, .. }
+            | Settlement::DeadLetter { copy, .. }
+            | Settlement::Defer { copy, .. } => Some(copy),
+            _ => None,
+        }
+    }
+
     /// See [`Settlement::DeadLetter::nack_if_refused`].
     pub fn nack_if_refused(&self) -> bool {
         matches!(
@@ -385,6 +405,9 @@ impl Settlement {
                 PublishEnd::ShuttingDown => Settlement::Requeue {
                     cause: RequeueCause::ShuttingDown,
                 },
+                PublishEnd::NotRepeatable => Settlement::Requeue {
+                    cause: RequeueCause::CopyNotRepeatable,
+                },
             };
         }
         // Only a retry has no reason yet: refused for its size, it is
@@ -407,6 +430,9 @@ impl Settlement {
             },
             PublishEnd::ShuttingDown => Settlement::Requeue {
                 cause: RequeueCause::ShuttingDown,
+            },
+            PublishEnd::NotRepeatable => Settlement::Requeue {
+                cause: RequeueCause::CopyNotRepeatable,
             },
         }
     }

@@ -354,6 +354,29 @@ fn shutdown_leaves_the_delivery_for_the_broker_to_requeue() {
     }
 }
 
+/// A refused copy that cannot be published again hands the delivery
+/// back at once (handled again), whatever the copy was for: neither held
+/// unacked nor dead-lettered.
+#[test]
+fn a_copy_not_repeatable_hands_the_delivery_back() {
+    let c = Case::new();
+    for s in [
+        c.settle(1, ran(transient())).settlement,
+        c.settle(1, ran(Outcome::permanent("x"))).settlement,
+        c.settle(2, Run::Deferred { remaining_ms: 0 }).settlement,
+    ] {
+        let done = s.after_publish(PublishEnd::NotRepeatable);
+        assert_eq!(
+            done,
+            Settlement::Requeue {
+                cause: RequeueCause::CopyNotRepeatable
+            }
+        );
+        assert_eq!(done.label(), "abandoned");
+    }
+    assert!(RequeueCause::CopyNotRepeatable.handed_back());
+}
+
 #[test]
 fn a_nack_not_asked_for_keeps_the_original() {
     let c = Case::new();
@@ -376,6 +399,7 @@ fn settlements_without_a_copy_ignore_how_a_publish_ended() {
         PublishEnd::TooLarge("x".into()),
         PublishEnd::ChannelClosed,
         PublishEnd::ShuttingDown,
+        PublishEnd::NotRepeatable,
     ] {
         assert_eq!(s.clone().after_publish(end), s);
     }
@@ -719,6 +743,7 @@ fn a_deferral_never_dead_letters_whatever_its_publish_did() {
             PublishEnd::TooLarge("big".into()),
             RequeueCause::DeferTooLarge,
         ),
+        (PublishEnd::NotRepeatable, RequeueCause::CopyNotRepeatable),
     ] {
         assert_eq!(
             plan.settlement.clone().after_publish(end),

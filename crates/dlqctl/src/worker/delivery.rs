@@ -13,7 +13,7 @@ use crate::core::retry::backoff::Backoff;
 use crate::core::retry::breaker::Call;
 use crate::core::retry::{
     count_attempt, headers_to_json, original_exchange_and_key, settle, Copy, DeadLetterReason,
-    Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement,
+    Delivered, NackCause, Note, PublishEnd, RequeueCause, Rules, Run, Settlement, Spare,
 };
 use crate::core::values::shortstr::{non_utf8_bytes, non_utf8_fields, utf8, Shown};
 use crate::error::describe_lapin_error;
@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Everything one delivery needs.
 pub(super) struct DeliveryTask<H: Handler> {
@@ -325,12 +325,11 @@ impl<H: Handler> DeliveryTask<H> {
     /// Step 4: carries `s` out and returns what was done: `s` itself, or
     /// what [`Settlement::after_publish`] says when its copy could not be
     /// published.
-    async fn carry_out(&self, d: &Delivery, s: Settlement, prepared: &Prepared) -> Settlement {
-        let s = match s.copy() {
+    async fn carry_out(&self, d: &Delivery, mut s: Settlement, prepared: &Prepared) -> Settlement {
+        let nack_if_refused = s.nack_if_refused();
+        let s = match s.copy_mut() {
             Some(copy) => {
-                let end = self
-                    .publish_until_confirmed(copy, d, s.nack_if_refused())
-                    .await;
+                let end = self.publish_until_confirmed(copy, d, nack_if_refused).await;
                 s.after_publish(end)
             }
             None => s,
@@ -366,6 +365,11 @@ impl<H: Handler> DeliveryTask<H> {
                 RequeueCause::ShuttingDown => info!(queue = %queue, message_id,
                     "stopping before the copy was confirmed; the message returns to the queue"),
                 RequeueCause::StoreUnavailable => self.hand_back(d).await,
+                RequeueCause::CopyNotRepeatable => {
+                    error!(queue = %queue, message_id,
+                        "the broker refused the copy and it could not be read back to publish it again (a defect of dlqctl): handing the message back to the queue, to be handled again");
+                    self.hand_back(d).await
+                }
                 RequeueCause::DeferTooLarge => {
                     warn!(queue = %queue, message_id,
                         "the broker refuses the deferred copy for its size; handing the message back to the queue");
@@ -491,21 +495,29 @@ impl<H: Handler> DeliveryTask<H> {
     /// Publishes `copy` (the body is `d`'s) until the broker confirms it,
     /// the same copy at each try. While the broker refuses, the original
     /// stays unacked and the worker starts no new handler.
+    ///
+    /// A publish consumes its properties: the first try takes the copy's
+    /// own (left empty), and each try after a refusal reads them back from
+    /// a [`Spare`] made before the first (one allocation, where a clone
+    /// would make every header again; see core::retry::spare).
     async fn publish_until_confirmed(
         &self,
-        copy: &Copy,
+        copy: &mut Copy,
         d: &Delivery,
         nack_if_refused: bool,
     ) -> PublishEnd {
+        let spare = Spare::of(&copy.properties);
+        let mut first = Some(std::mem::take(&mut copy.properties));
         let (exchange, routing_key) = (copy.exchange.as_str(), copy.routing_key.as_str());
         let mut backoff = Backoff::new(Duration::from_millis(100), self.cfg.max_publish_backoff);
         let mut refusing = false;
         let result = loop {
-            // A publish takes its properties: each try gets a clone, and
-            // the copy stays whole for the next.
+            let Some(properties) = first.take().or_else(|| spare.read()) else {
+                break PublishEnd::NotRepeatable;
+            };
             match self
                 .publisher
-                .publish(exchange, routing_key, &d.data, copy.properties.clone())
+                .publish(exchange, routing_key, &d.data, properties)
                 .await
             {
                 Ok(()) => break PublishEnd::Confirmed,
