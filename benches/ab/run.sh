@@ -13,7 +13,7 @@
 # directory (target/ab, or AB_TARGET_DIR; the dependencies are built
 # once), and the script puts the right `dlqctl` in place before each run.
 set -euo pipefail
-before=${1:?usage: benches/ab/run.sh BEFORE [PAIRS]}
+before=$(git rev-parse --verify "${1:?usage: benches/ab/run.sh BEFORE [PAIRS]}^{commit}")
 pairs=${2:-3}
 only=${BENCH_ONLY:-1,2,3,5}
 root=$(git rev-parse --show-toplevel)
@@ -23,15 +23,17 @@ mkdir -p "$ab/bin" "$out"
 
 build() { # build NAME DIR
     local name=$1 dir=$2 exe
-    exe=$(cd "$dir" && CARGO_TARGET_DIR=$ab cargo bench --bench worker --no-run \
-        --message-format json 2>/dev/null |
+    if ! exe=$(cd "$dir" && CARGO_TARGET_DIR=$ab cargo bench --bench worker --no-run \
+        --message-format json |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="worker" and m.get("executable"): print(m["executable"])' | tail -n1)
-    [ -n "$exe" ] || { echo "the bench of $name did not build: cargo bench --bench worker --no-run in $dir" >&2; exit 1; }
-    cp "$exe" "$ab/bin/worker-$name"
-    cp "$ab/release/dlqctl" "$ab/bin/dlqctl-$name"
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="worker" and m.get("executable"): print(m["executable"])' | tail -n1) || [ -z "$exe" ]; then
+        echo "the bench of $name did not build (cargo bench --bench worker --no-run in $dir)" >&2
+        exit 1
+    fi
+    cp --remove-destination "$exe" "$ab/bin/worker-$name"
+    cp --remove-destination "$ab/release/dlqctl" "$ab/bin/dlqctl-$name"
     echo "$dir" > "$ab/bin/dir-$name"
 }
 
@@ -42,7 +44,10 @@ build before "$ab/before"
 build after "$root"
 
 run() { # run SIDE PAIR
-    cp "$ab/bin/dlqctl-$1" "$ab/release/dlqctl"
+    # A new file, not a write through the hard link cargo keeps between
+    # release/dlqctl and its deps/ copy (which would change the build's
+    # own binary, and so the next run's "after").
+    cp --remove-destination "$ab/bin/dlqctl-$1" "$ab/release/dlqctl"
     (cd "$(cat "$ab/bin/dir-$1")" && BENCH_ONLY=$only "$ab/bin/worker-$1" --bench >"$out/$1-$2.log" 2>&1)
     echo "$1 $2 done, load $(cut -d' ' -f1 /proc/loadavg)"
 }

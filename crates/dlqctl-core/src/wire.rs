@@ -7,7 +7,7 @@
 //! - the other names that start with `dlqctl-`: the JSON-lines protocol,
 //!   the export format, temporary files and folders, a thread, store keys,
 //!   a drill's message id;
-//! - the one function that widens an AMQP integer ([`as_integer`]) and the
+//! - the one function that widens an AMQP integer (`as_integer`) and the
 //!   typed readers of these headers ([`count`], [`has`]).
 //!
 //! No other file of `src/` writes a string literal that starts with

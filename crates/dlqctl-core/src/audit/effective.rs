@@ -16,11 +16,11 @@
 //!   from 3.12), its `pattern` (a regular expression, searched, not
 //!   anchored, in the name's bytes) matches, and its definition holds no
 //!   key the queue's type does not support (such a policy is skipped as a
-//!   whole: [`unsupported_keys`]);
+//!   whole: `unsupported_keys`);
 //! - of the matching policies the one of highest `priority` applies; the
 //!   same for operator policies, separately. Between two matches of equal
 //!   priority the broker's pick is undefined: that is reported
-//!   ([`Effective::warnings`]);
+//!   (`Effective::warnings`);
 //! - where both set a key, the operator policy's value wins when lower for
 //!   `message-ttl`, `expires`, `max-length`, `max-length-bytes`,
 //!   `max-in-memory-length`, `max-in-memory-bytes` and `delivery-limit`
@@ -30,7 +30,7 @@
 //!
 //! A pattern that uses PCRE-only constructs (look-around,
 //! back-references) cannot be evaluated here: such a policy is named in
-//! [`Effective::undecided`] and the caller keeps the queue's own view.
+//! `Effective::undecided` and the caller keeps the queue's own view.
 
 use crate::audit::policy::AppliedPolicies;
 use regex_automata::dfa::regex::Regex;
@@ -246,7 +246,7 @@ pub(crate) const LOWER_WINS: [&str; 7] = [
 
 /// The definition in force when both `policy` and `operator` apply, key
 /// by key in key order: a key set by one only is taken as it is; set by
-/// both, the lower number for [`LOWER_WINS`], else the operator policy's.
+/// both, the lower number for `LOWER_WINS`, else the operator policy's.
 pub fn merge(
     policy: Option<&Map<String, Value>>,
     operator: Option<&Map<String, Value>>,

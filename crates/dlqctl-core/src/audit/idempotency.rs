@@ -2,11 +2,11 @@
 //! (docs/worker.md, "Idempotent handling"). Pure: the shell opens the
 //! store, lists the consumers and fetches the worker's metrics page.
 //!
-//! - [`store_check`]: what the store answered to doctor's
+//! - `store_check`: what the store answered to doctor's
 //!   `dlqctl-doctor:` key (a store refused or unreachable fails; an SQLite
 //!   file not created yet warns).
-//! - [`keep_check`]: `keep` shorter than an explicit `dead_letter.ttl`.
-//! - [`hosts_check`]: an SQLite store while consumers come from several
+//! - `keep_check`: `keep` shorter than an explicit `dead_letter.ttl`.
+//! - `hosts_check`: an SQLite store while consumers come from several
 //!   hosts.
 //! - [`idempotency_from_metrics`]: duplicates skipped and deferrals, from
 //!   a worker's metrics page.

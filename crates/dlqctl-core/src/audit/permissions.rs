@@ -78,7 +78,7 @@ pub(crate) const COMMANDS: [&str; 7] = [
     "dlq redrive",
 ];
 
-/// What `command` (one of [`COMMANDS`]) needs on `pipeline`'s objects of
+/// What `command` (one of `COMMANDS`) needs on `pipeline`'s objects of
 /// `plan`, in the table's order, without duplicates. An unknown command
 /// needs nothing.
 pub fn needs(command: &str, plan: &Plan, pipeline: &str) -> Vec<Need> {
@@ -218,7 +218,7 @@ impl Matcher {
     }
 }
 
-/// The verdict of every command of [`COMMANDS`] for `pipeline`, in that
+/// The verdict of every command of `COMMANDS` for `pipeline`, in that
 /// order.
 pub fn verdicts(perms: &UserPermissions, plan: &Plan, pipeline: &str) -> Vec<(String, Verdict)> {
     let compiled = [Access::Configure, Access::Write, Access::Read]

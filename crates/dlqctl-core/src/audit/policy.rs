@@ -24,7 +24,7 @@
 //! contract relies on (`queue-leader-locator`, `ha-mode`, ...), is a
 //! [`Finding::PolicyInfo`]. A limit on a queue the topology leaves unbounded
 //! (a `max-length` on a main queue) overrides, and the finding's note says
-//! what the queue's overflow then does ([`overflow_in_force`]).
+//! what the queue's overflow then does (`overflow_in_force`).
 
 use crate::audit::finding::{Finding, ObjectKind};
 use crate::topology::plan::QueueSpec;

@@ -58,7 +58,7 @@ pub(crate) const MIN_RATE: f64 = 0.01;
 /// The fastest `--rate` (faster is no pacing at all).
 pub(crate) const MAX_RATE: f64 = 1_000_000.0;
 
-/// Checks a rate: finite, from [`MIN_RATE`] to [`MAX_RATE`] messages per
+/// Checks a rate: finite, from `MIN_RATE` to `MAX_RATE` messages per
 /// second.
 pub fn check_rate(r: f64) -> Result<f64, Invalid> {
     if r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r) {
@@ -71,8 +71,8 @@ pub fn check_rate(r: f64) -> Result<f64, Invalid> {
     }
 }
 
-/// Parses `--rate`: messages per second, from [`MIN_RATE`] to
-/// [`MAX_RATE`].
+/// Parses `--rate`: messages per second, from `MIN_RATE` to
+/// `MAX_RATE`.
 pub fn parse_rate(s: &str) -> Result<f64, Invalid> {
     match s.trim().parse::<f64>() {
         Ok(r) => check_rate(r).map_err(|e| Invalid(format!("{s:?}: {e}"))),

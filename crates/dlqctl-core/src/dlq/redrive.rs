@@ -44,7 +44,7 @@ pub struct Seen<'a> {
     pub reason: Option<&'a str>,
     /// When it was dead-lettered, ms since the Unix epoch.
     pub dead_lettered_at_ms: Option<u64>,
-    /// Automatic redrives so far ([`redriven_count`]).
+    /// Automatic redrives so far (`redriven_count`).
     pub redriven: u64,
     /// A drill message (it carries `dlqctl-drill`).
     pub drill: bool,

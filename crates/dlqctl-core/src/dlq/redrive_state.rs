@@ -40,7 +40,7 @@ pub struct RunRecord {
     /// Canaries sent and come back, when there was a canary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<(u64, u64)>,
-    /// Why it did not move what was eligible, cut to [`WHY_MAX`] bytes.
+    /// Why it did not move what was eligible, cut to `WHY_MAX` bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     /// Who ran it (the connection's name: `dlqctl redrive orders`,
@@ -50,7 +50,7 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// A record whose `why` fits [`WHY_MAX`] (cut on a character boundary).
+    /// A record whose `why` fits `WHY_MAX` (cut on a character boundary).
     pub fn trimmed(mut self) -> RunRecord {
         if let Some(w) = &mut self.why {
             if w.len() > WHY_MAX {
@@ -68,7 +68,7 @@ impl RunRecord {
 /// The pipeline's shared redrive state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RedriveState {
-    /// [`STATE_VERSION`].
+    /// `STATE_VERSION`.
     pub version: u32,
     /// One more at every write: the newest state has the largest.
     pub seq: u64,
@@ -79,7 +79,7 @@ pub struct RedriveState {
     pub next_look_at_ms: u64,
     /// When this state was written, ms since the Unix epoch.
     pub written_at_ms: u64,
-    /// The last runs, newest first, at most [`HISTORY`].
+    /// The last runs, newest first, at most `HISTORY`.
     #[serde(default)]
     pub runs: Vec<RunRecord>,
 }
@@ -99,7 +99,7 @@ impl RedriveState {
 
     /// How long until the next look is due at `now_ms` (0: due now). A
     /// writer's clock sets the due time a wait after its run, so a due time
-    /// further ahead than the wait itself (plus [`CLOCK_SLACK_MS`]) comes
+    /// further ahead than the wait itself (plus `CLOCK_SLACK_MS`) comes
     /// from a clock far ahead of this one, or a hand-written message: it
     /// counts as due now, and the run that follows writes the state again
     /// on this clock (capping it instead would hold every look back by the
@@ -148,7 +148,7 @@ impl RedriveState {
     }
 
     /// A message body read back: `None` for anything that is not a state
-    /// of [`STATE_VERSION`].
+    /// of `STATE_VERSION`.
     pub fn decode(body: &[u8]) -> Option<RedriveState> {
         serde_json::from_slice::<RedriveState>(body)
             .ok()

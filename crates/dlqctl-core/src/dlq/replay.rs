@@ -113,7 +113,7 @@ pub(crate) const ROTATION_FLOOR_MS: u64 = 15 * 60 * 1000;
 /// The `expiration` of a rotation copy, in ms: the DLQ's retention
 /// (`dead_letter.ttl`) minus the time since the message was dead-lettered,
 /// so rotating a message does not make it live longer; but never less
-/// than [`ROTATION_FLOOR_MS`] (or the whole retention, when that is
+/// than `ROTATION_FLOOR_MS` (or the whole retention, when that is
 /// shorter), so rotating never expires it either. `None` when the DLQ
 /// keeps messages for ever. A message whose time is unknown keeps the
 /// whole retention (from now). The DLQ's `x-message-ttl` applies to the

@@ -8,7 +8,7 @@
 //! - delivered fresh or back from a tier, it fails it as transient, so it
 //!   visits every tier in turn and is dead-lettered as `exhausted`, with
 //!   all of dlqctl's headers; its retry copies carry a short per-message
-//!   `expiration` ([`DRILL_EXPIRATION_MS`]) instead of the jitter, so a
+//!   `expiration` (`DRILL_EXPIRATION_MS`) instead of the jitter, so a
 //!   drill through tiers of 10 minutes does not wait 10 minutes (it still
 //!   goes through each tier queue, its TTL dead-lettering and its route
 //!   back; behind older messages of a busy tier it waits for them, as

@@ -3,7 +3,7 @@
 //! (`crate::ops::drill`).
 //!
 //! A drill publishes one message marked with
-//! [`crate::drill::message::DRILL_HEADER`] through the pipeline's own
+//! [`crate::wire::DRILL_HEADER`] through the pipeline's own
 //! exchange (so its bindings are tested too), and follows it: the worker
 //! fails it through the tiers its decisions pick ([`expected_tiers`]),
 //! dead-letters it as `exhausted` ([`dead_lettered_verdict`]), and acks it
@@ -61,7 +61,7 @@ pub(crate) const LOOK_EVERY_MS: u64 = 1000;
 
 /// How long to wait before the next look for the drill message in the DLQ,
 /// `elapsed_ms` after it was published, when `--timeout` is `timeout_ms`:
-/// every [`LOOK_EVERY_MS`], and one last look exactly at the deadline;
+/// every `LOOK_EVERY_MS`, and one last look exactly at the deadline;
 /// `None` once a look at or past the deadline found nothing (the drill
 /// fails). So a drill with a timeout of 100 ms looks at 0 and at 100 ms,
 /// never at 1 s: whatever the timeout, a message that arrives after it
@@ -77,7 +77,7 @@ pub(crate) const LOOK_SLACK_MS: u64 = 50;
 
 /// Whether a drill message found by a look that started `look_ms` after
 /// the publish arrived in time: the look started by the deadline, give or
-/// take [`LOOK_SLACK_MS`] for the timer. A look that started later (the
+/// take `LOOK_SLACK_MS` for the timer. A look that started later (the
 /// process stalled) cannot tell when the message came: it is late. The
 /// same rule for every timeout.
 pub fn in_time(look_ms: u64, timeout_ms: u64) -> bool {

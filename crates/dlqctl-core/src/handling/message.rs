@@ -1,5 +1,5 @@
 //! One delivery as a handler sees it: what the worker hands to a
-//! [`Handler`](crate::handler::Handler), and what the JSON-lines protocol
+//! handler (the library's `Handler`), and what the JSON-lines protocol
 //! writes for it.
 
 /// One delivery as a handler sees it.

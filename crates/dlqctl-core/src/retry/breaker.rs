@@ -161,7 +161,7 @@ enum Mode {
 /// Failure-rate breaker over a sliding window of calls, with a half-open
 /// state of a few probes.
 ///
-/// The window is kept as [`BUCKETS`] fixed time buckets of `window / 20`
+/// The window is kept as `BUCKETS` fixed time buckets of `window / 20`
 /// each (at least 1 ms), so memory does not depend on traffic or on the
 /// window's length. The rate is computed over the buckets of the last
 /// window: calls leave it one bucket (a twentieth of the window) at a time.

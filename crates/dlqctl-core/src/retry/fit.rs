@@ -11,11 +11,11 @@
 //!   `x-first-death-{exchange,queue,reason}`, from 3.13
 //!   `x-last-death-{exchange,queue,reason}`, and on a quorum queue
 //!   `x-delivery-count` (and from 4.3 `x-acquired-count`). With every name
-//!   at its 255-byte maximum these take 2,421 bytes; [`BROKER_DEAD_LETTER_RESERVE`] keeps 4 KiB free for them,
+//!   at its 255-byte maximum these take 2,421 bytes; `BROKER_DEAD_LETTER_RESERVE` keeps 4 KiB free for them,
 //!   plus the size of a `CC` header again (its routing keys are listed in
 //!   `routing-keys` too);
 //! - a **dead-letter copy** goes to the DLX by a plain publish, which adds
-//!   no `x-death`; [`DELIVERY_RESERVE`] keeps room for a quorum DLQ's
+//!   no `x-death`; `DELIVERY_RESERVE` keeps room for a quorum DLQ's
 //!   `x-delivery-count` and `x-acquired-count` (26 bytes each) when `peek`
 //!   or `replay` read it.
 //!
@@ -129,7 +129,7 @@ pub(crate) fn properties_budget(frame_max: u32, reserve: usize) -> usize {
         .saturating_sub(reserve)
 }
 
-/// The budget of a retry copy: [`BROKER_DEAD_LETTER_RESERVE`] and a `CC`
+/// The budget of a retry copy: `BROKER_DEAD_LETTER_RESERVE` and a `CC`
 /// header's size again are kept free.
 pub fn retry_budget(props: &BasicProperties, frame_max: u32) -> usize {
     let cc = props

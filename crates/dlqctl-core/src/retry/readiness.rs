@@ -5,7 +5,7 @@
 //! | state | ready |
 //! |---|---|
 //! | not consuming (connecting, waiting for the broker, reconnecting) | no |
-//! | the idempotency store not answering for [`STORE_STALL_MS`] (consumption paused, consumer cancelled) | no |
+//! | the idempotency store not answering for `STORE_STALL_MS` (consumption paused, consumer cancelled) | no |
 //! | every settle failing for [`SETTLE_STALL_MS`] | no |
 //! | circuit breaker open (consumption paused, consumer kept) | yes |
 //! | otherwise | yes |
@@ -122,7 +122,7 @@ impl Readiness {
 
     /// This readiness, with the idempotency store down since
     /// `store_down_since` (ms, same clock as `now_ms`): not ready once
-    /// that has lasted [`STORE_STALL_MS`], unless already not consuming.
+    /// that has lasted `STORE_STALL_MS`, unless already not consuming.
     pub fn with_store(self, store_down_since: Option<u64>, now_ms: u64) -> Self {
         match store_down_since {
             Some(since)

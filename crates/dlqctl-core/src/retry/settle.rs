@@ -135,7 +135,7 @@ pub struct Delivered<'a> {
     /// This run's number, 1 for the first (see [`super::count_attempt`]).
     pub attempt: u32,
     /// Its drill step, decided once from its headers when it arrived
-    /// ([`super::drill::drill_step`]); `None` for a message that is not a
+    /// ([`crate::drill::message::drill_step`]); `None` for a message that is not a
     /// drill.
     pub drill: Option<crate::drill::message::DrillStep>,
 }
@@ -234,8 +234,9 @@ pub enum RequeueCause {
     /// the consumer paused until the store answers.
     StoreUnavailable,
     /// The broker refused the copy and its [`super::Spare`] did not read
-    /// back to publish it again: handed back at once, so the message is
-    /// handled again rather than held unacked.
+    /// back to publish it again: left unacked, like a closed channel's, so
+    /// that no handler runs it again while the worker runs (a hand-back
+    /// would run the handler again at each refusal).
     CopyNotRepeatable,
     /// The broker refuses a deferred copy for its size: handed back
     /// rather than dead-lettered (a deferral never dead-letters).
@@ -248,9 +249,7 @@ impl RequeueCause {
     pub fn handed_back(self) -> bool {
         matches!(
             self,
-            RequeueCause::StoreUnavailable
-                | RequeueCause::DeferTooLarge
-                | RequeueCause::CopyNotRepeatable
+            RequeueCause::StoreUnavailable | RequeueCause::DeferTooLarge
         )
     }
 }

@@ -354,11 +354,11 @@ fn shutdown_leaves_the_delivery_for_the_broker_to_requeue() {
     }
 }
 
-/// A refused copy that cannot be published again hands the delivery
-/// back at once (handled again), whatever the copy was for: neither held
-/// unacked nor dead-lettered.
+/// A refused copy that cannot be published again leaves the delivery
+/// unacked for the broker, whatever the copy was for: not handed back (its
+/// handler would run again at each refusal), not dead-lettered.
 #[test]
-fn a_copy_not_repeatable_hands_the_delivery_back() {
+fn a_copy_not_repeatable_leaves_the_delivery_for_the_broker() {
     let c = Case::new();
     for s in [
         c.settle(1, ran(transient())).settlement,
@@ -374,7 +374,7 @@ fn a_copy_not_repeatable_hands_the_delivery_back() {
         );
         assert_eq!(done.label(), "abandoned");
     }
-    assert!(RequeueCause::CopyNotRepeatable.handed_back());
+    assert!(!RequeueCause::CopyNotRepeatable.handed_back());
 }
 
 #[test]

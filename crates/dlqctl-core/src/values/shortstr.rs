@@ -29,13 +29,13 @@ use base64::Engine as _;
 pub(crate) const MAX_JSON_DEPTH: usize = 64;
 
 /// The bytes the short string holding `s` is sent as (and was received as).
-pub(crate) fn raw_bytes(s: &str) -> Cow<'_, [u8]> {
+pub fn raw_bytes(s: &str) -> Cow<'_, [u8]> {
     amq_protocol::types::short_string_wire_bytes(s)
 }
 
 /// The number of bytes the short string holding `s` takes on the wire,
 /// without its length byte.
-pub(crate) fn wire_len(s: &str) -> usize {
+pub fn wire_len(s: &str) -> usize {
     raw_bytes(s).len()
 }
 

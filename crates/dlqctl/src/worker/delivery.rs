@@ -365,11 +365,8 @@ impl<H: Handler> DeliveryTask<H> {
                 RequeueCause::ShuttingDown => info!(queue = %queue, message_id,
                     "stopping before the copy was confirmed; the message returns to the queue"),
                 RequeueCause::StoreUnavailable => self.hand_back(d).await,
-                RequeueCause::CopyNotRepeatable => {
-                    error!(queue = %queue, message_id,
-                        "the broker refused the copy and it could not be read back to publish it again (a defect of dlqctl): handing the message back to the queue, to be handled again");
-                    self.hand_back(d).await
-                }
+                RequeueCause::CopyNotRepeatable => error!(queue = %queue, message_id,
+                    "the broker refused the copy and it could not be read back to publish it again (a defect of dlqctl): the message stays unacked, and the broker redelivers it when the channel closes"),
                 RequeueCause::DeferTooLarge => {
                     warn!(queue = %queue, message_id,
                         "the broker refuses the deferred copy for its size; handing the message back to the queue");

@@ -82,7 +82,7 @@ pub struct ReadOptions {
     /// selectors, which needs neither).
     pub describe: bool,
     /// Take the snapshot only once the DLQ's depth holds still (see
-    /// [`settled_depth`]), so messages a dead command gives back count.
+    /// `settled_depth`), so messages a dead command gives back count.
     /// Off for `dlqctl drill`, whose looks seek its own message only and
     /// must be quick to keep its deadline.
     pub settle: bool,
