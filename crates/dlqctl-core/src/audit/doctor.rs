@@ -38,8 +38,6 @@ pub use crate::audit::doctor_item::{Area, Check, Level};
 pub use crate::audit::doctor_snapshot::{
     HandlerTimeout, ManagementState, PermissionsUnknown, QueueFacts, Snapshot,
 };
-#[cfg(test)]
-use crate::audit::{consumer_timeout::DEFAULT_CONSUMER_TIMEOUT_MS, doctor_broker::major_minor};
 
 /// The metric through which a worker publishes its handler timeout.
 pub const HANDLER_TIMEOUT_METRIC: &str = "dlqctl_handler_timeout_seconds";

@@ -1,6 +1,7 @@
 use super::*;
 use crate::audit::permissions::UserPermissions;
 use crate::audit::policy::AppliedPolicies;
+use crate::audit::{consumer_timeout::DEFAULT_CONSUMER_TIMEOUT_MS, doctor_broker::major_minor};
 use crate::topology::plan::pipeline_plan;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;

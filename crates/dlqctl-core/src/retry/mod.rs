@@ -44,8 +44,6 @@ mod tests;
 pub use attempt::{count_attempt, AttemptCount};
 pub use copy::{original_exchange_and_key, retry_copy, CopyContext};
 pub use decision::{decide, DeadLetterReason, Decision};
-#[cfg(test)]
-use headers::*;
 pub use headers_json::headers_to_json;
 pub(crate) use headers_json::BASE64_KEY_PREFIX;
 pub use jitter::jitter_expiration;

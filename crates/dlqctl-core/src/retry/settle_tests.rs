@@ -4,6 +4,7 @@
 //! arrival, a copy too large, a lost connection, shutdown). No broker.
 
 use super::fit::{properties_size, retry_budget};
+use super::headers::*;
 use super::settle::*;
 use super::*;
 use crate::handling::outcome::Outcome;

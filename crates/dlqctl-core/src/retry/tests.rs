@@ -3,9 +3,9 @@
 use super::attempt::*;
 use super::copy::*;
 use super::decision::*;
+use super::headers::*;
 use super::headers_json::*;
 use super::jitter::*;
-use super::*;
 use crate::field_table;
 use crate::handling::outcome::Outcome;
 use crate::topology::RetryPolicy;
