@@ -1,6 +1,6 @@
 //! What the commands show: one renderer per output kind. Logic never
 //! prints; commands hand typed reports to these, and write through
-//! [`stdout`] and [`stderr`], which return errors instead of panicking.
+//! [`stdout`] and `stderr`, which return errors instead of panicking.
 //!
 //! Output that cannot be written is a failure: a closed pipe
 //! (`dlqctl dlq export | head -1`) or a full disk (`> /dev/full`) is
