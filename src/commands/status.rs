@@ -12,6 +12,7 @@ use dlqctl::load_topology;
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load_topology(&a.file)?;
     let p = plan(&t);
+    super::check_metrics_urls(a.metrics_url.as_slice())?;
     let (conn, url, mgmt) =
         super::connect_with_management(&a.connection, &a.management_url, "dlqctl status").await?;
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;

@@ -1056,3 +1056,71 @@ fn idempotency_merges_key_by_key_over_the_defaults() {
     assert!(t.pipelines[0].circuit_breaker.is_some());
     assert!(t.pipelines[1].circuit_breaker.is_none());
 }
+
+/// A client's parser as the shell gives it: refuses what holds `bad`.
+struct RefusesBad;
+
+impl UrlCheck for RefusesBad {
+    fn http(&self, url: &str) -> Result<(), String> {
+        if url.contains("bad") {
+            Err("the HTTP client refuses it".into())
+        } else {
+            Ok(())
+        }
+    }
+    fn store(&self, url: &str) -> Result<(), String> {
+        if url.contains("bad") {
+            Err("the store client refuses it".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+static REFUSES_BAD: RefusesBad = RefusesBad;
+
+/// Every URL of the file goes through the shell's parsers, in `defaults`
+/// and in pipelines, each refusal at the URL's line and column with the
+/// URL redacted; without them (the core alone) only their form is read.
+#[test]
+fn urls_are_checked_by_the_clients_parsers_at_their_position() {
+    let yaml = "version: 1
+defaults:
+  idempotency: {store: 'redis://:pw@bad:6379/0'}
+pipelines:
+  - name: a
+    dead_letter:
+      redrive:
+        health: {http: 'http://bad/health'}
+  - name: b
+    idempotency:
+      store: 'redis://good:6379/0'
+    dead_letter:
+      redrive:
+        health: {http: 'http://good/health'}
+  - name: c
+    idempotency:
+      store: 'rediss://bad:6379/1'
+";
+    assert!(parse_topology(yaml, "t.yaml").is_ok());
+    let e = parse_topology_with(yaml, "t.yaml", &REFUSES_BAD).unwrap_err();
+    let got: Vec<String> = e
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.pos, p.message))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "3:24: idempotency.store `redis://:***@bad:6379/0` cannot be used: the store client refuses it",
+            "8:24: dead_letter.redrive.health.http `http://bad/health` cannot be used: the HTTP client refuses it",
+            "17:14: idempotency.store `rediss://bad:6379/1` cannot be used: the store client refuses it",
+        ]
+    );
+    assert!(
+        e.to_string().starts_with("t.yaml:3:24: idempotency.store"),
+        "{e}"
+    );
+    let good = yaml.replace("bad", "good");
+    assert!(parse_topology_with(&good, "t.yaml", &REFUSES_BAD).is_ok());
+}
