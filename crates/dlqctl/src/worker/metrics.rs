@@ -134,6 +134,11 @@ pub struct Metrics {
     /// When the circuit breaker took its current state (the worker's start
     /// while it never changed), in Unix seconds.
     circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// 1 when the circuit breaker's health URL is one no request can be
+    /// built from (a configuration error); 0 otherwise.
+    circuit_probe_unusable: Family<QueueLabels, Gauge>,
+    /// The pipelines whose breaker's health URL cannot be used.
+    probe_unusable: Mutex<std::collections::BTreeSet<String>>,
     /// 1 while the worker is connected and has its consumer on the main
     /// queue.
     consuming: Gauge,
@@ -336,6 +341,7 @@ impl Metrics {
                 "circuit_state_since_timestamp_seconds",
                 "Unix time at which the circuit breaker took its current state",
             ),
+            circuit_probe_unusable: registered(r, "circuit_probe_unusable", "1 when the circuit breaker's health URL is one no request can be built from (a configuration error)"),
             consuming: registered(
                 r,
                 "consuming",
@@ -362,6 +368,7 @@ impl Metrics {
                 mark_failures: registered(r, "idempotency_mark_failures", "Marks that failed after a success (the message was acked anyway)"),
             },
             store_down_since: Mutex::new(None),
+            probe_unusable: Mutex::default(),
             settles: SettleState::default(),
             registry,
         }
@@ -456,6 +463,25 @@ impl Metrics {
                 c.inc();
             }
         }
+    }
+
+    /// Shows whether `queue`'s breaker has a health URL no request can be
+    /// built from; while one has, the worker is not ready.
+    pub fn set_probe_unusable(&self, queue: &str, unusable: bool) {
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        self.circuit_probe_unusable
+            .get_or_create(&labels)
+            .set(i64::from(unusable));
+        if let Ok(mut q) = self.probe_unusable.lock() {
+            if unusable {
+                q.insert(labels.queue);
+            } else {
+                q.remove(&labels.queue);
+            }
+        }
+        self.readiness();
     }
 
     /// Counts a reconnection after a lost connection.
@@ -709,7 +735,12 @@ impl Metrics {
             Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
         };
         let down = self.store_down_since.lock().map(|d| *d).unwrap_or(None);
-        let r = r.with_store(down, now);
+        let unusable = self
+            .probe_unusable
+            .lock()
+            .map(|q| !q.is_empty())
+            .unwrap_or(false);
+        let r = r.with_store(down, now).with_probe_unusable(unusable);
         self.ready.set(i64::from(r.is_ready()));
         let stalled = matches!(r, Readiness::SettlesFailing { .. });
         if let Ok(mut logged) = self.settles.logged.lock() {
