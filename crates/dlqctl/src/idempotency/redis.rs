@@ -139,6 +139,19 @@ impl RedisStore {
                     detail: format!("no answer within {} s", OPEN_TIMEOUT.as_secs()),
                 })
             }
+            // The server answers, and has no such database: waiting
+            // would not change that.
+            Ok(Err(e)) if e.to_string().contains("refused to switch database") => {
+                let db = client.get_connection_info().redis_settings().db();
+                return Err(StoreError::Refused {
+                    store: describe,
+                    detail: format!(
+                        "the server has no database {db} (the number after the port; \
+                         a default server has 0 to 15): {}",
+                        scrub(&e.to_string(), password.as_deref())
+                    ),
+                });
+            }
             Ok(Err(e)) => return Err(error(&describe, password.as_deref(), &e)),
             Ok(Ok(conn)) => conn,
         };
