@@ -446,9 +446,11 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N")]
     pub max_dlq: Option<u64>,
     /// A worker's metrics page (`http://HOST:PORT/metrics` of its
-    /// --metrics-addr), to show its circuit breaker's state.
+    /// --metrics-addr), to show its circuit breaker's state and readiness.
+    /// Repeatable, one per worker: duplicates and deferrals are summed
+    /// over them, and a paused breaker on any page is shown.
     #[arg(long, value_name = "URL")]
-    pub metrics_url: Option<String>,
+    pub metrics_url: Vec<String>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
