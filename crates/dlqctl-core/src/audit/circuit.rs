@@ -10,7 +10,8 @@ use crate::values::text::rfc3339_millis;
 
 /// The gauge of the breaker's state (0 closed, 1 open, 2 half-open).
 pub(crate) const CIRCUIT_STATE_METRIC: &str = "dlqctl_circuit_state";
-/// The gauge of when it took that state, in Unix seconds.
+/// The gauge of when it took that state, in Unix seconds (open and
+/// half-open: when it left closed).
 pub(crate) const CIRCUIT_SINCE_METRIC: &str = "dlqctl_circuit_state_since_timestamp_seconds";
 /// The gauge saying its health URL is one no request can be built from.
 pub(crate) const CIRCUIT_PROBE_UNUSABLE_METRIC: &str = "dlqctl_circuit_probe_unusable";
@@ -20,7 +21,9 @@ pub(crate) const CIRCUIT_PROBE_UNUSABLE_METRIC: &str = "dlqctl_circuit_probe_unu
 pub struct CircuitReading {
     /// `closed`, `open` or `half_open`.
     pub state: Phase,
-    /// When it took that state (RFC 3339), when the page says.
+    /// When it took that state (RFC 3339), when the page says: while open
+    /// or half-open, when it left closed (the outage's start, kept through
+    /// every re-opening).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// How long it had been in that state when the page was read, in ms.
