@@ -395,7 +395,7 @@ pub struct ReplayArgs {
     pub rerun: bool,
     /// Replay N first, wait, and stop (exit 3) if more than half of them
     /// came back to the DLQ.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = canary_count)]
     pub canary: Option<u64>,
     /// How long the canary waits [default: the pipeline's summed retry
     /// delays + 30s].
@@ -650,6 +650,22 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
             dlqctl::worker::DeadLetterMode::NAMES.join(", ")
         )
     })
+}
+
+/// `--canary`: a whole number of messages, 1 or more; `1.0` is said as
+/// such.
+fn canary_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("give 1 or more messages (leave --canary out for no canary)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => match s.trim().parse::<f64>() {
+            Ok(f) if f.fract() == 0.0 && f >= 1.0 && f < 1e15 => Err(format!(
+                "a whole number of messages: write {}, not {s}",
+                f as u64
+            )),
+            _ => Err(format!("`{s}` is not a number of messages (1 or more)")),
+        },
+    }
 }
 
 /// `--canary-wait`: a duration of at most 24 h (the DLQ stays locked

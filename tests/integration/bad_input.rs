@@ -93,6 +93,12 @@ fn a_rate_or_canary_wait_that_would_hold_the_dlq_for_days_is_refused() {
         (vec!["--rate", "1e-7"], "from 0.01"),
         (vec!["--rate", "0.009"], "from 0.01"),
         (vec!["--canary", "1", "--canary-wait", "25h"], "at most 24h"),
+        (
+            vec!["--canary", "1.0"],
+            "a whole number of messages: write 1, not 1.0",
+        ),
+        (vec!["--canary", "0"], "give 1 or more messages"),
+        (vec!["--canary", "x"], "`x` is not a number of messages"),
     ] {
         let mut args = vec!["dlq", "replay", &f, "--queue", "rt"];
         args.extend(flags);

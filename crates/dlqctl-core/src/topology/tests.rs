@@ -1124,3 +1124,29 @@ pipelines:
     let good = yaml.replace("bad", "good");
     assert!(parse_topology_with(&good, "t.yaml", &REFUSES_BAD).is_ok());
 }
+
+/// A whole number written with a decimal point (`canary: 1.0`) is said
+/// as such, for every integer setting: not "between 0 and 10000, not
+/// about 1e0".
+#[test]
+fn an_integer_written_as_a_decimal_says_so() {
+    let e = errs(
+        "version: 1\npipelines:\n  - name: a\n    dead_letter:\n      redrive: {canary: 1.0}\n",
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("dead_letter.redrive.canary must be a whole number: write 1, not 1.0"),
+        "{e:?}"
+    );
+    let e = errs("version: 1\npipelines:\n  - name: a\n    retry: {max_attempts: 3.0}\n");
+    assert!(e[0].contains("write 3, not 3.0"), "{e:?}");
+    // Too large to be an integer: the range, with the number as written.
+    let e = errs(
+        "version: 1\npipelines:\n  - name: a\n    dead_letter:\n      redrive: {canary: 1e30}\n",
+    );
+    assert!(
+        e[0].contains("must be between 0 and 10000, not 1e30"),
+        "{e:?}"
+    );
+    assert!(!e[0].contains("about"), "{e:?}");
+}

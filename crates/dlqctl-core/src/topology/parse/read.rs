@@ -146,7 +146,24 @@ impl Cx {
         // A whole number too large for an integer reads as a float (or a
         // big integer): say the range, not "not a number".
         let too_large = match &n.value {
-            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(format!("about {f:e}")),
+            // A whole number in range written with a decimal point
+            // (`canary: 1.0`): say so.
+            Value::Float(f)
+                if f.is_finite() && f.fract() == 0.0 && (lo as f64..=hi as f64).contains(f) =>
+            {
+                self.err(
+                    n.pos,
+                    format!(
+                        "{what} must be a whole number: write {}, not {f:?}",
+                        *f as i64
+                    ),
+                );
+                return None;
+            }
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 => {
+                Some(format!("{f}"))
+            }
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(format!("{f:e}")),
             Value::BigInt(i) => Some(i.to_string()),
             _ => None,
         };
