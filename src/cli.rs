@@ -659,7 +659,7 @@ fn canary_count(s: &str) -> Result<u64, String> {
         Ok(0) => Err("give 1 or more messages (leave --canary out for no canary)".into()),
         Ok(n) => Ok(n),
         Err(_) => match s.trim().parse::<f64>() {
-            Ok(f) if f.fract() == 0.0 && f >= 1.0 && f < 1e15 => Err(format!(
+            Ok(f) if f.fract() == 0.0 && (1.0..1e15).contains(&f) => Err(format!(
                 "a whole number of messages: write {}, not {s}",
                 f as u64
             )),
