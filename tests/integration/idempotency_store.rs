@@ -225,6 +225,18 @@ async fn a_database_the_server_does_not_have_is_refused_naming_it() {
         .expect("refused");
     assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
     assert!(e.to_string().contains("database 99"), "{e}");
+    // A URL read from the environment at start (`env:NAME`) that no
+    // client can use is refused at once too, not waited for.
+    for (url, why) in [("redis://", "no host"), ("redis:///0", "no host")] {
+        let started = Instant::now();
+        let e = open(&StoreUrl::Redis(url.into()), &scope(), Create::Yes)
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, StoreError::Refused { .. }), "{url}: {e:?}");
+        assert!(e.to_string().contains(why), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{url}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

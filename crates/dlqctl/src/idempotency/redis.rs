@@ -114,6 +114,14 @@ impl RedisStore {
             store: describe.clone(),
             detail: scrub(&e.to_string(), password.as_deref()),
         };
+        // What the URL alone says (no host, a negative database) is
+        // refused at once: an `env:` URL is only read now.
+        if let Err(why) = crate::urls::redis(url) {
+            return Err(StoreError::Refused {
+                store: describe,
+                detail: format!("the URL cannot be used: {why}"),
+            });
+        }
         let tls = url.starts_with("rediss://") || url.starts_with("valkeys://");
         let client = match ca_pem {
             Some(ca) if tls => {
