@@ -395,7 +395,7 @@ pub struct ReplayArgs {
     pub rerun: bool,
     /// Replay N first, wait, and stop (exit 3) if more than half of them
     /// came back to the DLQ.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = canary_count)]
     pub canary: Option<u64>,
     /// How long the canary waits [default: the pipeline's summed retry
     /// delays + 30s].
@@ -446,9 +446,11 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N")]
     pub max_dlq: Option<u64>,
     /// A worker's metrics page (`http://HOST:PORT/metrics` of its
-    /// --metrics-addr), to show its circuit breaker's state.
+    /// --metrics-addr), to show its circuit breaker's state and readiness.
+    /// Repeatable, one per worker: duplicates and deferrals are summed
+    /// over them, and a paused breaker on any page is shown.
     #[arg(long, value_name = "URL")]
-    pub metrics_url: Option<String>,
+    pub metrics_url: Vec<String>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
     #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
@@ -648,6 +650,22 @@ fn dead_letter_mode(s: &str) -> Result<dlqctl::worker::DeadLetterMode, String> {
             dlqctl::worker::DeadLetterMode::NAMES.join(", ")
         )
     })
+}
+
+/// `--canary`: a whole number of messages, 1 or more; `1.0` is said as
+/// such.
+fn canary_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("give 1 or more messages (leave --canary out for no canary)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => match s.trim().parse::<f64>() {
+            Ok(f) if f.fract() == 0.0 && (1.0..1e15).contains(&f) => Err(format!(
+                "a whole number of messages: write {}, not {s}",
+                f as u64
+            )),
+            _ => Err(format!("`{s}` is not a number of messages (1 or more)")),
+        },
+    }
 }
 
 /// `--canary-wait`: a duration of at most 24 h (the DLQ stays locked

@@ -388,6 +388,7 @@ fn metric_names_labels_and_help_stay_as_they_are() {
     for phase in [Phase::Open, Phase::HalfOpen, Phase::Closed] {
         m.set_circuit("orders", phase, 1000.0, true);
     }
+    m.set_probe_unusable("orders", false);
     m.settle_retry_started();
     m.settle_failed();
     m.settle_retry_ended();
@@ -539,6 +540,7 @@ mod checklist {
                     state: Phase::Closed,
                     since: Some("2026-12-07T09:10:00.000Z".into()),
                     for_ms: Some(60_000),
+                    probe_unusable: false,
                 },
             )]
             .into(),
@@ -609,6 +611,7 @@ mod checklist {
                 state: Phase::Open,
                 since: Some("2026-12-07T09:10:00.000Z".into()),
                 for_ms: Some(45_000),
+                probe_unusable: false,
             },
         );
         s.redrive

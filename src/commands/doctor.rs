@@ -19,6 +19,7 @@ pub async fn doctor(a: &DoctorArgs) -> Result<Outcome> {
         dlqctl::load_pipeline(&a.file, q)?;
     }
     let p = plan(&t);
+    super::check_metrics_urls(a.metrics_url.as_slice())?;
     let (conn, url, mgmt) =
         super::connect_with_management(&a.connection, &a.management_url, "dlqctl doctor").await?;
     let opts = DoctorOptions {

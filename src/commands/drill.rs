@@ -15,6 +15,7 @@ pub async fn drill(a: &DrillArgs) -> Result<Outcome> {
     let pipeline = dlqctl::load_pipeline(&a.file, &a.queue)?;
     let brokers = super::brokers(&a.connection)?;
     super::check_management_urls(&a.management_url)?;
+    super::check_metrics_urls(a.metrics_url.as_slice())?;
     let (conn, at) = brokers
         .connect(&format!("dlqctl drill {}", a.queue))
         .await?;

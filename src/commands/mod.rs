@@ -34,6 +34,20 @@ pub fn check_management_urls(urls: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Refuses a `--metrics-url` no HTTP request can be made to (parsed as
+/// reqwest will), as a usage error before any connection is made.
+pub fn check_metrics_urls(urls: &[String]) -> Result<(), Error> {
+    for url in urls {
+        dlqctl::urls::http(url).map_err(|why| {
+            Error::Usage(format!(
+                "invalid --metrics-url {}: {why}",
+                dlqctl::amqp::connection::redact(url)
+            ))
+        })?;
+    }
+    Ok(())
+}
+
 /// Connects for a command that also reads the management API (`status`,
 /// `doctor`), after the addresses and `--management-url` passed as usage:
 /// the connection, the address that answered and its management client.

@@ -24,6 +24,7 @@ pub async fn serve(a: &ServeArgs) -> Result<Outcome> {
         return Err(Error::Usage("--sample-every must be above 0".into()).into());
     }
     super::check_management_urls(&a.management_url)?;
+    super::check_metrics_urls(&a.metrics_url)?;
     let brokers = super::brokers(&a.connection)?;
     let opts = crate::serve::ServeOptions {
         topology,

@@ -12,12 +12,13 @@ use dlqctl::load_topology;
 pub async fn status(a: &StatusArgs) -> Result<Outcome> {
     let t = load_topology(&a.file)?;
     let p = plan(&t);
+    super::check_metrics_urls(&a.metrics_url)?;
     let (conn, url, mgmt) =
         super::connect_with_management(&a.connection, &a.management_url, "dlqctl status").await?;
     let result = dlqctl::ops::status::status(&conn, &p, Some(&mgmt), url.vhost()).await;
     dlqctl::amqp::connection::close(&conn).await;
     let mut report = result?;
-    if let Some(url) = &a.metrics_url {
+    for url in &a.metrics_url {
         report.read_circuits(url).await;
     }
     let missing = report.missing();

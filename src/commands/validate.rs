@@ -3,6 +3,7 @@
 use crate::exit::Outcome;
 use crate::output;
 use anyhow::Result;
+use dlqctl::core::audit::futile::futile_settings;
 use dlqctl::core::audit::idempotency::topology_warnings;
 use dlqctl::core::topology::plan;
 use dlqctl::core::values::text::count;
@@ -11,7 +12,8 @@ use std::path::Path;
 
 /// `dlqctl validate`: the summary on stdout; warnings and notes on what
 /// is valid but deserves a look (a password written in the file, a key
-/// that joins identical bodies) on stderr as `FILE:LINE: warning: ...`,
+/// that joins identical bodies, a `keep` too short, a breaker that never
+/// opens) on stderr as `FILE:LINE: warning: ...`,
 /// without changing the exit code.
 pub fn validate(file: &Path) -> Result<Outcome> {
     let t = load_topology(file)?;
@@ -24,7 +26,10 @@ pub fn validate(file: &Path) -> Result<Outcome> {
         count(p.queues.len() as u64, "queue"),
         count(p.bindings.len() as u64, "binding")
     ))?;
-    for (line, text) in topology_warnings(&t) {
+    let mut warnings = topology_warnings(&t);
+    warnings.extend(futile_settings(&t));
+    warnings.sort_by_key(|(line, _)| *line);
+    for (line, text) in warnings {
         output::stderr_line(&format!("{}:{}: {text}", file.display(), line.max(1)));
     }
     Ok(Outcome::Success)

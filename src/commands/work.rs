@@ -39,6 +39,12 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.redrive = !a.no_redrive;
     cfg.wait_for_broker = a.wait_for_broker;
     if let Some(store) = &a.idempotency_store {
+        if let dlqctl::core::idempotency::StoreSpec::Redis(url) = store {
+            dlqctl::urls::redis(url).map_err(|why| {
+                let shown = dlqctl::core::idempotency::redact_url(url);
+                Error::Usage(format!("--idempotency-store {shown} cannot be used: {why}"))
+            })?;
+        }
         match &cfg.pipeline.idempotency {
             Some(_) => tracing::warn!(queue = %cfg.pipeline.name,
                 "--idempotency-store: this run keeps its keys and leases apart from the pipeline's store: a message this worker handles may run again in workers using the other store"),

@@ -93,6 +93,12 @@ fn a_rate_or_canary_wait_that_would_hold_the_dlq_for_days_is_refused() {
         (vec!["--rate", "1e-7"], "from 0.01"),
         (vec!["--rate", "0.009"], "from 0.01"),
         (vec!["--canary", "1", "--canary-wait", "25h"], "at most 24h"),
+        (
+            vec!["--canary", "1.0"],
+            "a whole number of messages: write 1, not 1.0",
+        ),
+        (vec!["--canary", "0"], "give 1 or more messages"),
+        (vec!["--canary", "x"], "`x` is not a number of messages"),
     ] {
         let mut args = vec!["dlq", "replay", &f, "--queue", "rt"];
         args.extend(flags);
@@ -158,4 +164,143 @@ fn under_log_format_json_every_error_is_one_json_record() {
     let out = dlqctl(&["--log-format", "json", "--version"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("dlqctl "));
+}
+
+/// `file:LINE:COL` of the first `'` on the line holding `needle` in
+/// `text`: where a quoted value written there starts.
+fn position_of(file: &str, text: &str, needle: &str) -> String {
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(needle))
+        .expect("the needle is in the text");
+    let col = line.find('\'').expect("a quoted value") + 1;
+    format!("{file}:{}:{col}:", i + 1)
+}
+
+/// Every URL of a topology file is parsed at `validate` by the parser of
+/// the client that will use it (reqwest's for the health probe, the redis
+/// crate's for a store): a URL none of them can use is refused at its
+/// line and column with exit 2, instead of a probe failing for ever (the
+/// breaker never closing) or `work` exiting 1.
+#[test]
+fn urls_no_client_can_use_are_refused_at_their_line_and_column() {
+    let bad = [
+        (
+            "h6",
+            "health: {http: 'http://[::1/x'}",
+            "invalid IPv6 address",
+        ),
+        (
+            "hp",
+            "health: {http: 'http://h:99999/x'}",
+            "invalid port number",
+        ),
+        ("r0", "store: 'redis://'", "no host"),
+        ("r1", "store: 'redis:///0'", "no host"),
+        ("r2", "store: 'redis://h:port/0'", "invalid port number"),
+        ("r3", "store: 'redis://h:6379/zero'", "database"),
+        ("r4", "store: 'redis://h:6379/-1'", "database"),
+        ("r5", "store: 'redis://:s3cret@0.0.0.0:6379/0'", "wildcard"),
+    ];
+    let mut text = String::from("version: 1\npipelines:\n");
+    for (name, line, _) in &bad {
+        text.push_str(&format!("  - name: {name}\n"));
+        if line.starts_with("health") {
+            text.push_str(&format!(
+                "    dead_letter:\n      redrive:\n        {line}\n"
+            ));
+        } else {
+            text.push_str(&format!("    idempotency:\n      {line}\n"));
+        }
+    }
+    let dir = Scratch::new();
+    let f = dir.write("t.yaml", &text);
+    let f = f.to_str().unwrap();
+    let out = dlqctl(&["validate", f]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for (_, line, why) in &bad {
+        let at = position_of(f, &text, line);
+        let refused = stderr
+            .lines()
+            .find(|l| l.starts_with(&at))
+            .unwrap_or_else(|| panic!("no {at} in: {stderr}"));
+        assert!(refused.contains("cannot be used"), "{refused}");
+        assert!(refused.contains(why), "no `{why}` in: {refused}");
+    }
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    // Each of them alone is refused too (not only beside the others).
+    for (name, line, why) in &bad {
+        let one = dir.write(&format!("{name}.yaml"), &{
+            let mut t = String::from("version: 1\npipelines:\n  - name: x\n");
+            if line.starts_with("health") {
+                t.push_str(&format!(
+                    "    dead_letter:\n      redrive:\n        {line}\n"
+                ));
+            } else {
+                t.push_str(&format!("    idempotency:\n      {line}\n"));
+            }
+            t
+        });
+        assert_usage(&dlqctl(&["validate", one.to_str().unwrap()]), why);
+    }
+}
+
+/// The URLs of the command line are parsed as their clients will parse
+/// them before anything is contacted: exit 2, naming the option.
+#[test]
+fn command_line_urls_no_client_can_use_are_usage_errors() {
+    let dir = Scratch::new();
+    let f = one_pipeline(&dir, "cu");
+    let work = |extra: &[&str]| {
+        let mut a = vec!["work", f.as_str(), "--queue", "cu"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", "/bin/true"]);
+        dlqctl(&a)
+    };
+    assert_usage(
+        &work(&["--management-url", "http://[::1/x"]),
+        "--management-url",
+    );
+    assert_usage(
+        &work(&["--management-url", "ftp://h:15672"]),
+        "http:// or https://",
+    );
+    assert_usage(
+        &work(&["--idempotency-store", "redis://"]),
+        "--idempotency-store",
+    );
+    assert_usage(
+        &work(&["--idempotency-store", "redis://h:6379/x"]),
+        "database",
+    );
+    assert_usage(&work(&["--url", "amqp://h:99999/"]), "invalid broker URL");
+    let http = dlqctl(&["work", &f, "--queue", "cu", "--http", "http://h:99999/x"]);
+    assert_usage(&http, "--http");
+    for cmd in ["status", "doctor"] {
+        assert_usage(
+            &dlqctl(&[cmd, &f, "--metrics-url", "http://[::1/metrics"]),
+            "--metrics-url",
+        );
+        assert_usage(
+            &dlqctl(&[cmd, &f, "--management-url", "ftp://h:15672"]),
+            "http:// or https://",
+        );
+    }
+    assert_usage(
+        &dlqctl(&[
+            "drill",
+            &f,
+            "--queue",
+            "cu",
+            "--metrics-url",
+            "http://h:99999/m",
+        ]),
+        "--metrics-url",
+    );
+    assert_usage(
+        &dlqctl(&["serve", &f, "--metrics-url", "http://h:99999/m"]),
+        "--metrics-url",
+    );
 }

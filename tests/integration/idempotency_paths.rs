@@ -462,3 +462,29 @@ async fn a_handler_longer_than_its_lease_keeps_it_by_renewing() {
     );
     w.stop().await;
 }
+
+/// A database number the server does not have (only the server knows how
+/// many it has) is refused at once, naming it: not taken for a store not
+/// reachable yet and waited for.
+#[tokio::test]
+async fn a_database_the_server_does_not_have_is_refused_at_once() {
+    let redis = RedisServer::start();
+    let mut f = fixture(Some("{store: 'env:IT_STORE'}")).await;
+    let file = f.pipe.provision(&f.scratch).await;
+    let url = format!("redis://127.0.0.1:{}/99", redis.port());
+    let started = std::time::Instant::now();
+    let run = Dlqctl::on_queue(&["work"], &file, &f.pipe.name)
+        .env("IT_STORE", &url)
+        .args(["--", "true"])
+        .run()
+        .await;
+    run.assert_code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited {:?}: {}",
+        started.elapsed(),
+        run.output()
+    );
+    assert!(run.stderr.contains("database 99"), "{}", run.output());
+    f.pipe.idempotency = None;
+}

@@ -213,6 +213,32 @@ async fn a_wrong_or_missing_password_is_refused_without_showing_it() {
     assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
 }
 
+/// A database past the server's (16 by default) is refused, naming it:
+/// the server answers, and waiting would not change its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_does_not_have_is_refused_naming_it() {
+    let server = RedisServer::start();
+    let url = StoreUrl::Redis(format!("redis://127.0.0.1:{}/99", server.port()));
+    let e = open(&url, &scope(), Create::Yes)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+    assert!(e.to_string().contains("database 99"), "{e}");
+    // A URL read from the environment at start (`env:NAME`) that no
+    // client can use is refused at once too, not waited for.
+    for (url, why) in [("redis://", "no host"), ("redis:///0", "no host")] {
+        let started = Instant::now();
+        let e = open(&StoreUrl::Redis(url.into()), &scope(), Create::Yes)
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, StoreError::Refused { .. }), "{url}: {e:?}");
+        assert!(e.to_string().contains(why), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{url}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_unavailable_and_bounded() {
     let port = free_port();

@@ -694,6 +694,43 @@ async fn validate_warns_on_an_inline_store_password_and_on_body_sha256() {
     assert_eq!(run.stderr, "", "{}", run.output());
 }
 
+/// Settings that are valid but cannot do what they are for are warned
+/// about, at their pipeline's line, exit 0: a `keep` too short to remember
+/// a handled key until a duplicate comes, and a breaker whose `min_calls`
+/// no worker reaches within its `window`, so that it never opens.
+#[tokio::test]
+async fn validate_warns_on_a_keep_too_short_and_a_breaker_that_never_opens() {
+    let dir = Scratch::new();
+    let file = dir.write(
+        "odd.yaml",
+        "version: 1\n\
+         pipelines:\n\
+         \x20 - name: a\n\
+         \x20   idempotency: {store: 'env:STORE', keep: 1ms}\n\
+         \x20 - name: b\n\
+         \x20   circuit_breaker: {window: 1ms, min_calls: 100000000}\n\
+         \x20 - name: c\n\
+         \x20   idempotency: {store: 'env:STORE', keep: 1h}\n\
+         \x20   circuit_breaker: {window: 1m, min_calls: 20}\n",
+    );
+    let run = Dlqctl::new("validate").arg(&file).run().await;
+    run.assert_code(0);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.output());
+    let at = |line: u32| format!("{}:{line}: warning: pipeline ", file.display());
+    assert!(
+        lines[0].starts_with(&format!("{}a: idempotency.keep 1ms", at(3))),
+        "{}",
+        run.output()
+    );
+    assert!(
+        lines[1].starts_with(&format!("{}b: circuit_breaker", at(5)))
+            && lines[1].contains("never open"),
+        "{}",
+        run.output()
+    );
+}
+
 #[tokio::test]
 async fn validate_reports_every_problem_with_its_position() {
     let dir = Scratch::new();

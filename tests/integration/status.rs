@@ -322,6 +322,25 @@ async fn status_and_the_web_page_show_duplicates_skipped_and_deferrals() {
         serde_json::json!({"duplicates": 2, "deferrals": 0}),
         "{doc:#}"
     );
+    // Several workers' pages: summed (--metrics-url is repeatable).
+    let run = status(
+        &file,
+        &[
+            "--json",
+            "--metrics-url",
+            &one.url(),
+            "--metrics-url",
+            &two.url(),
+        ],
+    )
+    .await;
+    run.assert_code(0);
+    assert_eq!(
+        json(&run)["pipelines"][0]["idempotency"],
+        serde_json::json!({"duplicates": 5, "deferrals": 1}),
+        "{}",
+        run.output()
+    );
     // Without a page, or with a page that does not count them: nothing.
     let run = status(&file, &["--json"]).await;
     assert!(json(&run)["pipelines"][0].get("idempotency").is_none());

@@ -94,18 +94,22 @@ pub mod idempotency;
 pub mod ops;
 mod topology_file;
 #[doc(hidden)]
+pub mod urls;
+#[doc(hidden)]
 pub mod worker;
 
 pub use crate::amqp::connection::{BrokerUrl, Tls, DEFAULT_URL as DEFAULT_AMQP_URL};
 pub use crate::amqp::Brokers;
 pub use crate::core::handling::outcome::Outcome;
 pub use crate::core::topology::{
-    parse_topology, ArgValue, Arguments, Binding, CircuitBreaker, DeadLetter, ExchangeType,
-    Invalid, Pipeline, Problem, ProducerExchange, QueueType, RetryPolicy, Topology,
+    ArgValue, Arguments, Binding, CircuitBreaker, DeadLetter, ExchangeType, Invalid, Pipeline,
+    Problem, ProducerExchange, QueueType, RetryPolicy, Topology,
 };
 pub use crate::error::{Error, Result};
 pub use crate::handler::{handler_fn, FnHandler, Handler, HandlerMessage, NotUtf8};
-pub use crate::topology_file::{load_pipeline, load_topology, MAX_TOPOLOGY_FILE_BYTES};
+pub use crate::topology_file::{
+    load_pipeline, load_topology, parse_topology, MAX_TOPOLOGY_FILE_BYTES,
+};
 pub use crate::worker::metrics::Metrics;
 pub use crate::worker::{DeadLetterMode, Worker, WorkerConfig};
 pub use tokio_util::sync::CancellationToken;

@@ -6,9 +6,11 @@
 //! forever, must be UTF-8 (a byte order mark is skipped), and is then
 //! parsed and validated as a whole. The `dlqctl` commands read their
 //! topology through these functions, so a service embedding the worker
-//! accepts exactly the files `dlqctl validate` accepts.
+//! accepts exactly the files `dlqctl validate` accepts. Every URL of the
+//! file is parsed by the client that will use it
+//! ([`crate::urls::CLIENT_PARSERS`]).
 
-use crate::core::topology::{parse_topology, source, Pipeline, Topology};
+use crate::core::topology::{parse_topology_with, source, Invalid, Pipeline, Topology};
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::path::Path;
@@ -56,6 +58,18 @@ pub fn load_topology(path: impl AsRef<Path>) -> Result<Topology> {
     }
     let text = source::decode(&bytes).map_err(|why| Error::Usage(format!("{shown}: {why}")))?;
     Ok(parse_topology(text, &shown)?)
+}
+
+/// Parses and validates a topology file's text, as [`load_topology`]
+/// does once it has read the file: its URLs parsed as their clients will
+/// parse them (an HTTP health URL as reqwest, a Redis store as the redis
+/// crate). `file` names it in errors.
+///
+/// # Errors
+///
+/// Every problem of the file, at its line and column.
+pub fn parse_topology(text: &str, file: &str) -> std::result::Result<Topology, Invalid> {
+    parse_topology_with(text, file, &crate::urls::CLIENT_PARSERS)
 }
 
 /// The pipeline whose main queue is `queue`, from the topology file at

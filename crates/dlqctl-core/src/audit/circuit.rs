@@ -10,20 +10,29 @@ use crate::values::text::rfc3339_millis;
 
 /// The gauge of the breaker's state (0 closed, 1 open, 2 half-open).
 pub(crate) const CIRCUIT_STATE_METRIC: &str = "dlqctl_circuit_state";
-/// The gauge of when it took that state, in Unix seconds.
+/// The gauge of when it took that state, in Unix seconds (open and
+/// half-open: when it left closed).
 pub(crate) const CIRCUIT_SINCE_METRIC: &str = "dlqctl_circuit_state_since_timestamp_seconds";
+/// The gauge saying its health URL is one no request can be built from.
+pub(crate) const CIRCUIT_PROBE_UNUSABLE_METRIC: &str = "dlqctl_circuit_probe_unusable";
 
 /// One pipeline's breaker, as read from a worker's metrics page.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CircuitReading {
     /// `closed`, `open` or `half_open`.
     pub state: Phase,
-    /// When it took that state (RFC 3339), when the page says.
+    /// When it took that state (RFC 3339), when the page says: while open
+    /// or half-open, when it left closed (the outage's start, kept through
+    /// every re-opening).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// How long it had been in that state when the page was read, in ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub for_ms: Option<u64>,
+    /// Its health URL is one no request can be built from: a
+    /// configuration error (the breaker cannot close once open).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub probe_unusable: bool,
 }
 
 impl CircuitReading {
@@ -58,7 +67,18 @@ impl CircuitReading {
     /// What a paused breaker means for the pipeline's messages, in a
     /// sentence starting with "the circuit breaker is ..."; `None` when
     /// it is closed.
+    /// A health URL no request can be built from is said whatever the
+    /// state, as the configuration error it is.
     pub fn pause_sentence(&self, queue: &str) -> Option<String> {
+        if self.probe_unusable {
+            return Some(format!(
+                "configuration error: the circuit breaker's health URL is one no request can \
+                 be built from, so once open the breaker cannot close and messages wait in \
+                 {queue}; it is the URL, not the dependency (the worker's log names it and \
+                 why): fix dead_letter.redrive.health.http; the breaker is {}",
+                self.describe()
+            ));
+        }
         let doing = match self.state {
             Phase::Closed => return None,
             Phase::Open => "it pauses consumption after too many transient failures",
@@ -120,6 +140,8 @@ pub fn circuit_from_metrics(
         state,
         since: since_ms.map(rfc3339_millis),
         for_ms: since_ms.map(|s| now_unix_ms.saturating_sub(s)),
+        probe_unusable: sample(text, CIRCUIT_PROBE_UNUSABLE_METRIC, pipeline)
+            .is_some_and(|v| v >= 1.0),
     })
 }
 
@@ -163,6 +185,7 @@ dlqctl_circuit_open 1
                 state: Phase::Open,
                 since: Some("2025-12-07T09:10:00.500Z".into()),
                 for_ms: Some(45_400),
+                probe_unusable: false,
             }
         );
         assert!(orders.paused());
@@ -226,6 +249,34 @@ dlqctl_circuit_open 1
             s.starts_with("the circuit breaker is half-open: it is probing the dependency"),
             "{s}"
         );
+    }
+
+    /// A health URL no request can be built from is said as the
+    /// configuration error it is, open or closed, never as the dependency
+    /// failing.
+    #[test]
+    fn a_health_url_no_request_can_be_built_from_is_said_as_a_configuration_error() {
+        for state in [0, 1, 2] {
+            let page = format!(
+                "dlqctl_circuit_state{{queue=\"orders\"}} {state}\n\
+                 dlqctl_circuit_probe_unusable{{queue=\"orders\"}} 1\n"
+            );
+            let c = circuit_from_metrics(&page, "orders", NOW).unwrap();
+            let s = c.pause_sentence("orders").expect("said even when closed");
+            assert!(s.contains("configuration error"), "{s}");
+            assert!(s.contains("dead_letter.redrive.health.http"), "{s}");
+            assert!(
+                !s.contains("the dependency the handler calls is failing"),
+                "{s}"
+            );
+        }
+        let page = "dlqctl_circuit_state{queue=\"orders\"} 1\n\
+                    dlqctl_circuit_probe_unusable{queue=\"orders\"} 0\n";
+        let s = circuit_from_metrics(page, "orders", NOW)
+            .unwrap()
+            .pause_sentence("orders")
+            .unwrap();
+        assert!(!s.contains("configuration error"), "{s}");
     }
 
     #[test]

@@ -94,10 +94,13 @@ pub(super) fn redrive_check(s: &Snapshot, p: &str) -> Option<Item> {
 }
 
 /// The worker's circuit breaker, when its metrics page was read: a warn
-/// while it is open or half-open (messages wait), else a pass.
+/// while it is open or half-open (messages wait), a fail when its health
+/// URL is one no request can be built from, else a pass.
 pub(super) fn circuit_check(s: &Snapshot, p: &str) -> Option<Item> {
     let c = s.circuit.get(p)?;
     let (level, message) = match c.pause_sentence(p) {
+        // A configuration error: the breaker cannot close once open.
+        Some(sentence) if c.probe_unusable => (Level::Fail, sentence),
         Some(sentence) => (Level::Warn, sentence),
         None => (Level::Pass, c.describe()),
     };

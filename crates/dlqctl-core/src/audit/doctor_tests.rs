@@ -689,6 +689,24 @@ fn an_open_or_half_open_circuit_breaker_warns_naming_since_when() {
 }
 
 #[test]
+fn a_breaker_whose_health_url_cannot_be_used_fails_as_a_configuration_error() {
+    use crate::audit::circuit::circuit_from_metrics;
+    let p = plan();
+    let page = "dlqctl_circuit_state{queue=\"orders\"} 0\n\
+                dlqctl_circuit_probe_unusable{queue=\"orders\"} 1\n";
+    let mut s = healthy(&p);
+    s.circuit.insert(
+        "orders".into(),
+        circuit_from_metrics(page, "orders", 0).unwrap(),
+    );
+    let checks = checklist(&p, &s, None);
+    assert_eq!(worst(&checks), Level::Fail);
+    let failed = with(Level::Fail, &checks);
+    assert_eq!(failed[0].1, "circuit breaker");
+    assert!(failed[0].2.contains("configuration error"), "{failed:#?}");
+}
+
+#[test]
 fn a_pipeline_with_idempotency_gets_its_store_keep_and_hosts_items() {
     use crate::audit::idempotency::{IdempotencyFacts, StoreReading};
     use crate::idempotency::Idempotency;

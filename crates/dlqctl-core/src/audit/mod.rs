@@ -16,6 +16,8 @@
 //! - [`circuit`]: a worker's circuit breaker, read from its metrics page.
 //! - [`idempotency`]: a pipeline's idempotency store as doctor, status and
 //!   validate see it.
+//! - [`futile`]: valid settings that cannot do what they are for, which
+//!   validate warns about.
 
 pub mod circuit;
 pub mod consumer_timeout;
@@ -32,6 +34,7 @@ mod doctor_snapshot;
 pub mod drift;
 pub mod effective;
 pub mod finding;
+pub mod futile;
 pub mod idempotency;
 pub mod permissions;
 pub mod policy;

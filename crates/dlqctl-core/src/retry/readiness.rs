@@ -7,6 +7,7 @@
 //! | not consuming (connecting, waiting for the broker, reconnecting) | no |
 //! | the idempotency store not answering for `STORE_STALL_MS` (consumption paused, consumer cancelled) | no |
 //! | every settle failing for [`SETTLE_STALL_MS`] | no |
+//! | a circuit breaker's health URL no request can be built from (a configuration error) | no |
 //! | circuit breaker open (consumption paused, consumer kept) | yes |
 //! | otherwise | yes |
 //!
@@ -102,6 +103,10 @@ pub enum Readiness {
         /// How long, in ms.
         for_ms: u64,
     },
+    /// A circuit breaker's health URL is one no request can be built
+    /// from: a configuration error, which no answer of the dependency
+    /// will mend (the breaker cannot close once open).
+    ProbeUnusable,
 }
 
 impl Readiness {
@@ -137,6 +142,17 @@ impl Readiness {
         }
     }
 
+    /// This readiness, or [`Readiness::ProbeUnusable`] when a breaker's
+    /// health URL cannot be used (`unusable`): a configuration error says
+    /// more than any other state.
+    pub fn with_probe_unusable(self, unusable: bool) -> Self {
+        if unusable {
+            Readiness::ProbeUnusable
+        } else {
+            self
+        }
+    }
+
     /// Whether the worker is ready.
     pub fn is_ready(self) -> bool {
         self == Readiness::Ready
@@ -168,6 +184,12 @@ impl Readiness {
                  paused until it does (see the log)\n",
                 for_ms / 1000
             ),
+            Readiness::ProbeUnusable => {
+                "not ready: configuration error: a circuit breaker's health URL is one no \
+                 request can be built from, so the breaker cannot close once open (the log \
+                 names the URL; fix dead_letter.redrive.health.http)\n"
+                    .into()
+            }
         }
     }
 }
@@ -177,6 +199,19 @@ mod tests {
     use super::*;
 
     const S: u64 = SETTLE_STALL_MS;
+
+    #[test]
+    fn an_unusable_health_url_is_not_ready_whatever_else() {
+        let w = SettleWatch::default();
+        for consuming in [true, false] {
+            let r = Readiness::of(consuming, &w, 0).with_probe_unusable(true);
+            assert_eq!(r, Readiness::ProbeUnusable);
+            assert_eq!(r.http_status(), 503);
+            assert!(r.text().starts_with("not ready: configuration error"));
+        }
+        let r = Readiness::of(true, &w, 0).with_probe_unusable(false);
+        assert_eq!(r, Readiness::Ready);
+    }
 
     #[test]
     fn a_store_down_for_the_stall_turns_not_ready() {

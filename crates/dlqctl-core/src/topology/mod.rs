@@ -8,7 +8,7 @@ pub mod source;
 pub(crate) mod yaml;
 
 pub use model::*;
-pub use parse::{parse_topology, Invalid, Problem};
+pub use parse::{parse_topology, parse_topology_with, Invalid, Problem, UrlCheck};
 pub use plan::{plan, Plan};
 #[cfg(test)]
 mod tests;

@@ -1056,3 +1056,97 @@ fn idempotency_merges_key_by_key_over_the_defaults() {
     assert!(t.pipelines[0].circuit_breaker.is_some());
     assert!(t.pipelines[1].circuit_breaker.is_none());
 }
+
+/// A client's parser as the shell gives it: refuses what holds `bad`.
+struct RefusesBad;
+
+impl UrlCheck for RefusesBad {
+    fn http(&self, url: &str) -> Result<(), String> {
+        if url.contains("bad") {
+            Err("the HTTP client refuses it".into())
+        } else {
+            Ok(())
+        }
+    }
+    fn store(&self, url: &str) -> Result<(), String> {
+        if url.contains("bad") {
+            Err("the store client refuses it".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+static REFUSES_BAD: RefusesBad = RefusesBad;
+
+/// Every URL of the file goes through the shell's parsers, in `defaults`
+/// and in pipelines, each refusal at the URL's line and column with the
+/// URL redacted; without them (the core alone) only their form is read.
+#[test]
+fn urls_are_checked_by_the_clients_parsers_at_their_position() {
+    let yaml = "version: 1
+defaults:
+  idempotency: {store: 'redis://:pw@bad:6379/0'}
+pipelines:
+  - name: a
+    dead_letter:
+      redrive:
+        health: {http: 'http://bad/health'}
+  - name: b
+    idempotency:
+      store: 'redis://good:6379/0'
+    dead_letter:
+      redrive:
+        health: {http: 'http://good/health'}
+  - name: c
+    idempotency:
+      store: 'rediss://bad:6379/1'
+";
+    assert!(parse_topology(yaml, "t.yaml").is_ok());
+    let e = parse_topology_with(yaml, "t.yaml", &REFUSES_BAD).unwrap_err();
+    let got: Vec<String> = e
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.pos, p.message))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "3:24: idempotency.store `redis://:***@bad:6379/0` cannot be used: the store client refuses it",
+            "8:24: dead_letter.redrive.health.http `http://bad/health` cannot be used: the HTTP client refuses it",
+            "17:14: idempotency.store `rediss://bad:6379/1` cannot be used: the store client refuses it",
+        ]
+    );
+    assert!(
+        e.to_string().starts_with("t.yaml:3:24: idempotency.store"),
+        "{e}"
+    );
+    let good = yaml.replace("bad", "good");
+    assert!(parse_topology_with(&good, "t.yaml", &REFUSES_BAD).is_ok());
+}
+
+/// A whole number written with a decimal point (`canary: 1.0`) is said
+/// as such, for every integer setting: not "between 0 and 10000, not
+/// about 1e0".
+#[test]
+fn an_integer_written_as_a_decimal_says_so() {
+    let e = errs(
+        "version: 1\npipelines:\n  - name: a\n    dead_letter:\n      redrive: {canary: 1.0}\n",
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("dead_letter.redrive.canary must be a whole number: write 1, not 1.0"),
+        "{e:?}"
+    );
+    let e = errs("version: 1\npipelines:\n  - name: a\n    retry: {max_attempts: 3.0}\n");
+    assert!(e[0].contains("write 3, not 3.0"), "{e:?}");
+    // Too large to be an integer: the range, with the number as written.
+    let e = errs(
+        "version: 1\npipelines:\n  - name: a\n    dead_letter:\n      redrive: {canary: 1e30}\n",
+    );
+    assert!(
+        e[0].contains("must be between 0 and 10000, not 1e30"),
+        "{e:?}"
+    );
+    assert!(!e[0].contains("about"), "{e:?}");
+}

@@ -52,7 +52,7 @@ impl Management {
         password: &str,
         ca_pem: Option<&str>,
     ) -> Result<Self> {
-        let mut url = Url::parse(base).map_err(|e| {
+        let mut url = crate::urls::http(base).map_err(|e| {
             Error::Usage(format!(
                 "invalid --management-url {}: {e}",
                 crate::amqp::connection::redact(base)

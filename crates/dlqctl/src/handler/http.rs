@@ -91,13 +91,12 @@ impl HttpHandler {
         timeout: Duration,
         client: Client,
     ) -> Result<Self, HttpHandlerError> {
-        let url =
-            Url::parse(url.as_ref()).map_err(|e| HttpHandlerError::InvalidUrl(e.to_string()))?;
-        if url.scheme() != "http" && url.scheme() != "https" {
-            return Err(HttpHandlerError::UnsupportedScheme(
-                url.scheme().to_string(),
-            ));
+        if let Ok(u) = Url::parse(url.as_ref()) {
+            if u.scheme() != "http" && u.scheme() != "https" {
+                return Err(HttpHandlerError::UnsupportedScheme(u.scheme().to_string()));
+            }
         }
+        let url = crate::urls::http(url.as_ref()).map_err(HttpHandlerError::InvalidUrl)?;
         Ok(HttpHandler {
             shown_url: redacted(&url),
             url,

@@ -114,6 +114,14 @@ impl RedisStore {
             store: describe.clone(),
             detail: scrub(&e.to_string(), password.as_deref()),
         };
+        // What the URL alone says (no host, a negative database) is
+        // refused at once: an `env:` URL is only read now.
+        if let Err(why) = crate::urls::redis(url) {
+            return Err(StoreError::Refused {
+                store: describe,
+                detail: format!("the URL cannot be used: {why}"),
+            });
+        }
         let tls = url.starts_with("rediss://") || url.starts_with("valkeys://");
         let client = match ca_pem {
             Some(ca) if tls => {
@@ -138,6 +146,19 @@ impl RedisStore {
                     store: describe,
                     detail: format!("no answer within {} s", OPEN_TIMEOUT.as_secs()),
                 })
+            }
+            // The server answers, and has no such database: waiting
+            // would not change that.
+            Ok(Err(e)) if e.to_string().contains("refused to switch database") => {
+                let db = client.get_connection_info().redis_settings().db();
+                return Err(StoreError::Refused {
+                    store: describe,
+                    detail: format!(
+                        "the server has no database {db} (the number after the port; \
+                         a default server has 0 to 15): {}",
+                        scrub(&e.to_string(), password.as_deref())
+                    ),
+                });
             }
             Ok(Err(e)) => return Err(error(&describe, password.as_deref(), &e)),
             Ok(Ok(conn)) => conn,

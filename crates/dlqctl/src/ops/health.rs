@@ -11,7 +11,16 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// `GET url`: healthy on a 2xx answer (redirects are not followed).
 /// Returns what it answered (`200 OK`, `503 Service Unavailable`, or the
 /// error).
+///
+/// A URL no request can be built from (`crate::urls::http`) is not asked:
+/// the answer says it is a configuration error.
 pub async fn probe(url: &str) -> (bool, String) {
+    if let Err(why) = crate::urls::http(url) {
+        return (
+            false,
+            format!("nothing: configuration error, no request can be built from it ({why})"),
+        );
+    }
     let client = match reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(HEALTH_TIMEOUT)

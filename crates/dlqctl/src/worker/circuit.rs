@@ -10,7 +10,7 @@ use crate::worker::metrics::Metrics;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// A pipeline's breaker as the worker runs it.
 pub(super) struct Circuit {
@@ -21,6 +21,9 @@ pub(super) struct Circuit {
     open_for_ms: u64,
     /// The pipeline's health URL, asked instead of a message.
     health: Option<String>,
+    /// Why no request can be built from `health`, when none can: a
+    /// configuration error, never taken for the dependency's answer.
+    unusable: Option<String>,
     metrics: Arc<Metrics>,
     started: Instant,
 }
@@ -54,6 +57,14 @@ pub(super) enum Step {
     Wait(Option<u64>),
 }
 
+/// `url` as a log may show it: without user info, query and fragment
+/// when it parses, with its password redacted otherwise.
+fn shown(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .map(|u| crate::handler::http::redacted(&u))
+        .unwrap_or_else(|_| crate::core::idempotency::redact_url(url))
+}
+
 fn now_unix_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -66,16 +77,24 @@ impl Circuit {
     pub(super) fn of(p: &Pipeline, metrics: &Arc<Metrics>) -> Option<Arc<Circuit>> {
         let cfg = p.circuit_breaker.clone()?;
         metrics.set_circuit(&p.name, Phase::Closed, now_unix_s(), false);
+        let health = p
+            .dead_letter
+            .redrive
+            .as_ref()
+            .and_then(|r| r.health.clone());
+        let unusable = health.as_deref().and_then(|u| crate::urls::http(u).err());
+        metrics.set_probe_unusable(&p.name, unusable.is_some());
+        if let (Some(why), Some(url)) = (&unusable, &health) {
+            error!(queue = %p.name, url = %shown(url), why = %why,
+                "configuration error: the circuit breaker's health URL is one no request can be built from; once open, the breaker cannot close: fix dead_letter.redrive.health.http (the worker is not ready)");
+        }
         Some(Arc::new(Circuit {
+            unusable,
             open_for_ms: cfg.open_for,
             breaker: Mutex::new(Breaker::new(cfg)),
             changed: Notify::new(),
             queue: p.name.clone(),
-            health: p
-                .dead_letter
-                .redrive
-                .as_ref()
-                .and_then(|r| r.health.clone()),
+            health,
             metrics: metrics.clone(),
             started: Instant::now(),
         }))
@@ -141,11 +160,26 @@ impl Circuit {
         let Some(url) = &self.health else {
             return;
         };
-        let (healthy, answer) = crate::ops::health::probe(url).await;
-        let shown = reqwest::Url::parse(url)
-            .map(|u| crate::handler::http::redacted(&u))
-            .unwrap_or_else(|_| "(an invalid URL)".into());
-        info!(queue = %self.queue, url = %shown, answer = %answer, healthy, "circuit breaker health probe");
+        let shown = shown(url);
+        let (healthy, answer) = match &self.unusable {
+            // Nothing is sent: the breaker stays open, and the reason is
+            // the configuration, not the dependency.
+            Some(why) => {
+                error!(queue = %self.queue, url = %shown, why = %why,
+                    "configuration error: no request can be built from the circuit breaker's health URL; the breaker stays open: fix dead_letter.redrive.health.http");
+                (
+                    false,
+                    format!(
+                        "nothing: configuration error, no request can be built from it ({why})"
+                    ),
+                )
+            }
+            None => {
+                let (healthy, answer) = crate::ops::health::probe(url).await;
+                info!(queue = %self.queue, url = %shown, answer = %answer, healthy, "circuit breaker health probe");
+                (healthy, answer)
+            }
+        };
         let Some(p) = ticket.probe.take() else {
             return;
         };
@@ -203,5 +237,61 @@ impl Circuit {
             Transition::Closed => info!(queue = %q, circuit,
                 "circuit breaker closed: resuming consumption"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::metrics::{assert_renders, readiness};
+
+    /// A pipeline with a breaker that opens at its first transient failure
+    /// (1 ms open), and `health` as its health URL, parsed by the core
+    /// alone (as a service embedding the worker may): its URLs are not
+    /// checked by the clients' parsers.
+    fn pipeline(health: &str) -> Pipeline {
+        let yaml = format!(
+            "version: 1\npipelines:\n  - name: cfg\n    circuit_breaker: {{min_calls: 1, \
+             open_for: 1ms, window: 1s}}\n    dead_letter:\n      redrive:\n        \
+             health: {{http: '{health}'}}\n"
+        );
+        crate::core::topology::parse_topology(&yaml, "t.yaml")
+            .expect("valid for the core")
+            .pipelines
+            .remove(0)
+    }
+
+    /// A health URL no request can be built from is a configuration
+    /// error from the start: not ready, said by the metrics (which
+    /// `status` and `doctor` read); and once the breaker is open, asking
+    /// it sends nothing and says why, instead of an answer of the
+    /// dependency.
+    #[tokio::test]
+    async fn a_health_url_no_request_can_be_built_from_is_a_configuration_error() {
+        let m = Arc::new(Metrics::new());
+        m.set_consuming(true);
+        let c = Circuit::of(&pipeline("http://[::1/x"), &m).expect("a breaker");
+        let (code, text) = readiness(&m);
+        assert_eq!(code, 503, "{text}");
+        assert!(text.contains("configuration error"), "{text}");
+        assert_renders(&m, &["dlqctl_circuit_probe_unusable{queue=\"cfg\"} 1"]);
+        // Open it, wait out its open_for, and ask the health URL.
+        c.record(None, Call::Transient);
+        c.open_over().await;
+        let Step::Health(ticket) = c.step(false) else {
+            panic!("the health URL is asked when half-open");
+        };
+        c.check_health(ticket).await;
+        assert_renders(&m, &["dlqctl_circuit_state{queue=\"cfg\"} 1"]);
+        assert_eq!(readiness(&m).0, 503);
+    }
+
+    #[tokio::test]
+    async fn a_usable_health_url_is_no_configuration_error() {
+        let m = Arc::new(Metrics::new());
+        m.set_consuming(true);
+        let _c = Circuit::of(&pipeline("http://127.0.0.1:9/health"), &m).expect("a breaker");
+        assert_eq!(readiness(&m).0, 200);
+        assert_renders(&m, &["dlqctl_circuit_probe_unusable{queue=\"cfg\"} 0"]);
     }
 }

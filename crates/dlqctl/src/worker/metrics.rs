@@ -131,9 +131,15 @@ pub struct Metrics {
     circuit_state: Family<QueueLabels, Gauge>,
     /// Changes of the circuit breaker's state, by the state it went to.
     circuit_transitions: Family<TransitionLabels, Counter>,
-    /// When the circuit breaker took its current state (the worker's start
-    /// while it never changed), in Unix seconds.
+    /// When the circuit breaker left closed, while open or half-open (the
+    /// outage's start, kept through every re-opening), or when it closed
+    /// (the worker's start while it never changed), in Unix seconds.
     circuit_since: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// 1 when the circuit breaker's health URL is one no request can be
+    /// built from (a configuration error); 0 otherwise.
+    circuit_probe_unusable: Family<QueueLabels, Gauge>,
+    /// The pipelines whose breaker's health URL cannot be used.
+    probe_unusable: Mutex<std::collections::BTreeSet<String>>,
     /// 1 while the worker is connected and has its consumer on the main
     /// queue.
     consuming: Gauge,
@@ -334,8 +340,9 @@ impl Metrics {
             circuit_since: registered(
                 r,
                 "circuit_state_since_timestamp_seconds",
-                "Unix time at which the circuit breaker took its current state",
+                "Unix time at which the circuit breaker left closed (the outage's start, while open or half-open) or closed",
             ),
+            circuit_probe_unusable: registered(r, "circuit_probe_unusable", "1 when the circuit breaker's health URL is one no request can be built from (a configuration error)"),
             consuming: registered(
                 r,
                 "consuming",
@@ -362,6 +369,7 @@ impl Metrics {
                 mark_failures: registered(r, "idempotency_mark_failures", "Marks that failed after a success (the message was acked anyway)"),
             },
             store_down_since: Mutex::new(None),
+            probe_unusable: Mutex::default(),
             settles: SettleState::default(),
             registry,
         }
@@ -437,15 +445,23 @@ impl Metrics {
             .set(timeout.as_secs_f64());
     }
 
-    /// Shows `queue`'s circuit breaker in `phase` since `at_unix_s`, and
+    /// Shows `queue`'s circuit breaker in `phase` at `at_unix_s`, and
     /// counts the change when `changed` (at start every state's counter is
-    /// made at 0).
+    /// made at 0). "Since" moves only when it leaves or enters closed: an
+    /// outage's open and half-open phases share its start.
     pub fn set_circuit(&self, queue: &str, phase: Phase, at_unix_s: f64, changed: bool) {
         let labels = QueueLabels {
             queue: queue.to_string(),
         };
-        self.circuit_state.get_or_create(&labels).set(phase.gauge());
-        self.circuit_since.get_or_create(&labels).set(at_unix_s);
+        let state = self.circuit_state.get_or_create(&labels);
+        // Open and half-open are one outage: its start is kept through
+        // every re-opening.
+        let was_paused = state.get() != Phase::Closed.gauge();
+        state.set(phase.gauge());
+        drop(state);
+        if !(was_paused && phase != Phase::Closed) {
+            self.circuit_since.get_or_create(&labels).set(at_unix_s);
+        }
         self.circuit_open.set(i64::from(phase != Phase::Closed));
         for p in [Phase::Open, Phase::HalfOpen, Phase::Closed] {
             let c = self.circuit_transitions.get_or_create(&TransitionLabels {
@@ -456,6 +472,25 @@ impl Metrics {
                 c.inc();
             }
         }
+    }
+
+    /// Shows whether `queue`'s breaker has a health URL no request can be
+    /// built from; while one has, the worker is not ready.
+    pub fn set_probe_unusable(&self, queue: &str, unusable: bool) {
+        let labels = QueueLabels {
+            queue: queue.to_string(),
+        };
+        self.circuit_probe_unusable
+            .get_or_create(&labels)
+            .set(i64::from(unusable));
+        if let Ok(mut q) = self.probe_unusable.lock() {
+            if unusable {
+                q.insert(labels.queue);
+            } else {
+                q.remove(&labels.queue);
+            }
+        }
+        self.readiness();
     }
 
     /// Counts a reconnection after a lost connection.
@@ -709,7 +744,12 @@ impl Metrics {
             Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
         };
         let down = self.store_down_since.lock().map(|d| *d).unwrap_or(None);
-        let r = r.with_store(down, now);
+        let unusable = self
+            .probe_unusable
+            .lock()
+            .map(|q| !q.is_empty())
+            .unwrap_or(false);
+        let r = r.with_store(down, now).with_probe_unusable(unusable);
         self.ready.set(i64::from(r.is_ready()));
         let stalled = matches!(r, Readiness::SettlesFailing { .. });
         if let Ok(mut logged) = self.settles.logged.lock() {
@@ -891,6 +931,30 @@ mod tests {
                 "dlqctl_circuit_transitions_total{queue=\"orders\",to=\"open\"} 1",
             ],
         );
+    }
+
+    /// Through an outage the breaker goes open, half-open, open again,
+    /// many times: "since" stays the outage's start (when it left
+    /// closed), not the last re-opening; once closed, it is when it closed.
+    #[test]
+    fn since_is_the_outages_start_through_every_re_opening() {
+        let m = Metrics::new();
+        let since = |v: &str| {
+            format!("dlqctl_circuit_state_since_timestamp_seconds{{queue=\"orders\"}} {v}")
+        };
+        m.set_circuit("orders", Phase::Closed, 1000.0, false);
+        m.set_circuit("orders", Phase::Open, 1001.5, true);
+        for at in [1016.5, 1031.5, 1046.5] {
+            m.set_circuit("orders", Phase::HalfOpen, at, true);
+            assert_renders(&m, &[&since("1001.5")]);
+            m.set_circuit("orders", Phase::Open, at + 0.5, true);
+            assert_renders(&m, &[&since("1001.5")]);
+        }
+        m.set_circuit("orders", Phase::HalfOpen, 1061.5, true);
+        m.set_circuit("orders", Phase::Closed, 1062.0, true);
+        assert_renders(&m, &[&since("1062.0")]);
+        m.set_circuit("orders", Phase::Open, 1100.0, true);
+        assert_renders(&m, &[&since("1100.0")]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::topology::yaml;
 use crate::topology::yaml::{Node, Pos, Value};
 use std::fmt;
 
-use super::read::{Cx, Problem};
+use super::read::{Cx, Problem, UrlCheck};
 use super::settings::{RawSettings, SETTINGS_KEYS};
 
 /// Every problem found in one topology file.
@@ -31,7 +31,25 @@ impl fmt::Display for Invalid {
 }
 
 /// Parses and validates a topology file's text. `file` names it in errors.
+/// Its URLs are checked for their form only: the library's
+/// `parse_topology` (and `load_topology`) also parse them as their
+/// clients will ([`parse_topology_with`]).
 pub fn parse_topology(text: &str, file: &str) -> Result<Topology, Invalid> {
+    parse(text, file, None)
+}
+
+/// [`parse_topology`], with every URL of the file also checked by `urls`
+/// (the parsers of the clients that will use them), each refusal at the
+/// URL's line and column.
+pub fn parse_topology_with(
+    text: &str,
+    file: &str,
+    urls: &'static dyn UrlCheck,
+) -> Result<Topology, Invalid> {
+    parse(text, file, Some(urls))
+}
+
+fn parse(text: &str, file: &str, urls: Option<&'static dyn UrlCheck>) -> Result<Topology, Invalid> {
     let root = match yaml::parse(text) {
         Ok(n) => n,
         Err(e) => {
@@ -44,7 +62,10 @@ pub fn parse_topology(text: &str, file: &str) -> Result<Topology, Invalid> {
             })
         }
     };
-    let mut cx = Cx::default();
+    let mut cx = Cx {
+        urls,
+        ..Cx::default()
+    };
     let top = cx.topology(&root);
     if cx.problems.is_empty() {
         if let Some(t) = top {

@@ -100,7 +100,13 @@ impl Cx {
                     .string(v, "idempotency.store")
                     .map(|t| StoreSpec::parse(&t))
                 {
-                    Some(Ok(store)) => r.store = Some(at(v.pos, store)),
+                    Some(Ok(store)) => {
+                        if let StoreSpec::Redis(url) = &store {
+                            ok &=
+                                self.url_usable(v.pos, url, "idempotency.store", |c, u| c.store(u));
+                        }
+                        r.store = Some(at(v.pos, store));
+                    }
                     Some(Err(e)) => {
                         self.err(v.pos, e);
                         ok = false;

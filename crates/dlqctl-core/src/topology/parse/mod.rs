@@ -22,5 +22,5 @@ mod read;
 mod redrive;
 mod settings;
 
-pub use file::{parse_topology, Invalid};
-pub use read::Problem;
+pub use file::{parse_topology, parse_topology_with, Invalid};
+pub use read::{Problem, UrlCheck};

@@ -28,9 +28,50 @@ pub(super) fn at<T>(pos: Pos, v: T) -> At<T> {
 #[derive(Default)]
 pub(super) struct Cx {
     pub(super) problems: Vec<Problem>,
+    /// The shell's parsers of the URLs the file holds, when given.
+    pub(super) urls: Option<&'static dyn UrlCheck>,
+}
+
+/// The URLs of a topology file checked by the parsers of the code that
+/// will use them, which the pure core does not have (an HTTP client, a
+/// store's client): the library gives them to
+/// [`parse_topology_with`](super::file::parse_topology_with), so that a
+/// URL no client can use is a problem of the file, at its line and
+/// column, instead of an error at each use. Each answers why `url`
+/// cannot be used (the URL, redacted, is named by the caller).
+pub trait UrlCheck: Sync {
+    /// An `http://` or `https://` URL (`dead_letter.redrive.health.http`).
+    fn http(&self, url: &str) -> Result<(), String>;
+    /// A `redis://` or `rediss://` store URL (`idempotency.store`).
+    fn store(&self, url: &str) -> Result<(), String>;
 }
 
 impl Cx {
+    /// `url`, read at `pos` as `what`, checked by the shell's parser
+    /// `which` (when given): false, reported, when it cannot be used.
+    pub(super) fn url_usable(
+        &mut self,
+        pos: Pos,
+        url: &str,
+        what: &str,
+        which: fn(&dyn UrlCheck, &str) -> Result<(), String>,
+    ) -> bool {
+        let Some(check) = self.urls else {
+            return true;
+        };
+        match which(check, url) {
+            Ok(()) => true,
+            Err(why) => {
+                let shown = crate::idempotency::redact_url(url);
+                self.err(
+                    pos,
+                    format!("{what} `{}` cannot be used: {why}", shown.escape_debug()),
+                );
+                false
+            }
+        }
+    }
+
     pub(super) fn err(&mut self, pos: Pos, message: impl Into<String>) {
         self.problems.push(Problem {
             pos,
@@ -105,7 +146,24 @@ impl Cx {
         // A whole number too large for an integer reads as a float (or a
         // big integer): say the range, not "not a number".
         let too_large = match &n.value {
-            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(format!("about {f:e}")),
+            // A whole number in range written with a decimal point
+            // (`canary: 1.0`): say so.
+            Value::Float(f)
+                if f.is_finite() && f.fract() == 0.0 && (lo as f64..=hi as f64).contains(f) =>
+            {
+                self.err(
+                    n.pos,
+                    format!(
+                        "{what} must be a whole number: write {}, not {f:?}",
+                        *f as i64
+                    ),
+                );
+                return None;
+            }
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 => {
+                Some(format!("{f}"))
+            }
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(format!("{f:e}")),
             Value::BigInt(i) => Some(i.to_string()),
             _ => None,
         };

@@ -205,12 +205,14 @@ impl Cx {
                 format!(
                     "dead_letter.redrive.health.http must be an http:// or https:// URL with a \
                      host, not `{}`",
-                    url.escape_debug()
+                    crate::idempotency::redact_url(&url).escape_debug()
                 ),
             );
             return None;
         }
-        Some(url)
+        let what = "dead_letter.redrive.health.http";
+        self.url_usable(v.pos, &url, what, |c, u| c.http(u))
+            .then_some(url)
     }
 }
 
