@@ -133,8 +133,17 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Default `keep`: 7 days.
+/// Default `keep` without a DLQ retention, and the shortest default:
+/// 7 days.
 pub(crate) const DEFAULT_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+
+/// The `keep` of a block that gives none: the pipeline's DLQ retention
+/// (`dead_letter.ttl`), so that a copy replayed from the DLQ before it
+/// expires there is still a duplicate, but never less than 7 days (a
+/// producer's retry days later is still one); 7 days without a retention.
+pub fn default_keep_ms(dlq_ttl_ms: Option<u64>) -> u64 {
+    dlq_ttl_ms.map_or(DEFAULT_KEEP_MS, |ttl| ttl.max(DEFAULT_KEEP_MS))
+}
 
 /// A pipeline's `idempotency` block.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

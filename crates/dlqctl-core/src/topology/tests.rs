@@ -1056,3 +1056,32 @@ fn idempotency_merges_key_by_key_over_the_defaults() {
     assert!(t.pipelines[0].circuit_breaker.is_some());
     assert!(t.pipelines[1].circuit_breaker.is_none());
 }
+
+/// A default `keep` follows the pipeline's `dead_letter.ttl` (the longer
+/// of it and 7 days), so that the documented defaults do not make
+/// `doctor` warn; an explicit `keep` is kept as written.
+#[test]
+fn a_default_keep_follows_the_dead_letter_ttl() {
+    use crate::idempotency::DEFAULT_KEEP_MS;
+    const DAY: u64 = 86_400_000;
+    let t = ok("version: 1\ndefaults:\n  dead_letter: {ttl: 14d}\npipelines:\n  - name: a\n    idempotency: {}\n  - name: b\n    dead_letter: {ttl: 30d}\n    idempotency: true\n  - name: c\n    dead_letter: {ttl: 1d}\n    idempotency: {}\n  - name: d\n    idempotency: {keep: 2d}\n");
+    let keep = |i: usize| t.pipelines[i].idempotency.as_ref().unwrap().keep_ms;
+    assert_eq!(keep(0), 14 * DAY);
+    assert_eq!(keep(1), 30 * DAY);
+    // Never shorter than 7 days: a producer's retry days later is still
+    // a duplicate.
+    assert_eq!(keep(2), DEFAULT_KEEP_MS);
+    assert_eq!(keep(3), 2 * DAY);
+    // Without a retention (kept forever): 7 days.
+    let t = ok("version: 1\npipelines:\n  - name: a\n    idempotency: {}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().keep_ms,
+        DEFAULT_KEEP_MS
+    );
+    // `defaults`' keep wins over the ttl too.
+    let t = ok("version: 1\ndefaults:\n  idempotency: {keep: 3d}\npipelines:\n  - name: a\n    dead_letter: {ttl: 14d}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().keep_ms,
+        3 * DAY
+    );
+}

@@ -2,7 +2,7 @@
 //! key by key, so that a pipeline's keys apply over the defaults' ones;
 //! `true` or `{}` takes the defaults, `false` turns it off.
 
-use crate::idempotency::{Idempotency, KeySource, StoreSpec};
+use crate::idempotency::{default_keep_ms, Idempotency, KeySource, StoreSpec};
 use crate::topology::yaml::{Node, Value};
 
 use super::read::{at, At, Cx};
@@ -23,17 +23,22 @@ pub(super) struct RawIdempotency {
 
 impl RawIdempotency {
     /// A pipeline's `own` block over the `defaults`' one: `None` when off
-    /// or given by neither.
+    /// or given by neither. A `keep` given by neither follows the
+    /// pipeline's DLQ retention `dlq_ttl_ms` ([`default_keep_ms`]).
     pub(super) fn merged(
         own: &Option<At<RawIdempotency>>,
         defaults: &Option<At<RawIdempotency>>,
+        dlq_ttl_ms: Option<u64>,
     ) -> Option<Idempotency> {
         let (own_on, def_on) = (on(own), on(defaults));
         // A pipeline's `false` turns off the defaults' block.
         if own.as_ref().is_some_and(|o| o.v.off) || (own_on.is_none() && def_on.is_none()) {
             return None;
         }
-        let mut i = Idempotency::default();
+        let mut i = Idempotency {
+            keep_ms: default_keep_ms(dlq_ttl_ms),
+            ..Idempotency::default()
+        };
         if let Some(k) = own_on
             .and_then(|r| r.key.clone())
             .or_else(|| def_on.and_then(|r| r.key.clone()))
