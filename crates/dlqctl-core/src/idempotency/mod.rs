@@ -166,45 +166,92 @@ impl Default for Idempotency {
     }
 }
 
+/// The key of a delivery, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOf {
+    /// The key: raw bytes.
+    Key(Vec<u8>),
+    /// No such property or header, or an empty one.
+    Missing,
+    /// The header is there, but of a type that cannot identify a message
+    /// (`table`, `array`, `void`): no key.
+    Unusable(&'static str),
+}
+
 /// The key of a delivery: raw bytes, never converted; `None` when the
-/// message has no such key (an empty id or header counts as none). A copy
-/// of a `--rerun` replay adds its replay id to the key.
+/// message has no such key (an empty id or header counts as none, and so
+/// does a header of a type [`read_key`] finds unusable). A copy of a
+/// `--rerun` replay adds its replay id to the key.
 pub fn key_of(source: &KeySource, properties: &BasicProperties, body: &[u8]) -> Option<Vec<u8>> {
+    match read_key(source, properties, body) {
+        KeyOf::Key(k) => Some(k),
+        KeyOf::Missing | KeyOf::Unusable(_) => None,
+    }
+}
+
+/// [`key_of`], saying why there is no key.
+pub fn read_key(source: &KeySource, properties: &BasicProperties, body: &[u8]) -> KeyOf {
     let headers = properties.headers().as_ref();
-    let mut key = match source {
+    let found = match source {
         KeySource::MessageId => properties
             .message_id()
             .as_ref()
-            .map(|m| raw_bytes(m.as_str()).into_owned())?,
+            .map(|m| Ok(raw_bytes(m.as_str()).into_owned())),
         KeySource::Header(name) => headers
             .and_then(|h| h.inner().get(name.as_str()))
-            .and_then(value_bytes)?,
-        KeySource::BodySha256 => body_sha256(body).to_vec(),
+            .map(value_bytes),
+        KeySource::BodySha256 => Some(Ok(body_sha256(body).to_vec())),
     };
-    if key.is_empty() {
-        return None;
-    }
-    if let Some(id) = headers
+    let mut key = match found {
+        None => return KeyOf::Missing,
+        Some(Err(kind)) => return KeyOf::Unusable(kind),
+        Some(Ok(k)) if k.is_empty() => return KeyOf::Missing,
+        Some(Ok(k)) => k,
+    };
+    if let Some(Ok(id)) = headers
         .and_then(|h| h.inner().get(RERUN_HEADER))
-        .and_then(value_bytes)
+        .map(value_bytes)
     {
         // (key, replay id): a separator no id of ours holds.
         key.extend_from_slice(b"\0rerun\0");
         key.extend_from_slice(&id);
     }
-    Some(key)
+    KeyOf::Key(key)
 }
 
-/// The bytes of a header value that can identify a message: a string's
-/// bytes, an integer's decimal text; none for other types.
-fn value_bytes(v: &AMQPValue) -> Option<Vec<u8>> {
-    let bytes = match v {
+/// The bytes of a header value that identify a message. A string's
+/// bytes, a byte array's, an integer's decimal text: the bytes they have
+/// always had (marks made before still match). A boolean, decimal, float
+/// or timestamp: `NUL type NUL text`, a key of its own that no string or
+/// integer of the same text shares. A table, array or void: its type's
+/// name, as the error (no key).
+fn value_bytes(v: &AMQPValue) -> Result<Vec<u8>, &'static str> {
+    let tagged = |kind: &str, text: String| {
+        let mut k = Vec::with_capacity(kind.len() + text.len() + 2);
+        k.push(0);
+        k.extend_from_slice(kind.as_bytes());
+        k.push(0);
+        k.extend_from_slice(text.as_bytes());
+        k
+    };
+    Ok(match v {
         AMQPValue::LongString(s) => s.as_bytes().to_vec(),
         AMQPValue::ShortString(s) => raw_bytes(s.as_str()).into_owned(),
         AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
-        other => as_integer(other)?.to_string().into_bytes(),
-    };
-    Some(bytes)
+        AMQPValue::Boolean(b) => tagged("bool", b.to_string()),
+        AMQPValue::DecimalValue(d) => tagged("decimal", format!("{}e-{}", d.value, d.scale)),
+        AMQPValue::Float(f) => tagged("float", f.to_string()),
+        AMQPValue::Double(f) => tagged("double", f.to_string()),
+        AMQPValue::Timestamp(t) => tagged("timestamp", t.to_string()),
+        AMQPValue::FieldTable(_) => return Err("table"),
+        AMQPValue::FieldArray(_) => return Err("array"),
+        AMQPValue::Void => return Err("void"),
+        other => match as_integer(other) {
+            Some(n) => n.to_string().into_bytes(),
+            // Every integer type is one; nothing else is left.
+            None => return Err("unknown"),
+        },
+    })
 }
 
 /// The SHA-256 of a body.

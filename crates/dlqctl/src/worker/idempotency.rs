@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::core::handling::message::LateSuccess;
 use crate::core::handling::outcome::Outcome;
-use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
+use crate::core::idempotency::{body_sha256, read_key, Idempotency, KeyOf, KeySource};
 use crate::core::retry::Run;
 use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
 use crate::worker::metrics::{GuardEvent, Metrics};
@@ -39,6 +39,8 @@ pub(crate) struct Guard {
     /// Notified when the pause ends.
     pub(crate) resumed: Notify,
     unkeyed_warned: AtomicBool,
+    /// A key header of a type that cannot be a key was warned about.
+    unusable_warned: AtomicBool,
 }
 
 /// What the guard says before a handler runs.
@@ -80,6 +82,7 @@ impl Guard {
             paused: AtomicBool::new(false),
             resumed: Notify::new(),
             unkeyed_warned: AtomicBool::new(false),
+            unusable_warned: AtomicBool::new(false),
         }
     }
 
@@ -95,13 +98,24 @@ impl Guard {
 
     /// Before the handler: looks the key of `d` up and takes its lease.
     pub(crate) async fn enter(self: &Arc<Self>, d: &Delivery, message_id: &str) -> Entry {
-        let Some(key) = key_of(&self.key, &d.properties, &d.data) else {
-            self.count(GuardEvent::Unkeyed);
-            if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
-                warn!(queue = %self.queue, key = %self.key.text(), message_id,
-                    "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+        let key = match read_key(&self.key, &d.properties, &d.data) {
+            KeyOf::Key(key) => key,
+            KeyOf::Missing => {
+                self.count(GuardEvent::Unkeyed);
+                if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
+                    warn!(queue = %self.queue, key = %self.key.text(), message_id,
+                        "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+                }
+                return Entry::Unguarded;
             }
-            return Entry::Unguarded;
+            KeyOf::Unusable(kind) => {
+                self.count(GuardEvent::Unkeyed);
+                if !self.unusable_warned.swap(true, Ordering::SeqCst) {
+                    warn!(queue = %self.queue, key = %self.key.text(), message_id, header_type = kind,
+                        "the idempotency key's header is there but is a {kind}, which cannot identify a message: it runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+                }
+                return Entry::Unguarded;
+            }
         };
         if self.is_paused() {
             return Entry::Skip(Run::StoreUnavailable);
