@@ -3,7 +3,10 @@
 //! and a key that comes again with another body (a conflict).
 
 use crate::idempotency::{assert_once_each, decided, fixture, wait_settled};
-use crate::support::worker::{publish, table, with_id};
+use crate::support::redis::RedisServer;
+use crate::support::script::Script;
+use crate::support::worker::{drain, header_str, publish, table, with_id, PipeFixture};
+use dlqctl::core::wire::{KEY_CONFLICT_REASON, REASON_HEADER};
 use lapin::types::{AMQPValue, DecimalValue, FieldTable};
 use std::time::Duration;
 
@@ -61,4 +64,101 @@ async fn a_header_key_of_any_scalar_type_runs_once() {
     assert!(!warned.contains("without the idempotency key"), "{warned}");
     assert_eq!(decided(&[&w], "duplicate").len(), values.len());
     w.stop().await;
+}
+
+/// Publishes one message of id `id` with `body`.
+async fn publish_body(f: &PipeFixture, id: &str, body: &[u8]) {
+    publish(&f.broker, "", &f.pipe.name, body, with_id(id)).await;
+}
+
+/// The calls of the handler for `id`, with their bodies.
+fn bodies_of(script: &Script, id: &str) -> Vec<Vec<u8>> {
+    script
+        .calls()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.message_id == id)
+        .map(|(n, _)| script.body(n + 1))
+        .collect()
+}
+
+/// The same `message_id` published as body A, A again, then B (another
+/// amount), back to back, four handlers at once: A runs once, its copy is
+/// a duplicate (deferred first if it came while A ran), and B, a key
+/// conflict, goes to the DLQ with the reason `key_conflict` without its
+/// handler (the default `on_conflict`). Never three calls for one id.
+async fn one_id_three_bodies_runs_once(store: &str) {
+    let mut f = fixture(None).await;
+    f.pipe.idempotency = Some(format!("{{store: '{store}'}}"));
+    let (_file, script, mut w) = f
+        .consuming_worker("sleep 0.3", &["--concurrency", "4"])
+        .await;
+    publish_body(&f, "pay-1", b"{\"amount\": 10}").await;
+    publish_body(&f, "pay-1", b"{\"amount\": 10}").await;
+    publish_body(&f, "pay-1", b"{\"amount\": 99}").await;
+    f.broker
+        .wait_for_count(&f.pipe.dlq(), 1, Duration::from_secs(60))
+        .await;
+    wait_settled(&[&w], 1, 1, Duration::from_secs(60)).await;
+    // And once more A: a duplicate, whatever came between.
+    publish_body(&f, "pay-1", b"{\"amount\": 10}").await;
+    wait_settled(&[&w], 1, 2, Duration::from_secs(60)).await;
+    assert_eq!(
+        bodies_of(&script, "pay-1"),
+        vec![b"{\"amount\": 10}".to_vec()]
+    );
+    let dead = drain(&f.broker, &f.pipe.dlq()).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].data, b"{\"amount\": 99}");
+    assert_eq!(header_str(&dead[0], REASON_HEADER), KEY_CONFLICT_REASON);
+    let conflicts = decided(&[&w], "dead_letter");
+    assert_eq!(conflicts.len(), 1, "{}", w.output());
+    assert_eq!(conflicts[0]["reason"], KEY_CONFLICT_REASON);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn one_id_three_bodies_runs_once_on_sqlite() {
+    let dir = crate::support::Scratch::new();
+    let store = format!("sqlite:{}", dir.path().join("keys.db").display());
+    one_id_three_bodies_runs_once(&store).await;
+}
+
+#[tokio::test]
+async fn one_id_three_bodies_runs_once_on_redis() {
+    let redis = RedisServer::start();
+    one_id_three_bodies_runs_once(&redis.url()).await;
+}
+
+/// `on_conflict: skip` acks a conflict without its handler; `run` runs
+/// it, and the mark keeps body A: A again is still a duplicate.
+#[tokio::test]
+async fn on_conflict_skip_acks_and_run_runs_without_replacing_the_mark() {
+    for (policy, b_runs) in [("skip", false), ("run", true)] {
+        let mut f = fixture(None).await;
+        f.pipe.idempotency = Some(format!(
+            "{{store: 'sqlite:{}', on_conflict: {policy}}}",
+            f.scratch.path().join("keys.db").display()
+        ));
+        let (_file, script, mut w) = f.consuming_worker("true", &[]).await;
+        publish_body(&f, "pay-2", b"A").await;
+        wait_settled(&[&w], 1, 0, Duration::from_secs(30)).await;
+        publish_body(&f, "pay-2", b"B").await;
+        let (acks, dups) = if b_runs { (2, 0) } else { (1, 1) };
+        wait_settled(&[&w], acks, dups, Duration::from_secs(30)).await;
+        publish_body(&f, "pay-2", b"A").await;
+        wait_settled(&[&w], acks, dups + 1, Duration::from_secs(30)).await;
+        let want: Vec<Vec<u8>> = if b_runs {
+            vec![b"A".to_vec(), b"B".to_vec()]
+        } else {
+            vec![b"A".to_vec()]
+        };
+        assert_eq!(bodies_of(&script, "pay-2"), want, "{policy}");
+        assert_eq!(
+            f.broker.message_count(&f.pipe.dlq()).await,
+            Some(0),
+            "{policy}"
+        );
+        w.stop().await;
+    }
 }

@@ -145,6 +145,45 @@ pub fn default_keep_ms(dlq_ttl_ms: Option<u64>) -> u64 {
     dlq_ttl_ms.map_or(DEFAULT_KEEP_MS, |ttl| ttl.max(DEFAULT_KEEP_MS))
 }
 
+/// What a delivery whose key is marked handled with another body does
+/// (`on_conflict`; docs/worker.md, "Idempotent handling").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    /// The handler runs (under a lease); the mark keeps its first body,
+    /// so every copy of the other body runs.
+    Run,
+    /// Dead-lettered with the reason `key_conflict`, without the handler:
+    /// a person decides (the default).
+    #[default]
+    DeadLetter,
+    /// Acked without the handler, as a duplicate.
+    Skip,
+}
+
+impl OnConflict {
+    /// As written in a topology: `run`, `dead_letter`, `skip`.
+    pub fn parse(text: &str) -> Result<OnConflict, String> {
+        match text {
+            "run" => Ok(OnConflict::Run),
+            "dead_letter" => Ok(OnConflict::DeadLetter),
+            "skip" => Ok(OnConflict::Skip),
+            _ => Err(format!(
+                "idempotency.on_conflict must be run, dead_letter or skip, not `{text}`"
+            )),
+        }
+    }
+
+    /// As written in a topology.
+    pub fn text(self) -> &'static str {
+        match self {
+            OnConflict::Run => "run",
+            OnConflict::DeadLetter => "dead_letter",
+            OnConflict::Skip => "skip",
+        }
+    }
+}
+
 /// A pipeline's `idempotency` block.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Idempotency {
@@ -154,6 +193,8 @@ pub struct Idempotency {
     pub store: StoreSpec,
     /// How long a handled key is remembered, in ms.
     pub keep_ms: u64,
+    /// What a key marked handled with another body does.
+    pub on_conflict: OnConflict,
 }
 
 impl Default for Idempotency {
@@ -162,6 +203,7 @@ impl Default for Idempotency {
             key: KeySource::MessageId,
             store: StoreSpec::Sqlite(None),
             keep_ms: DEFAULT_KEEP_MS,
+            on_conflict: OnConflict::default(),
         }
     }
 }

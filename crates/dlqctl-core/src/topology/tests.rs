@@ -1085,3 +1085,31 @@ fn a_default_keep_follows_the_dead_letter_ttl() {
         3 * DAY
     );
 }
+
+/// `idempotency.on_conflict`: what a key marked handled with another body
+/// does; `dead_letter` by default, merged key by key like the others, an
+/// unknown value an error at its position.
+#[test]
+fn on_conflict_is_read_and_checked() {
+    use crate::idempotency::OnConflict;
+    let t = ok("version: 1\ndefaults:\n  idempotency: {on_conflict: skip}\npipelines:\n  - name: a\n  - name: b\n    idempotency: {on_conflict: run}\n  - name: c\n    idempotency: {on_conflict: dead_letter}\n");
+    let of = |i: usize| t.pipelines[i].idempotency.as_ref().unwrap().on_conflict;
+    assert_eq!(of(0), OnConflict::Skip);
+    assert_eq!(of(1), OnConflict::Run);
+    assert_eq!(of(2), OnConflict::DeadLetter);
+    let t = ok("version: 1\npipelines:\n  - name: a\n    idempotency: {}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().on_conflict,
+        OnConflict::DeadLetter
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {on_conflict: retry}\n",
+        "4:32",
+        "idempotency.on_conflict must be run, dead_letter or skip, not `retry`",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency:\n      on_conflict: 3\n",
+        "5:20",
+        "idempotency.on_conflict must be a string",
+    );
+}

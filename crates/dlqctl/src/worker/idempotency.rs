@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::core::handling::message::LateSuccess;
 use crate::core::handling::outcome::Outcome;
-use crate::core::idempotency::{body_sha256, read_key, Idempotency, KeyOf, KeySource};
+use crate::core::idempotency::{body_sha256, read_key, Idempotency, KeyOf, KeySource, OnConflict};
 use crate::core::retry::Run;
 use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
 use crate::worker::metrics::{GuardEvent, Metrics};
@@ -31,6 +31,7 @@ pub(crate) struct Guard {
     store: Arc<dyn Store>,
     key: KeySource,
     keep_ms: u64,
+    on_conflict: OnConflict,
     lease_ms: u64,
     queue: String,
     metrics: Arc<Metrics>,
@@ -74,6 +75,7 @@ impl Guard {
             store,
             key: idem.key.clone(),
             keep_ms: idem.keep_ms,
+            on_conflict: idem.on_conflict,
             lease_ms: u64::try_from(lease.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1_000),
@@ -122,14 +124,10 @@ impl Guard {
         }
         let body = body_sha256(&d.data);
         match self.store.begin(&key, &body, self.lease_ms).await {
-            Ok(Begin::Acquired { lease, conflict }) => {
-                if conflict {
-                    self.count(GuardEvent::KeyConflict);
-                    warn!(queue = %self.queue, message_id,
-                        "this key was marked handled with another body: not a duplicate, it runs (counted in dlqctl_idempotency_key_conflicts_total)");
-                }
-                Entry::Leased { lease, body }
+            Ok(Begin::Acquired { lease, conflict }) if conflict => {
+                self.conflict(lease, body, message_id).await
             }
+            Ok(Begin::Acquired { lease, .. }) => Entry::Leased { lease, body },
             Ok(Begin::Handled) => {
                 self.count(GuardEvent::Duplicate);
                 Entry::Skip(Run::Duplicate)
@@ -143,6 +141,30 @@ impl Guard {
                 Entry::Skip(Run::StoreUnavailable)
             }
         }
+    }
+
+    /// A key marked handled with another body, its lease taken: counted,
+    /// warned, and what `on_conflict` says (run under the lease, or give
+    /// the lease up and dead-letter or skip the delivery).
+    async fn conflict(&self, lease: Lease, body: BodySha, message_id: &str) -> Entry {
+        self.count(GuardEvent::KeyConflict);
+        let policy = self.on_conflict.text();
+        warn!(queue = %self.queue, message_id, on_conflict = policy,
+        "this key was marked handled with another body: not a duplicate ({}; counted in dlqctl_idempotency_key_conflicts_total)",
+        match self.on_conflict {
+            OnConflict::Run => "it runs",
+            OnConflict::DeadLetter => "dead-lettered as key_conflict without its handler",
+            OnConflict::Skip => "acked without its handler",
+        });
+        let dead_letter = match self.on_conflict {
+            OnConflict::Run => return Entry::Leased { lease, body },
+            OnConflict::DeadLetter => true,
+            OnConflict::Skip => false,
+        };
+        if let Err(e) = self.store.release(&lease).await {
+            warn!(queue = %self.queue, error = %e, "releasing a lease failed: it expires by itself");
+        }
+        Entry::Skip(Run::KeyConflict { dead_letter })
     }
 
     /// Runs `work` (the handler), renewing `lease` every third of its

@@ -1,15 +1,16 @@
 //! `idempotency`: a pipeline's (or `defaults`') idempotent handling, read
 //! key by key, so that a pipeline's keys apply over the defaults' ones;
-//! `true` or `{}` takes the defaults, `false` turns it off.
+//! `true` or `{}` takes the defaults, `false` turns it off. Its keys:
+//! `key`, `store`, `keep`, `on_conflict`.
 
-use crate::idempotency::{default_keep_ms, Idempotency, KeySource, StoreSpec};
+use crate::idempotency::{default_keep_ms, Idempotency, KeySource, OnConflict, StoreSpec};
 use crate::topology::yaml::{Node, Value};
 
 use super::read::{at, At, Cx};
 use super::redrive::empty_block;
 
 /// The keys of `idempotency`.
-const KEYS: [&str; 3] = ["key", "store", "keep"];
+const KEYS: [&str; 4] = ["key", "store", "keep", "on_conflict"];
 
 /// `idempotency` as written: off, or on with the keys given.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +20,7 @@ pub(super) struct RawIdempotency {
     pub(super) key: Option<At<KeySource>>,
     pub(super) store: Option<At<StoreSpec>>,
     pub(super) keep: Option<At<u64>>,
+    pub(super) on_conflict: Option<At<OnConflict>>,
 }
 
 impl RawIdempotency {
@@ -56,6 +58,12 @@ impl RawIdempotency {
             .or_else(|| def_on.and_then(|r| r.keep.clone()))
         {
             i.keep_ms = k.v;
+        }
+        if let Some(c) = own_on
+            .and_then(|r| r.on_conflict.clone())
+            .or_else(|| def_on.and_then(|r| r.on_conflict.clone()))
+        {
+            i.on_conflict = c.v;
         }
         Some(i)
     }
@@ -106,6 +114,17 @@ impl Cx {
                     .map(|t| StoreSpec::parse(&t))
                 {
                     Some(Ok(store)) => r.store = Some(at(v.pos, store)),
+                    Some(Err(e)) => {
+                        self.err(v.pos, e);
+                        ok = false;
+                    }
+                    None => ok = false,
+                },
+                "on_conflict" => match self
+                    .string(v, "idempotency.on_conflict")
+                    .map(|t| OnConflict::parse(&t))
+                {
+                    Some(Ok(c)) => r.on_conflict = Some(at(v.pos, c)),
                     Some(Err(e)) => {
                         self.err(v.pos, e);
                         ok = false;
