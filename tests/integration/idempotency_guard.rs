@@ -3,6 +3,7 @@
 //! and a key that comes again with another body (a conflict).
 
 use crate::idempotency::{assert_once_each, decided, fixture, wait_settled};
+use crate::support::http_get;
 use crate::support::redis::RedisServer;
 use crate::support::script::Script;
 use crate::support::worker::{drain, header_str, publish, table, with_id, PipeFixture};
@@ -161,4 +162,43 @@ async fn on_conflict_skip_acks_and_run_runs_without_replacing_the_mark() {
         );
         w.stop().await;
     }
+}
+
+/// An idle worker (no message comes) whose Redis is stopped turns not
+/// ready (`/readyz` 503) within 15 s of the loss, by its idle ping, and
+/// ready again once Redis is back.
+#[tokio::test]
+async fn an_idle_worker_turns_not_ready_within_15_s_of_its_store_loss() {
+    let mut redis = RedisServer::start();
+    let f = fixture(Some(&format!("{{store: '{}'}}", redis.url()))).await;
+    let (_file, _script, mut w) = f
+        .start_worker("true", &["--metrics-addr", "127.0.0.1:0"])
+        .await;
+    let addr = w.metrics_addr().await;
+    w.wait_consuming().await;
+    let readyz = || async move { http_get(&format!("http://{addr}/readyz")).await };
+    let (code, body) = readyz().await;
+    assert_eq!(code, 200, "{body}");
+    redis.stop();
+    let lost = std::time::Instant::now();
+    loop {
+        let (code, body) = readyz().await;
+        if code == 503 {
+            assert!(body.contains("idempotency store"), "{body}");
+            break;
+        }
+        assert!(
+            lost.elapsed() < Duration::from_secs(15),
+            "still ready 15 s after the store's loss:\n{}",
+            w.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    redis.restart();
+    let back = std::time::Instant::now();
+    while readyz().await.0 != 200 {
+        assert!(back.elapsed() < Duration::from_secs(20), "{}", w.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    w.stop().await;
 }

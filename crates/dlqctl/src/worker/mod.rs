@@ -134,6 +134,10 @@ impl<H: Handler> Worker<H> {
             self.shared.clone(),
             stop_redrive.clone(),
         ));
+        // An idle worker pings its store, so that readiness sees its loss.
+        if let Some(guard) = self.shared.guard.get() {
+            guard.watch_idle(stop_redrive.clone());
+        }
         let result = self.sessions(shutdown, hurry).await;
         stop_redrive.cancel();
         if let Some(task) = redrive {
