@@ -398,6 +398,15 @@ async fn store_facts(
             } else {
                 StoreReading::NoDirectory
             };
+            // The default file, looked for here: say where the installed
+            // worker keeps it, in case this is not where it runs.
+            let store = match (&reading, default) {
+                (StoreReading::NotCreated, true) => format!(
+                    "{store} (looked for there; {})",
+                    crate::idempotency::unit_hint(pipeline)
+                ),
+                _ => store,
+            };
             return facts(store, sqlite, reading);
         }
     }

@@ -96,3 +96,28 @@ async fn a_file_not_created_yet_in_a_writable_directory_warns() {
     assert_eq!(f.reading, StoreReading::NotCreated);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The default file not found where doctor looked: the item says where
+/// it looked and where the packaged unit's worker keeps it.
+#[tokio::test]
+async fn a_default_file_not_found_says_where_the_unit_keeps_it() {
+    let home = std::env::temp_dir().join(format!(
+        "{}doctor-{:032x}",
+        crate::core::wire::TEMP_PREFIX,
+        rand::random::<u128>()
+    ));
+    std::fs::create_dir(&home).unwrap();
+    let shown = home.display().to_string();
+    let env = move |name: &str| (name == "HOME").then(|| shown.clone());
+    let pipeline = format!("p{:016x}", rand::random::<u64>());
+    let f = store_facts(&Idempotency::default(), &pipeline, "/", &env).await;
+    let _ = std::fs::remove_dir_all(&home);
+    assert_eq!(f.reading, StoreReading::NotCreated);
+    assert!(f.store.contains(&home.display().to_string()), "{}", f.store);
+    assert!(
+        f.store
+            .contains(&format!("/var/lib/private/dlqctl/{pipeline}/{pipeline}.db")),
+        "{}",
+        f.store
+    );
+}
