@@ -278,8 +278,8 @@ pub struct Selectors {
     /// UTF-8: `base64:` and the base64 of its bytes.
     #[arg(long = "message-id", value_name = "ID", help_heading = SELECTORS)]
     pub message_ids: Vec<String>,
-    /// Only this reason (permanent, exhausted, too_large, or the broker's
-    /// rejected, expired, maxlen, delivery_limit).
+    /// Only this reason (permanent, exhausted, too_large, key_conflict, or
+    /// the broker's rejected, expired, maxlen, delivery_limit).
     #[arg(long, value_name = "REASON", value_parser = clap::builder::PossibleValuesParser::new(dlqctl::core::dlq::select::REASONS), help_heading = SELECTORS)]
     pub filter_reason: Option<String>,
     /// Only messages whose header K is V (repeatable: all of them).

@@ -428,7 +428,24 @@ async fn count_handled(
         dlqctl::idempotency::resolve(&idem.store, &pipeline.name, &|k| std::env::var(k).ok())?;
     let brokers = super::brokers(&a.target.connection)?;
     let scope = dlqctl::core::idempotency::scope(brokers.get(0).vhost(), &pipeline.name);
-    let store = dlqctl::idempotency::open(&url, &scope, dlqctl::idempotency::Create::No).await?;
+    let opened = dlqctl::idempotency::open(&url, &scope, dlqctl::idempotency::Create::No).await;
+    let store = match opened {
+        // The default file not found here: say where the installed
+        // worker keeps it.
+        Err(dlqctl::idempotency::StoreError::Refused { store, detail })
+            if idem.store == dlqctl::core::idempotency::StoreSpec::Sqlite(None) =>
+        {
+            return Err(dlqctl::idempotency::StoreError::Refused {
+                store,
+                detail: format!(
+                    "{detail}; {}",
+                    dlqctl::idempotency::unit_hint(&pipeline.name)
+                ),
+            }
+            .into())
+        }
+        other => other?,
+    };
     let keys = std::mem::take(&mut r.keys);
     r.already_handled = Some(store.count_marked(&keys).await? as u64);
     Ok(())

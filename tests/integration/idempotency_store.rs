@@ -126,8 +126,15 @@ async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
     assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
     leased(s.begin(key, &OTHER, 30_000).await.unwrap());
     s.release(&other).await.unwrap();
-    let (_, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
     assert!(conflict);
+    // Its success never replaces the mark: an exact copy of the first
+    // body stays a duplicate, the other body a conflict.
+    s.mark(&other, &OTHER, 60_000).await.unwrap();
+    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
+    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    assert!(conflict, "the mark keeps the body it was made for");
+    s.release(&other).await.unwrap();
 
     // Another pipeline's scope does not see the key.
     let payments = dlqctl::core::idempotency::scope("/", "payments");

@@ -24,6 +24,7 @@ mod example;
 mod failover;
 mod idempotency;
 mod idempotency_faults;
+mod idempotency_guard;
 mod idempotency_paths;
 mod idempotency_store;
 mod jsonl;

@@ -66,10 +66,15 @@ pub const ORIGINAL_EXCHANGE_HEADER: &str = "dlqctl-original-exchange";
 pub const ORIGINAL_ROUTING_KEY_HEADER: &str = "dlqctl-original-routing-key";
 
 /// Why a message was dead-lettered (`LongString`: `permanent`,
-/// `exhausted` or `too_large`). Written by the worker on a dead-letter
+/// `exhausted`, `too_large` or [`KEY_CONFLICT_REASON`]). Written by the worker on a dead-letter
 /// copy. Read by `dlq peek` / `summary` / `--filter-reason`, `serve` and
 /// the automatic redrive (which reasons it moves).
 pub const REASON_HEADER: &str = "dlqctl-reason";
+
+/// The [`REASON_HEADER`] of a message whose idempotency key was marked
+/// handled with another body, dead-lettered without its handler
+/// (`idempotency.on_conflict: dead_letter`).
+pub const KEY_CONFLICT_REASON: &str = "key_conflict";
 
 /// When the message was dead-lettered (`LongString`, RFC 3339 UTC with
 /// milliseconds). Written by the worker on a dead-letter copy. Read by

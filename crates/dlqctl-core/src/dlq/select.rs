@@ -102,10 +102,11 @@ impl Selector {
 /// values, then the broker's `x-death` reasons. A reason outside the list
 /// could match nothing, so it is refused (exit 2) instead of selecting
 /// nothing.
-pub const REASONS: [&str; 7] = [
+pub const REASONS: [&str; 8] = [
     "permanent",
     "exhausted",
     "too_large",
+    crate::wire::KEY_CONFLICT_REASON,
     "rejected",
     "expired",
     "maxlen",

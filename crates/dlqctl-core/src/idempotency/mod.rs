@@ -133,8 +133,56 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Default `keep`: 7 days.
+/// Default `keep` without a DLQ retention, and the shortest default:
+/// 7 days.
 pub(crate) const DEFAULT_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+
+/// The `keep` of a block that gives none: the pipeline's DLQ retention
+/// (`dead_letter.ttl`), so that a copy replayed from the DLQ before it
+/// expires there is still a duplicate, but never less than 7 days (a
+/// producer's retry days later is still one); 7 days without a retention.
+pub fn default_keep_ms(dlq_ttl_ms: Option<u64>) -> u64 {
+    dlq_ttl_ms.map_or(DEFAULT_KEEP_MS, |ttl| ttl.max(DEFAULT_KEEP_MS))
+}
+
+/// What a delivery whose key is marked handled with another body does
+/// (`on_conflict`; docs/worker.md, "Idempotent handling").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    /// The handler runs (under a lease); the mark keeps its first body,
+    /// so every copy of the other body runs.
+    Run,
+    /// Dead-lettered with the reason `key_conflict`, without the handler:
+    /// a person decides (the default).
+    #[default]
+    DeadLetter,
+    /// Acked without the handler, as a duplicate.
+    Skip,
+}
+
+impl OnConflict {
+    /// As written in a topology: `run`, `dead_letter`, `skip`.
+    pub fn parse(text: &str) -> Result<OnConflict, String> {
+        match text {
+            "run" => Ok(OnConflict::Run),
+            "dead_letter" => Ok(OnConflict::DeadLetter),
+            "skip" => Ok(OnConflict::Skip),
+            _ => Err(format!(
+                "idempotency.on_conflict must be run, dead_letter or skip, not `{text}`"
+            )),
+        }
+    }
+
+    /// As written in a topology.
+    pub fn text(self) -> &'static str {
+        match self {
+            OnConflict::Run => "run",
+            OnConflict::DeadLetter => "dead_letter",
+            OnConflict::Skip => "skip",
+        }
+    }
+}
 
 /// A pipeline's `idempotency` block.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -145,6 +193,8 @@ pub struct Idempotency {
     pub store: StoreSpec,
     /// How long a handled key is remembered, in ms.
     pub keep_ms: u64,
+    /// What a key marked handled with another body does.
+    pub on_conflict: OnConflict,
 }
 
 impl Default for Idempotency {
@@ -153,49 +203,97 @@ impl Default for Idempotency {
             key: KeySource::MessageId,
             store: StoreSpec::Sqlite(None),
             keep_ms: DEFAULT_KEEP_MS,
+            on_conflict: OnConflict::default(),
         }
     }
 }
 
+/// The key of a delivery, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOf {
+    /// The key: raw bytes.
+    Key(Vec<u8>),
+    /// No such property or header, or an empty one.
+    Missing,
+    /// The header is there, but of a type that cannot identify a message
+    /// (`table`, `array`, `void`): no key.
+    Unusable(&'static str),
+}
+
 /// The key of a delivery: raw bytes, never converted; `None` when the
-/// message has no such key (an empty id or header counts as none). A copy
-/// of a `--rerun` replay adds its replay id to the key.
+/// message has no such key (an empty id or header counts as none, and so
+/// does a header of a type [`read_key`] finds unusable). A copy of a
+/// `--rerun` replay adds its replay id to the key.
 pub fn key_of(source: &KeySource, properties: &BasicProperties, body: &[u8]) -> Option<Vec<u8>> {
+    match read_key(source, properties, body) {
+        KeyOf::Key(k) => Some(k),
+        KeyOf::Missing | KeyOf::Unusable(_) => None,
+    }
+}
+
+/// [`key_of`], saying why there is no key.
+pub fn read_key(source: &KeySource, properties: &BasicProperties, body: &[u8]) -> KeyOf {
     let headers = properties.headers().as_ref();
-    let mut key = match source {
+    let found = match source {
         KeySource::MessageId => properties
             .message_id()
             .as_ref()
-            .map(|m| raw_bytes(m.as_str()).into_owned())?,
+            .map(|m| Ok(raw_bytes(m.as_str()).into_owned())),
         KeySource::Header(name) => headers
             .and_then(|h| h.inner().get(name.as_str()))
-            .and_then(value_bytes)?,
-        KeySource::BodySha256 => body_sha256(body).to_vec(),
+            .map(value_bytes),
+        KeySource::BodySha256 => Some(Ok(body_sha256(body).to_vec())),
     };
-    if key.is_empty() {
-        return None;
-    }
-    if let Some(id) = headers
+    let mut key = match found {
+        None => return KeyOf::Missing,
+        Some(Err(kind)) => return KeyOf::Unusable(kind),
+        Some(Ok(k)) if k.is_empty() => return KeyOf::Missing,
+        Some(Ok(k)) => k,
+    };
+    if let Some(Ok(id)) = headers
         .and_then(|h| h.inner().get(RERUN_HEADER))
-        .and_then(value_bytes)
+        .map(value_bytes)
     {
         // (key, replay id): a separator no id of ours holds.
         key.extend_from_slice(b"\0rerun\0");
         key.extend_from_slice(&id);
     }
-    Some(key)
+    KeyOf::Key(key)
 }
 
-/// The bytes of a header value that can identify a message: a string's
-/// bytes, an integer's decimal text; none for other types.
-fn value_bytes(v: &AMQPValue) -> Option<Vec<u8>> {
-    let bytes = match v {
+/// The bytes of a header value that identify a message. A string's
+/// bytes, a byte array's, an integer's decimal text: the bytes they have
+/// always had (marks made before still match). A boolean, decimal, float
+/// or timestamp: `NUL type NUL text`, a key of its own that no string or
+/// integer of the same text shares. A table, array or void: its type's
+/// name, as the error (no key).
+fn value_bytes(v: &AMQPValue) -> Result<Vec<u8>, &'static str> {
+    let tagged = |kind: &str, text: String| {
+        let mut k = Vec::with_capacity(kind.len() + text.len() + 2);
+        k.push(0);
+        k.extend_from_slice(kind.as_bytes());
+        k.push(0);
+        k.extend_from_slice(text.as_bytes());
+        k
+    };
+    Ok(match v {
         AMQPValue::LongString(s) => s.as_bytes().to_vec(),
         AMQPValue::ShortString(s) => raw_bytes(s.as_str()).into_owned(),
         AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
-        other => as_integer(other)?.to_string().into_bytes(),
-    };
-    Some(bytes)
+        AMQPValue::Boolean(b) => tagged("bool", b.to_string()),
+        AMQPValue::DecimalValue(d) => tagged("decimal", format!("{}e-{}", d.value, d.scale)),
+        AMQPValue::Float(f) => tagged("float", f.to_string()),
+        AMQPValue::Double(f) => tagged("double", f.to_string()),
+        AMQPValue::Timestamp(t) => tagged("timestamp", t.to_string()),
+        AMQPValue::FieldTable(_) => return Err("table"),
+        AMQPValue::FieldArray(_) => return Err("array"),
+        AMQPValue::Void => return Err("void"),
+        other => match as_integer(other) {
+            Some(n) => n.to_string().into_bytes(),
+            // Every integer type is one; nothing else is left.
+            None => return Err("unknown"),
+        },
+    })
 }
 
 /// The SHA-256 of a body.

@@ -108,14 +108,6 @@ fn a_key_is_raw_bytes_and_an_empty_one_is_none() {
         key_of(&h, &props(None, &[("order-id", long(""))]), b""),
         None
     );
-    assert_eq!(
-        key_of(
-            &h,
-            &props(None, &[("order-id", AMQPValue::Boolean(true))]),
-            b""
-        ),
-        None
-    );
     assert_eq!(key_of(&h, &props(Some(b"m"), &[]), b""), None);
     let body = key_of(&KeySource::BodySha256, &props(None, &[]), b"abc").unwrap();
     assert_eq!(body, body_sha256(b"abc").to_vec());
@@ -157,4 +149,94 @@ fn a_lease_outlasts_the_handler_timeout() {
     assert_eq!(lease_ms(30_000), 35_000);
     assert_eq!(lease_ms(0), MIN_LEASE_MS);
     assert_eq!(lease_ms(u64::MAX), u64::MAX);
+}
+
+/// The key of a `header:NAME` of every AMQP type. Strings, byte arrays
+/// and integers keep the bytes they always had (marks made before an
+/// upgrade still match); booleans, decimals, floats and timestamps get a
+/// key of their own, tagged with their type (never the key of a string
+/// with the same text); a table, an array or a void is no key, and says
+/// which type it is.
+#[test]
+fn a_header_key_of_every_type() {
+    use amq_protocol::types::{ByteArray, DecimalValue, FieldArray};
+    let h = KeySource::Header("k".into());
+    let read = |v: AMQPValue| read_key(&h, &props(None, &[("k", v)]), b"");
+    let key = |v: AMQPValue| match read(v) {
+        KeyOf::Key(k) => k,
+        other => panic!("no key: {other:?}"),
+    };
+    // Today's bytes, explicitly.
+    assert_eq!(key(long("o-1")), b"o-1".to_vec());
+    assert_eq!(
+        key(AMQPValue::ShortString(ShortString::from(
+            crate::values::shortstr::from_raw_bytes(b"\xffid")
+        ))),
+        b"\xffid".to_vec()
+    );
+    assert_eq!(
+        key(AMQPValue::ByteArray(ByteArray::from(vec![0u8, 1, 2]))),
+        vec![0u8, 1, 2]
+    );
+    for (v, text) in [
+        (AMQPValue::ShortShortInt(-5), "-5"),
+        (AMQPValue::ShortShortUInt(200), "200"),
+        (AMQPValue::ShortInt(-300), "-300"),
+        (AMQPValue::ShortUInt(60_000), "60000"),
+        (AMQPValue::LongInt(-70_000), "-70000"),
+        (AMQPValue::LongUInt(4_000_000_000), "4000000000"),
+        (AMQPValue::LongLongInt(i64::MIN), "-9223372036854775808"),
+    ] {
+        assert_eq!(key(v), text.as_bytes().to_vec());
+    }
+    // Tagged with their type.
+    assert_eq!(key(AMQPValue::Boolean(true)), b"\0bool\0true".to_vec());
+    assert_eq!(key(AMQPValue::Boolean(false)), b"\0bool\0false".to_vec());
+    assert_eq!(
+        key(AMQPValue::DecimalValue(DecimalValue {
+            scale: 2,
+            value: 150
+        })),
+        b"\0decimal\x00150e-2".to_vec()
+    );
+    assert_ne!(
+        key(AMQPValue::DecimalValue(DecimalValue {
+            scale: 1,
+            value: 15
+        })),
+        key(AMQPValue::DecimalValue(DecimalValue {
+            scale: 2,
+            value: 150
+        }))
+    );
+    assert_eq!(key(AMQPValue::Float(1.5)), b"\0float\x001.5".to_vec());
+    assert_eq!(key(AMQPValue::Double(-0.25)), b"\0double\0-0.25".to_vec());
+    assert_ne!(key(AMQPValue::Double(0.0)), key(AMQPValue::Double(-0.0)));
+    assert_eq!(
+        key(AMQPValue::Timestamp(1_700_000_000)),
+        b"\0timestamp\x001700000000".to_vec()
+    );
+    // Never the key of the string with the same text, nor of an integer.
+    assert_ne!(key(AMQPValue::Boolean(true)), key(long("true")));
+    assert_ne!(
+        key(AMQPValue::Timestamp(42)),
+        key(AMQPValue::LongLongInt(42))
+    );
+    // No key, naming the type.
+    assert_eq!(
+        read(AMQPValue::FieldTable(FieldTable::default())),
+        KeyOf::Unusable("table")
+    );
+    assert_eq!(
+        read(AMQPValue::FieldArray(FieldArray::default())),
+        KeyOf::Unusable("array")
+    );
+    assert_eq!(read(AMQPValue::Void), KeyOf::Unusable("void"));
+    assert_eq!(read_key(&h, &props(None, &[]), b""), KeyOf::Missing);
+    assert_eq!(read(long("")), KeyOf::Missing);
+    // key_of is read_key's key.
+    assert_eq!(
+        key_of(&h, &props(None, &[("k", AMQPValue::Boolean(true))]), b""),
+        Some(b"\0bool\0true".to_vec())
+    );
 }

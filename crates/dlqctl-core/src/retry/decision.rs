@@ -33,22 +33,27 @@ pub enum DeadLetterReason {
     /// for what the broker adds when its tier dead-letters it, even with
     /// dlqctl's own history trimmed (see [`super::fit`]).
     TooLarge,
+    /// Its idempotency key was marked handled with another body, and the
+    /// pipeline's `on_conflict` is `dead_letter`: no handler ran.
+    KeyConflict,
 }
 
 impl DeadLetterReason {
     /// Every reason.
-    pub const ALL: [DeadLetterReason; 3] = [
+    pub const ALL: [DeadLetterReason; 4] = [
         DeadLetterReason::Permanent,
         DeadLetterReason::Exhausted,
         DeadLetterReason::TooLarge,
+        DeadLetterReason::KeyConflict,
     ];
 
-    /// `permanent`, `exhausted` or `too_large`.
+    /// `permanent`, `exhausted`, `too_large` or `key_conflict`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterReason::Permanent => "permanent",
             DeadLetterReason::Exhausted => "exhausted",
             DeadLetterReason::TooLarge => "too_large",
+            DeadLetterReason::KeyConflict => crate::wire::KEY_CONFLICT_REASON,
         }
     }
 }

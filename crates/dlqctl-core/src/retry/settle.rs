@@ -73,6 +73,13 @@ pub enum Run {
     /// Not run: the idempotency store did not answer, and no handler runs
     /// unguarded. The delivery is handed back.
     StoreUnavailable,
+    /// Not run: its key is marked handled with another body, and the
+    /// pipeline's `on_conflict` is `dead_letter` (`true`: dead-lettered as
+    /// `key_conflict`) or `skip` (`false`: acked as a duplicate).
+    KeyConflict {
+        /// Dead-lettered rather than skipped.
+        dead_letter: bool,
+    },
 }
 
 impl Run {
@@ -103,9 +110,11 @@ impl Run {
     pub fn outcome(&self) -> Option<&Outcome> {
         match self {
             Run::Ran(o) | Run::Spent(o) => Some(o),
-            Run::Interrupted | Run::Duplicate | Run::Deferred { .. } | Run::StoreUnavailable => {
-                None
-            }
+            Run::Interrupted
+            | Run::Duplicate
+            | Run::Deferred { .. }
+            | Run::StoreUnavailable
+            | Run::KeyConflict { .. } => None,
         }
     }
 }
@@ -451,11 +460,25 @@ pub fn settle(rules: &Rules, d: &Delivered, run: &Run, now_unix_ms: u64, jitter_
         Run::Spent(o) => (o, false),
         Run::Interrupted => return requeue(RequeueCause::LostDuringRun),
         Run::StoreUnavailable => return requeue(RequeueCause::StoreUnavailable),
-        Run::Duplicate => {
+        Run::Duplicate | Run::KeyConflict { dead_letter: false } => {
             return Plan {
                 settlement: Settlement::Duplicate,
                 notes,
             }
+        }
+        Run::KeyConflict { dead_letter: true } => {
+            let ctx = CopyContext {
+                // No handler ran.
+                attempt: d.attempt.saturating_sub(1),
+                error: KEY_CONFLICT_ERROR,
+                now_unix_ms,
+                delivery_exchange: d.exchange,
+                delivery_routing_key: d.routing_key,
+                connection_user: rules.connection_user,
+            };
+            let reason = DeadLetterReason::KeyConflict;
+            let settlement = dead_letter(rules, d, &ctx, reason, false, &mut notes);
+            return Plan { settlement, notes };
         }
         Run::Deferred { remaining_ms } => {
             let settlement =
@@ -503,6 +526,10 @@ pub fn settle(rules: &Rules, d: &Delivered, run: &Run, now_unix_ms: u64, jitter_
     };
     Plan { settlement, notes }
 }
+
+/// The error a `key_conflict` dead-letter copy carries.
+pub const KEY_CONFLICT_ERROR: &str =
+    "its idempotency key is marked handled with another body (on_conflict: dead_letter): not run";
 
 /// A plan to leave the delivery for the broker, or hand it back.
 fn requeue(cause: RequeueCause) -> Plan {

@@ -834,3 +834,37 @@ fn a_deferral_waits_in_the_shortest_tier_that_outlasts_the_lease() {
         Some(5_000)
     );
 }
+
+/// A key conflict under `on_conflict: dead_letter` goes to the DLQ with a
+/// reason of its own, its attempt count unchanged (no handler ran), and
+/// by nack under `--dead-letter nack`; under `skip` it is acked like a
+/// duplicate.
+#[test]
+fn a_key_conflict_is_dead_lettered_with_its_own_reason_or_skipped() {
+    let mut c = Case::new();
+    let plan = c.settle(2, Run::KeyConflict { dead_letter: true });
+    let Settlement::DeadLetter { reason, copy, .. } = &plan.settlement else {
+        panic!("{:?}", plan.settlement)
+    };
+    assert_eq!(*reason, DeadLetterReason::KeyConflict);
+    assert_eq!(text(&copy.properties, REASON_HEADER), "key_conflict");
+    assert!(text(&copy.properties, LAST_ERROR_HEADER).contains("another body"));
+    assert_eq!(
+        plan.settlement.reason(),
+        Some(DeadLetterReason::KeyConflict)
+    );
+    assert_eq!(plan.settlement.label(), "dead_letter");
+    let skipped = c.settle(2, Run::KeyConflict { dead_letter: false });
+    assert_eq!(skipped.settlement, Settlement::Duplicate);
+    c.mode = DeadLetterMode::Nack;
+    assert_eq!(
+        c.settle(1, Run::KeyConflict { dead_letter: true })
+            .settlement,
+        Settlement::Nack {
+            reason: DeadLetterReason::KeyConflict,
+            cause: NackCause::Chosen
+        }
+    );
+    assert_eq!(Run::KeyConflict { dead_letter: true }.outcome(), None);
+    assert!(DeadLetterReason::ALL.contains(&DeadLetterReason::KeyConflict));
+}

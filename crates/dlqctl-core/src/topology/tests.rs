@@ -1150,3 +1150,60 @@ fn an_integer_written_as_a_decimal_says_so() {
     );
     assert!(!e[0].contains("about"), "{e:?}");
 }
+
+/// A default `keep` follows the pipeline's `dead_letter.ttl` (the longer
+/// of it and 7 days), so that the documented defaults do not make
+/// `doctor` warn; an explicit `keep` is kept as written.
+#[test]
+fn a_default_keep_follows_the_dead_letter_ttl() {
+    use crate::idempotency::DEFAULT_KEEP_MS;
+    const DAY: u64 = 86_400_000;
+    let t = ok("version: 1\ndefaults:\n  dead_letter: {ttl: 14d}\npipelines:\n  - name: a\n    idempotency: {}\n  - name: b\n    dead_letter: {ttl: 30d}\n    idempotency: true\n  - name: c\n    dead_letter: {ttl: 1d}\n    idempotency: {}\n  - name: d\n    idempotency: {keep: 2d}\n");
+    let keep = |i: usize| t.pipelines[i].idempotency.as_ref().unwrap().keep_ms;
+    assert_eq!(keep(0), 14 * DAY);
+    assert_eq!(keep(1), 30 * DAY);
+    // Never shorter than 7 days: a producer's retry days later is still
+    // a duplicate.
+    assert_eq!(keep(2), DEFAULT_KEEP_MS);
+    assert_eq!(keep(3), 2 * DAY);
+    // Without a retention (kept forever): 7 days.
+    let t = ok("version: 1\npipelines:\n  - name: a\n    idempotency: {}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().keep_ms,
+        DEFAULT_KEEP_MS
+    );
+    // `defaults`' keep wins over the ttl too.
+    let t = ok("version: 1\ndefaults:\n  idempotency: {keep: 3d}\npipelines:\n  - name: a\n    dead_letter: {ttl: 14d}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().keep_ms,
+        3 * DAY
+    );
+}
+
+/// `idempotency.on_conflict`: what a key marked handled with another body
+/// does; `dead_letter` by default, merged key by key like the others, an
+/// unknown value an error at its position.
+#[test]
+fn on_conflict_is_read_and_checked() {
+    use crate::idempotency::OnConflict;
+    let t = ok("version: 1\ndefaults:\n  idempotency: {on_conflict: skip}\npipelines:\n  - name: a\n  - name: b\n    idempotency: {on_conflict: run}\n  - name: c\n    idempotency: {on_conflict: dead_letter}\n");
+    let of = |i: usize| t.pipelines[i].idempotency.as_ref().unwrap().on_conflict;
+    assert_eq!(of(0), OnConflict::Skip);
+    assert_eq!(of(1), OnConflict::Run);
+    assert_eq!(of(2), OnConflict::DeadLetter);
+    let t = ok("version: 1\npipelines:\n  - name: a\n    idempotency: {}\n");
+    assert_eq!(
+        t.pipelines[0].idempotency.as_ref().unwrap().on_conflict,
+        OnConflict::DeadLetter
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency: {on_conflict: retry}\n",
+        "4:32",
+        "idempotency.on_conflict must be run, dead_letter or skip, not `retry`",
+    );
+    assert_one(
+        "version: 1\npipelines:\n  - name: a\n    idempotency:\n      on_conflict: 3\n",
+        "5:20",
+        "idempotency.on_conflict must be a string",
+    );
+}

@@ -47,13 +47,26 @@ impl std::fmt::Debug for StoreUrl {
 /// Makes `spec` concrete for `pipeline`: an `env:NAME` is read from
 /// `env` (a missing or empty variable is refused, naming it), and the
 /// default SQLite file is `$STATE_DIRECTORY/PIPELINE.db` when systemd
-/// gives a state directory (its first one), else
-/// `$XDG_STATE_HOME/dlqctl/PIPELINE.db`, else
-/// `$HOME/.local/state/dlqctl/PIPELINE.db`.
+/// gives a state directory (its first one), else the packaged unit's
+/// (`/var/lib/dlqctl/PIPELINE/PIPELINE.db`, or under
+/// `/var/lib/private/dlqctl/` with `DynamicUser`) when its directory
+/// exists, so that a command run from an operator's shell finds the
+/// installed worker's file, else `$XDG_STATE_HOME/dlqctl/PIPELINE.db`,
+/// else `$HOME/.local/state/dlqctl/PIPELINE.db`.
 pub fn resolve(
     spec: &StoreSpec,
     pipeline: &str,
     env: &dyn Fn(&str) -> Option<String>,
+) -> Result<StoreUrl, StoreError> {
+    resolve_at(spec, pipeline, env, std::path::Path::new("/"))
+}
+
+/// [`resolve`], with the file system's root at `root` (tests).
+pub(crate) fn resolve_at(
+    spec: &StoreSpec,
+    pipeline: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    root: &std::path::Path,
 ) -> Result<StoreUrl, StoreError> {
     let refused = |store: &str, detail: String| StoreError::Refused {
         store: store.to_string(),
@@ -63,6 +76,14 @@ pub fn resolve(
         StoreSpec::Sqlite(Some(path)) => Ok(StoreUrl::Sqlite(path.into())),
         StoreSpec::Sqlite(None) => {
             let file = format!("{}.db", file_safe(pipeline));
+            let state_directory = env("STATE_DIRECTORY").filter(|v| !v.is_empty());
+            if state_directory.is_none() {
+                // An operator's shell: the installed worker's file, when
+                // the unit's state directory is there.
+                if let Some(dir) = unit_dirs(root, pipeline).into_iter().find(|d| d.is_dir()) {
+                    return Ok(StoreUrl::Sqlite(dir.join(file)));
+                }
+            }
             match default_dirs(env).into_iter().next() {
                 Some(dir) => Ok(StoreUrl::Sqlite(dir.join(file))),
                 None => Err(refused(
@@ -88,7 +109,7 @@ pub fn resolve(
                         crate::core::idempotency::redact_url(&value)
                     ),
                 )),
-                Ok(inner) => resolve(&inner, pipeline, env),
+                Ok(inner) => resolve_at(&inner, pipeline, env, root),
             }
         }
     }
@@ -155,4 +176,27 @@ pub async fn open_with(
             detail: "this dlqctl was built without the redis feature".into(),
         }),
     }
+}
+
+/// The state directories the packaged unit `dlqctl-work@PIPELINE`
+/// gives its worker (`StateDirectory=dlqctl/%i`), under `root`: the
+/// path without `DynamicUser` (with it, a symlink into `private/`), then
+/// the one with it.
+fn unit_dirs(root: &std::path::Path, pipeline: &str) -> [std::path::PathBuf; 2] {
+    let name = file_safe(pipeline);
+    [
+        root.join("var/lib/dlqctl").join(&name),
+        root.join("var/lib/private/dlqctl").join(&name),
+    ]
+}
+
+/// Where the packaged unit's worker of `pipeline` keeps its default
+/// SQLite file, for a message that did not find it where it looked.
+pub fn unit_hint(pipeline: &str) -> String {
+    let name = file_safe(pipeline);
+    format!(
+        "the packaged unit dlqctl-work@{pipeline} keeps it in /var/lib/private/dlqctl/{name}/{name}.db \
+         (/var/lib/dlqctl/{name}/{name}.db without DynamicUser); that directory was not found or \
+         not readable by this user: run as root, or give idempotency.store: sqlite:PATH"
+    )
 }

@@ -64,10 +64,14 @@ end
 return 0
 ";
 
-/// KEYS: done, lease. ARGV: sha, keep ms, token. The mark set, the
-/// lease deleted if ours.
+/// KEYS: done, lease. ARGV: sha, keep ms, token. The mark set, unless
+/// a mark of another body is there (a conflict's success never replaces
+/// it); the lease deleted if ours.
 const MARK_LUA: &str = r"
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local done = redis.call('GET', KEYS[1])
+if (not done) or done == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 if redis.call('GET', KEYS[2]) == ARGV[3] then
   redis.call('DEL', KEYS[2])
 end

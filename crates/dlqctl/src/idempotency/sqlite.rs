@@ -299,11 +299,19 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (scope, lease, body) = (self.scope.clone(), lease.clone(), *body);
         self.call(move |c| {
+            // A live mark of another body stays as it is (a conflict's
+            // success never replaces it: an exact copy of the body it was
+            // made for stays a duplicate).
             let sql = concat!(
                 "INSERT INTO dlqctl_keys (scope, key, done_sha, done_expires_ms) VALUES (?1, ?2, ?3, ",
                 now_ms!(),
-                " + ?4) ON CONFLICT (scope, key) DO UPDATE SET done_sha = excluded.done_sha, ",
-                "done_expires_ms = excluded.done_expires_ms, ",
+                " + ?4) ON CONFLICT (scope, key) DO UPDATE SET ",
+                "done_sha = CASE WHEN done_sha <> excluded.done_sha AND done_expires_ms > ",
+                now_ms!(),
+                " THEN done_sha ELSE excluded.done_sha END, ",
+                "done_expires_ms = CASE WHEN done_sha <> excluded.done_sha AND done_expires_ms > ",
+                now_ms!(),
+                " THEN done_expires_ms ELSE excluded.done_expires_ms END, ",
                 "lease_expires_ms = CASE WHEN lease_token = ?5 THEN NULL ELSE lease_expires_ms END, ",
                 "lease_token = CASE WHEN lease_token = ?5 THEN NULL ELSE lease_token END"
             );

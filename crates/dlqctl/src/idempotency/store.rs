@@ -94,7 +94,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// After a success: marks the key handled with `body`, kept `keep_ms`,
     /// and gives the lease up (marked even when the lease was lost: the
-    /// handler succeeded).
+    /// handler succeeded). A mark of another body that has not expired
+    /// stays as it is: a mark keeps the body it was made for.
     fn mark<'a>(
         &'a self,
         lease: &'a Lease,

@@ -307,6 +307,26 @@ async fn handler_timeouts(plan: &Plan, opts: &DoctorOptions, s: &mut Snapshot) -
     })
 }
 
+/// The directory where `dir` would be made (`dir` itself, else its
+/// nearest ancestor that exists) when this user cannot create entries in
+/// it (`access(W_OK | X_OK)`, which also sees a read-only mount and an
+/// immutable directory); `None` when it can.
+fn unwritable(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let at = dir
+        .ancestors()
+        .find(|d| d.as_os_str().is_empty() || d.is_dir())?;
+    let at = if at.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        at
+    };
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid C string; access reads it only.
+    let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+    (!ok).then(|| at.to_path_buf())
+}
+
 /// How long doctor waits for one idempotency store.
 const STORE_WAIT: Duration = Duration::from_secs(10);
 
@@ -364,9 +384,28 @@ async fn store_facts(
             let default = matches!(block.store, StoreSpec::Sqlite(None));
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
             let reading = if default || dir.is_none_or(|d| d.is_dir()) {
-                StoreReading::NotCreated
+                match unwritable(dir.unwrap_or(std::path::Path::new("."))) {
+                    // `work` could not create the file (or the default
+                    // directory) there, and exits 1: a fail here too.
+                    Some(at) => StoreReading::Failed(format!(
+                        "idempotency store {store} refused: {} is not writable by this user, so \
+                         dlqctl work run as this user cannot create {} and exits 1",
+                        at.display(),
+                        path.display()
+                    )),
+                    None => StoreReading::NotCreated,
+                }
             } else {
                 StoreReading::NoDirectory
+            };
+            // The default file, looked for here: say where the installed
+            // worker keeps it, in case this is not where it runs.
+            let store = match (&reading, default) {
+                (StoreReading::NotCreated, true) => format!(
+                    "{store} (looked for there; {})",
+                    crate::idempotency::unit_hint(pipeline)
+                ),
+                _ => store,
             };
             return facts(store, sqlite, reading);
         }
@@ -386,3 +425,7 @@ async fn store_facts(
     };
     facts(store, sqlite, reading)
 }
+
+#[cfg(test)]
+#[path = "doctor_store_tests.rs"]
+mod store_tests;

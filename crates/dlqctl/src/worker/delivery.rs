@@ -383,10 +383,14 @@ impl<H: Handler> DeliveryTask<H> {
     /// [`Self::carry_out`] said so, and nothing is counted.
     fn record(&self, prepared: &Prepared, run: &Run, planned: &Planned, done: &Settlement) {
         let Some(outcome) = run.outcome() else {
-            if matches!(run, Run::Duplicate | Run::Deferred { .. }) {
+            if matches!(
+                run,
+                Run::Duplicate | Run::Deferred { .. } | Run::KeyConflict { .. }
+            ) {
                 record_settlement(&self.shared.counters, done);
                 let why = match run {
                     Run::Duplicate => "its key is marked handled",
+                    Run::KeyConflict { .. } => "its key is marked handled with another body",
                     _ => "another run holds the lease on its key",
                 };
                 info!(
@@ -396,6 +400,7 @@ impl<H: Handler> DeliveryTask<H> {
                     max_attempts = self.cfg.pipeline.retry.max_attempts,
                     decision = done.label(),
                     tier = planned.tier.as_deref(),
+                    reason = done.reason().or(planned.reason).map(DeadLetterReason::as_str),
                     why,
                     "message not run"
                 );

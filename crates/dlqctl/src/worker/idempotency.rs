@@ -7,9 +7,9 @@
 //! consumption: no handler runs unguarded.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lapin::message::Delivery;
 use tokio::sync::Notify;
@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::core::handling::message::LateSuccess;
 use crate::core::handling::outcome::Outcome;
-use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
+use crate::core::idempotency::{body_sha256, read_key, Idempotency, KeyOf, KeySource, OnConflict};
 use crate::core::retry::Run;
 use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
 use crate::worker::metrics::{GuardEvent, Metrics};
@@ -25,12 +25,19 @@ use crate::worker::metrics::{GuardEvent, Metrics};
 /// How often a paused worker asks the store whether it answers again.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
+/// How often a worker whose store was not asked meanwhile (no message
+/// came) pings it, so that an idle worker sees its store's loss as a busy
+/// one does: with the store's call timeout and readiness's 10 s, `/readyz`
+/// turns 503 within 15 s of the loss (docs/production.md, "Readiness").
+pub(crate) const IDLE_PING_EVERY: Duration = Duration::from_secs(2);
+
 /// The guard of one worker: its store, and whether consumption is paused
 /// for it.
 pub(crate) struct Guard {
     store: Arc<dyn Store>,
     key: KeySource,
     keep_ms: u64,
+    on_conflict: OnConflict,
     lease_ms: u64,
     queue: String,
     metrics: Arc<Metrics>,
@@ -39,6 +46,12 @@ pub(crate) struct Guard {
     /// Notified when the pause ends.
     pub(crate) resumed: Notify,
     unkeyed_warned: AtomicBool,
+    /// When the guard was made: the origin of `last_answer_ms`.
+    born: Instant,
+    /// When the store last answered a call, in ms since `born`.
+    last_answer_ms: AtomicU64,
+    /// A key header of a type that cannot be a key was warned about.
+    unusable_warned: AtomicBool,
 }
 
 /// What the guard says before a handler runs.
@@ -72,6 +85,7 @@ impl Guard {
             store,
             key: idem.key.clone(),
             keep_ms: idem.keep_ms,
+            on_conflict: idem.on_conflict,
             lease_ms: u64::try_from(lease.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1_000),
@@ -80,6 +94,9 @@ impl Guard {
             paused: AtomicBool::new(false),
             resumed: Notify::new(),
             unkeyed_warned: AtomicBool::new(false),
+            born: Instant::now(),
+            last_answer_ms: AtomicU64::new(0),
+            unusable_warned: AtomicBool::new(false),
         }
     }
 
@@ -95,27 +112,39 @@ impl Guard {
 
     /// Before the handler: looks the key of `d` up and takes its lease.
     pub(crate) async fn enter(self: &Arc<Self>, d: &Delivery, message_id: &str) -> Entry {
-        let Some(key) = key_of(&self.key, &d.properties, &d.data) else {
-            self.count(GuardEvent::Unkeyed);
-            if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
-                warn!(queue = %self.queue, key = %self.key.text(), message_id,
-                    "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+        let key = match read_key(&self.key, &d.properties, &d.data) {
+            KeyOf::Key(key) => key,
+            KeyOf::Missing => {
+                self.count(GuardEvent::Unkeyed);
+                if !self.unkeyed_warned.swap(true, Ordering::SeqCst) {
+                    warn!(queue = %self.queue, key = %self.key.text(), message_id,
+                        "a message without the idempotency key runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+                }
+                return Entry::Unguarded;
             }
-            return Entry::Unguarded;
+            KeyOf::Unusable(kind) => {
+                self.count(GuardEvent::Unkeyed);
+                if !self.unusable_warned.swap(true, Ordering::SeqCst) {
+                    warn!(queue = %self.queue, key = %self.key.text(), message_id, header_type = kind,
+                        "the idempotency key's header is there but is a {kind}, which cannot identify a message: it runs unguarded (counted in dlqctl_idempotency_unkeyed_total; warned once)");
+                }
+                return Entry::Unguarded;
+            }
         };
         if self.is_paused() {
             return Entry::Skip(Run::StoreUnavailable);
         }
         let body = body_sha256(&d.data);
-        match self.store.begin(&key, &body, self.lease_ms).await {
-            Ok(Begin::Acquired { lease, conflict }) => {
-                if conflict {
-                    self.count(GuardEvent::KeyConflict);
-                    warn!(queue = %self.queue, message_id,
-                        "this key was marked handled with another body: not a duplicate, it runs (counted in dlqctl_idempotency_key_conflicts_total)");
-                }
-                Entry::Leased { lease, body }
+        let asked = Instant::now();
+        let begun = self.store.begin(&key, &body, self.lease_ms).await;
+        if begun.is_ok() {
+            self.answered();
+        }
+        match begun {
+            Ok(Begin::Acquired { lease, conflict }) if conflict => {
+                self.conflict(lease, body, message_id).await
             }
+            Ok(Begin::Acquired { lease, .. }) => Entry::Leased { lease, body },
             Ok(Begin::Handled) => {
                 self.count(GuardEvent::Duplicate);
                 Entry::Skip(Run::Duplicate)
@@ -125,10 +154,34 @@ impl Guard {
                 Entry::Skip(Run::Deferred { remaining_ms })
             }
             Err(e) => {
-                self.pause(e);
+                self.pause(e, asked);
                 Entry::Skip(Run::StoreUnavailable)
             }
         }
+    }
+
+    /// A key marked handled with another body, its lease taken: counted,
+    /// warned, and what `on_conflict` says (run under the lease, or give
+    /// the lease up and dead-letter or skip the delivery).
+    async fn conflict(&self, lease: Lease, body: BodySha, message_id: &str) -> Entry {
+        self.count(GuardEvent::KeyConflict);
+        let policy = self.on_conflict.text();
+        warn!(queue = %self.queue, message_id, on_conflict = policy,
+        "this key was marked handled with another body: not a duplicate ({}; counted in dlqctl_idempotency_key_conflicts_total)",
+        match self.on_conflict {
+            OnConflict::Run => "it runs",
+            OnConflict::DeadLetter => "dead-lettered as key_conflict without its handler",
+            OnConflict::Skip => "acked without its handler",
+        });
+        let dead_letter = match self.on_conflict {
+            OnConflict::Run => return Entry::Leased { lease, body },
+            OnConflict::DeadLetter => true,
+            OnConflict::Skip => false,
+        };
+        if let Err(e) = self.store.release(&lease).await {
+            warn!(queue = %self.queue, error = %e, "releasing a lease failed: it expires by itself");
+        }
+        Entry::Skip(Run::KeyConflict { dead_letter })
     }
 
     /// Runs `work` (the handler), renewing `lease` every third of its
@@ -209,10 +262,48 @@ impl Guard {
         })
     }
 
-    /// Pauses consumption for `e`, once, and waits in the background for
-    /// the store to answer again.
-    fn pause(self: &Arc<Self>, e: StoreError) {
-        self.metrics.store_down();
+    /// The store answered a call now.
+    fn answered(&self) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_answer_ms.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Whether the store answered a call within the last `period`.
+    fn answered_within(&self, period: Duration) -> bool {
+        let last = Duration::from_millis(self.last_answer_ms.load(Ordering::SeqCst));
+        self.born.elapsed().saturating_sub(last) < period
+    }
+
+    /// Pings the store every [`IDLE_PING_EVERY`] that no call asked it
+    /// (an idle worker), until `stop`: a ping that fails pauses
+    /// consumption, as a failed call does, so that readiness sees the
+    /// store's loss also when no message comes. Not while paused (the
+    /// pause pings on its own).
+    pub(crate) fn watch_idle(self: &Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let guard = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(IDLE_PING_EVERY) => {}
+                }
+                if guard.is_paused() || guard.answered_within(IDLE_PING_EVERY) {
+                    continue;
+                }
+                let asked = Instant::now();
+                match guard.store.ping().await {
+                    Ok(()) => guard.answered(),
+                    Err(e) => guard.pause(e, asked),
+                }
+            }
+        });
+    }
+
+    /// Pauses consumption for `e` (from a call made at `asked`: readiness
+    /// counts the outage from then), once, and waits in the background
+    /// for the store to answer again.
+    fn pause(self: &Arc<Self>, e: StoreError, asked: Instant) {
+        self.metrics.store_down_since(asked.elapsed());
         if self.paused.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -224,6 +315,7 @@ impl Guard {
             loop {
                 tokio::time::sleep(PING_EVERY).await;
                 if guard.store.ping().await.is_ok() {
+                    guard.answered();
                     break;
                 }
             }
@@ -232,5 +324,118 @@ impl Guard {
             guard.resumed.notify_waiters();
             info!(queue = %guard.queue, store = guard.store.describe(), "the idempotency store answers again: consuming");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::retry::readiness::Readiness;
+    use futures_util::future::BoxFuture;
+    use futures_util::FutureExt;
+
+    /// A store whose every call fails while `down` is set.
+    struct Flaky {
+        down: AtomicBool,
+    }
+
+    impl Flaky {
+        fn answer<T: Send + 'static>(&self, v: T) -> BoxFuture<'_, Result<T, StoreError>> {
+            let down = self.down.load(Ordering::SeqCst);
+            async move {
+                if down {
+                    Err(StoreError::Unavailable {
+                        store: "flaky".into(),
+                        detail: "down".into(),
+                    })
+                } else {
+                    Ok(v)
+                }
+            }
+            .boxed()
+        }
+    }
+
+    impl Store for Flaky {
+        fn describe(&self) -> &str {
+            "flaky"
+        }
+        fn begin<'a>(
+            &'a self,
+            _: &'a [u8],
+            _: &'a BodySha,
+            _: u64,
+        ) -> BoxFuture<'a, Result<Begin, StoreError>> {
+            self.answer(Begin::Handled)
+        }
+        fn renew<'a>(&'a self, _: &'a Lease, _: u64) -> BoxFuture<'a, Result<bool, StoreError>> {
+            self.answer(true)
+        }
+        fn release<'a>(&'a self, _: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.answer(())
+        }
+        fn mark<'a>(
+            &'a self,
+            _: &'a Lease,
+            _: &'a BodySha,
+            _: u64,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.answer(())
+        }
+        fn count_marked<'a>(
+            &'a self,
+            _: &'a [Vec<u8>],
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
+            self.answer(0)
+        }
+        fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+            self.answer(())
+        }
+        fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+            self.answer(())
+        }
+    }
+
+    /// An idle worker (no message comes) whose store goes down turns not
+    /// ready within 15 s, and ready again once the store answers.
+    #[tokio::test]
+    async fn an_idle_worker_sees_its_store_go_down_and_come_back() {
+        let store = Arc::new(Flaky {
+            down: AtomicBool::new(false),
+        });
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_consuming(true);
+        let guard = Arc::new(Guard::new(
+            store.clone(),
+            &Idempotency::default(),
+            Duration::from_secs(30),
+            "orders",
+            metrics.clone(),
+        ));
+        let stop = tokio_util::sync::CancellationToken::new();
+        guard.watch_idle(stop.clone());
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert_eq!(metrics.readiness(), Readiness::Ready);
+        let lost = std::time::Instant::now();
+        store.down.store(true, Ordering::SeqCst);
+        while metrics.readiness().is_ready() {
+            assert!(
+                lost.elapsed() < Duration::from_secs(15),
+                "still ready 15 s after the store's loss"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(guard.is_paused());
+        assert!(matches!(
+            metrics.readiness(),
+            Readiness::StoreUnavailable { .. }
+        ));
+        store.down.store(false, Ordering::SeqCst);
+        let back = std::time::Instant::now();
+        while !metrics.readiness().is_ready() {
+            assert!(back.elapsed() < Duration::from_secs(5), "not ready again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.cancel();
     }
 }

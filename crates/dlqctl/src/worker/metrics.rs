@@ -710,7 +710,14 @@ impl Metrics {
 
     /// The idempotency store stopped answering (kept from the first time).
     pub fn store_down(&self) {
-        let now = self.settles_now_ms();
+        self.store_down_since(std::time::Duration::ZERO);
+    }
+
+    /// The idempotency store stopped answering `ago` (the start of the
+    /// call that failed): readiness counts the outage from then.
+    pub fn store_down_since(&self, ago: std::time::Duration) {
+        let ago = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
+        let now = self.settles_now_ms().saturating_sub(ago);
         if let Ok(mut d) = self.store_down_since.lock() {
             d.get_or_insert(now);
         }

@@ -15,6 +15,7 @@ mod circuit;
 mod config;
 mod consumer_timeout;
 mod delivery;
+mod drained;
 mod idempotency;
 pub mod metrics;
 mod redrive;
@@ -34,6 +35,7 @@ use crate::handler::Handler;
 use crate::worker::metrics::Metrics;
 use circuit::{ProbeTicket, Step};
 use delivery::DeliveryTask;
+use drained::Drained;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -132,6 +134,10 @@ impl<H: Handler> Worker<H> {
             self.shared.clone(),
             stop_redrive.clone(),
         ));
+        // An idle worker pings its store, so that readiness sees its loss.
+        if let Some(guard) = self.shared.guard.get() {
+            guard.watch_idle(stop_redrive.clone());
+        }
         let result = self.sessions(shutdown, hurry).await;
         stop_redrive.cancel();
         if let Some(task) = redrive {
@@ -426,8 +432,13 @@ impl<H: Handler> Worker<H> {
                 drop(permit);
             });
             if let Some(guard) = self.shared.guard.get().filter(|g| g.is_paused()) {
+                let drained = Drained {
+                    tracker,
+                    template,
+                    permits: &permits,
+                };
                 if let Err(end) = self
-                    .pause_for_store(guard, shutdown, consume, consumer, tracker, template)
+                    .pause_for_store(guard, shutdown, consume, consumer, drained)
                     .await
                 {
                     return end;
@@ -447,21 +458,18 @@ impl<H: Handler> Worker<H> {
         shutdown: &CancellationToken,
         consume: &Channel,
         consumer: &mut Consumer,
-        tracker: &TaskTracker,
-        template: &DeliveryTask<H>,
+        drained: Drained<'_, H>,
     ) -> Result<(), SessionEnd> {
         let p = &self.cfg.pipeline;
         let cancel = consume.basic_cancel(consumer.tag(), BasicCancelOptions::default());
         let _ = tokio::time::timeout(Duration::from_secs(5), cancel).await;
-        // What the broker sent before the cancel: handed back.
+        // What the broker sent before the cancel: handed back (a message
+        // without a key runs unguarded, within --concurrency like any).
         while let Ok(Some(next)) =
             tokio::time::timeout(Duration::from_millis(500), consumer.next()).await
         {
             match next {
-                Ok(d) => {
-                    let task = template.clone();
-                    tracker.spawn(async move { task.process(d, None).await });
-                }
+                Ok(d) => drained.spawn(d),
                 Err(e) => return Err(SessionEnd::Lost(describe_lapin_error(&e))),
             }
         }

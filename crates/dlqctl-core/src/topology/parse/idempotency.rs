@@ -1,15 +1,16 @@
 //! `idempotency`: a pipeline's (or `defaults`') idempotent handling, read
 //! key by key, so that a pipeline's keys apply over the defaults' ones;
-//! `true` or `{}` takes the defaults, `false` turns it off.
+//! `true` or `{}` takes the defaults, `false` turns it off. Its keys:
+//! `key`, `store`, `keep`, `on_conflict`.
 
-use crate::idempotency::{Idempotency, KeySource, StoreSpec};
+use crate::idempotency::{default_keep_ms, Idempotency, KeySource, OnConflict, StoreSpec};
 use crate::topology::yaml::{Node, Value};
 
 use super::read::{at, At, Cx};
 use super::redrive::empty_block;
 
 /// The keys of `idempotency`.
-const KEYS: [&str; 3] = ["key", "store", "keep"];
+const KEYS: [&str; 4] = ["key", "store", "keep", "on_conflict"];
 
 /// `idempotency` as written: off, or on with the keys given.
 #[derive(Debug, Clone, Default)]
@@ -19,21 +20,27 @@ pub(super) struct RawIdempotency {
     pub(super) key: Option<At<KeySource>>,
     pub(super) store: Option<At<StoreSpec>>,
     pub(super) keep: Option<At<u64>>,
+    pub(super) on_conflict: Option<At<OnConflict>>,
 }
 
 impl RawIdempotency {
     /// A pipeline's `own` block over the `defaults`' one: `None` when off
-    /// or given by neither.
+    /// or given by neither. A `keep` given by neither follows the
+    /// pipeline's DLQ retention `dlq_ttl_ms` ([`default_keep_ms`]).
     pub(super) fn merged(
         own: &Option<At<RawIdempotency>>,
         defaults: &Option<At<RawIdempotency>>,
+        dlq_ttl_ms: Option<u64>,
     ) -> Option<Idempotency> {
         let (own_on, def_on) = (on(own), on(defaults));
         // A pipeline's `false` turns off the defaults' block.
         if own.as_ref().is_some_and(|o| o.v.off) || (own_on.is_none() && def_on.is_none()) {
             return None;
         }
-        let mut i = Idempotency::default();
+        let mut i = Idempotency {
+            keep_ms: default_keep_ms(dlq_ttl_ms),
+            ..Idempotency::default()
+        };
         if let Some(k) = own_on
             .and_then(|r| r.key.clone())
             .or_else(|| def_on.and_then(|r| r.key.clone()))
@@ -51,6 +58,12 @@ impl RawIdempotency {
             .or_else(|| def_on.and_then(|r| r.keep.clone()))
         {
             i.keep_ms = k.v;
+        }
+        if let Some(c) = own_on
+            .and_then(|r| r.on_conflict.clone())
+            .or_else(|| def_on.and_then(|r| r.on_conflict.clone()))
+        {
+            i.on_conflict = c.v;
         }
         Some(i)
     }
@@ -107,6 +120,17 @@ impl Cx {
                         }
                         r.store = Some(at(v.pos, store));
                     }
+                    Some(Err(e)) => {
+                        self.err(v.pos, e);
+                        ok = false;
+                    }
+                    None => ok = false,
+                },
+                "on_conflict" => match self
+                    .string(v, "idempotency.on_conflict")
+                    .map(|t| OnConflict::parse(&t))
+                {
+                    Some(Ok(c)) => r.on_conflict = Some(at(v.pos, c)),
                     Some(Err(e)) => {
                         self.err(v.pos, e);
                         ok = false;

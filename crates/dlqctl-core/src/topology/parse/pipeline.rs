@@ -86,6 +86,7 @@ impl Cx {
         let delivery_limit = self.delivery_limit(name, queue_type, defaults, own);
         let dead_letter = self.dead_letter_of(name, queue_type, defaults, own);
         let arguments = self.arguments(name, queue_type, defaults, own);
+        let dlq_ttl = dead_letter.as_ref().and_then(|d| d.ttl);
         Some(Pipeline {
             name: name.to_string(),
             queue_type,
@@ -99,7 +100,7 @@ impl Cx {
             delivery_limit: delivery_limit?,
             circuit_breaker: pick(&own.circuit_breaker, &defaults.circuit_breaker)
                 .and_then(|c| c.v),
-            idempotency: RawIdempotency::merged(&own.idempotency, &defaults.idempotency),
+            idempotency: RawIdempotency::merged(&own.idempotency, &defaults.idempotency, dlq_ttl),
             arguments: arguments?,
             line: name_pos.line,
         })

@@ -20,10 +20,11 @@ const REDRIVE_KEYS: [&str; 7] = [
 
 /// The reasons a DLQ message can have: dlqctl's own (`dlqctl-reason`) and
 /// the broker's (`x-death`).
-pub(super) const KNOWN_REASONS: [&str; 7] = [
+pub(super) const KNOWN_REASONS: [&str; 8] = [
     "exhausted",
     "permanent",
     "too_large",
+    crate::wire::KEY_CONFLICT_REASON,
     "rejected",
     "expired",
     "maxlen",
@@ -385,7 +386,7 @@ pipelines:
             e,
             vec![
                 "6:30: unknown redrive reason `tired` (expected one of: exhausted, permanent, \
-                 too_large, rejected, expired, maxlen, delivery_limit)"
+                 too_large, key_conflict, rejected, expired, maxlen, delivery_limit)"
                     .to_string(),
                 "7:18: dead_letter.redrive.min_age: invalid duration \"soon\": it does not start \
                  with a whole number (write it as a whole number and a unit: 500ms, 30s, 10m, \

@@ -94,11 +94,35 @@ async fn a_key_is_leased_then_handled_and_another_body_is_a_conflict() {
     );
     let (other, conflict) = acquired(s.begin(b"id-1", &OTHER, 30_000).await.unwrap());
     assert!(conflict);
+    // A conflict that ran and succeeded never replaces the mark: an exact
+    // copy of the first body stays a duplicate, the other body a conflict.
     s.mark(&other, &OTHER, 60_000).await.unwrap();
     assert_eq!(
-        s.begin(b"id-1", &OTHER, 30_000).await.unwrap(),
+        s.begin(b"id-1", &BODY, 30_000).await.unwrap(),
         Begin::Handled
     );
+    let (other, conflict) = acquired(s.begin(b"id-1", &OTHER, 30_000).await.unwrap());
+    assert!(conflict, "the mark keeps the body it was made for");
+    s.release(&other).await.unwrap();
+}
+
+/// A mark made again for its own body (a late success) is kept; once a
+/// mark has expired, the next body's mark is the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_is_replaced_only_once_expired() {
+    let dir = TempDir::new();
+    let s = store(&dir.0.join("orders.db")).await;
+    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 300).await.unwrap();
+    let (other, conflict) = acquired(s.begin(b"k", &OTHER, 30_000).await.unwrap());
+    assert!(conflict);
+    s.mark(&other, &OTHER, 60_000).await.unwrap();
+    assert_eq!(s.begin(b"k", &BODY, 30_000).await.unwrap(), Begin::Handled);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (other, conflict) = acquired(s.begin(b"k", &OTHER, 30_000).await.unwrap());
+    assert!(!conflict, "the first mark expired");
+    s.mark(&other, &OTHER, 60_000).await.unwrap();
+    assert_eq!(s.begin(b"k", &OTHER, 30_000).await.unwrap(), Begin::Handled);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
