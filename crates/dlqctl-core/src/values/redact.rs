@@ -139,6 +139,34 @@ pub fn url(text: &str) -> String {
     out
 }
 
+/// The URL as an endpoint: without its user-info, query and fragment
+/// (`https://host:port/path`), for the HTTP URLs dlqctl calls (a
+/// handler, a health probe, a metrics page), where none of these names
+/// the place.
+pub fn endpoint(text: &str) -> String {
+    let (head, _, tail) = split(text);
+    let end = tail.find(['?', '#']).unwrap_or(tail.len());
+    format!("{head}{}", &tail[..end])
+}
+
+/// Whether the URL holds a password: one after the user's `:`, or the
+/// value of a secret query parameter (a user-info without `:` is a user
+/// name here, though [`url`] hides it too).
+pub fn has_password(text: &str) -> bool {
+    let (head, userinfo, tail) = split(text);
+    let in_userinfo = userinfo
+        .and_then(|ui| user_password(head, ui))
+        .is_some_and(|(_, p)| !p.is_empty());
+    let query = tail.split('#').next().and_then(|t| t.split_once('?'));
+    in_userinfo
+        || query.is_some_and(|(_, q)| {
+            pairs(q).any(|(pair, _)| {
+                pair.split_once('=')
+                    .is_some_and(|(n, v)| secret_param(n) && !v.is_empty())
+            })
+        })
+}
+
 /// The secrets a URL holds, as written and percent-decoded: its password
 /// (and its whole user-info, whose base64 is an HTTP Basic header, and
 /// the SASL PLAIN response `\0user\0password`), the values of its secret

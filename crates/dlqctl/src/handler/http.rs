@@ -265,15 +265,11 @@ fn valid_prefix(bytes: &[u8], cut: bool) -> &[u8] {
     }
 }
 
-/// The URL without user info, query and fragment.
+/// The URL without user info, query and fragment: the core's
+/// [`crate::core::values::redact::endpoint`], the one redaction's rule
+/// for the HTTP URLs dlqctl calls.
 pub fn redacted(url: &Url) -> String {
-    let mut url = url.clone();
-    // Both only fail for URLs that cannot have user info (no host).
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    url.set_query(None);
-    url.set_fragment(None);
-    url.to_string()
+    crate::core::values::redact::endpoint(url.as_str())
 }
 
 /// An error and its sources, `: `-separated, skipping repeats.

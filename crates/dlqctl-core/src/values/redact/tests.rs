@@ -247,3 +247,32 @@ fn what_a_url_holds_as_secrets_is_all_it_shows_masked() {
         }
     }
 }
+
+#[test]
+fn an_endpoint_has_no_user_info_query_or_fragment() {
+    for (input, want) in [
+        ("https://u:p@h:8443/hook?token=t#f", "https://h:8443/hook"),
+        ("http://:se/cret@h/x", "http://h/x"),
+        ("http://h/metrics", "http://h/metrics"),
+        ("http://[::1]:9090/metrics?x=1", "http://[::1]:9090/metrics"),
+        ("u:p@h/x", "h/x"),
+    ] {
+        assert_eq!(endpoint(input), want, "{input}");
+    }
+}
+
+#[test]
+fn a_password_is_one_after_a_colon_or_in_a_secret_parameter() {
+    for (input, has) in [
+        ("redis://:p@h", true),
+        ("redis://u:p@h", true),
+        ("redis://u@h", false),
+        ("redis://u:@h", false),
+        ("redis://h/0?password=p", true),
+        ("redis://h/0?password=", false),
+        ("redis://h/0?db=1", false),
+        ("redis://h/0#password=p", false),
+    ] {
+        assert_eq!(has_password(input), has, "{input}");
+    }
+}
