@@ -149,22 +149,29 @@ pub fn endpoint(text: &str) -> String {
     format!("{head}{}", &tail[..end])
 }
 
-/// Whether the URL holds a password: one after the user's `:`, or the
-/// value of a secret query parameter (a user-info without `:` is a user
-/// name here, though [`url`] hides it too).
-pub fn has_password(text: &str) -> bool {
+/// The passwords a URL holds as written: the one after the user's `:`,
+/// and the values of secret query parameters (a user-info without `:` is
+/// taken for a user name here, though [`url`] hides it too).
+pub fn passwords(text: &str) -> Vec<&str> {
     let (head, userinfo, tail) = split(text);
-    let in_userinfo = userinfo
-        .and_then(|ui| user_password(head, ui))
-        .is_some_and(|(_, p)| !p.is_empty());
-    let query = tail.split('#').next().and_then(|t| t.split_once('?'));
-    in_userinfo
-        || query.is_some_and(|(_, q)| {
-            pairs(q).any(|(pair, _)| {
-                pair.split_once('=')
-                    .is_some_and(|(n, v)| secret_param(n) && !v.is_empty())
-            })
-        })
+    let mut out: Vec<&str> = (userinfo.and_then(|ui| user_password(head, ui)))
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty())
+        .into_iter()
+        .collect();
+    if let Some((_, query)) = tail.split('#').next().and_then(|t| t.split_once('?')) {
+        out.extend(pairs(query).filter_map(|(pair, _)| {
+            pair.split_once('=')
+                .filter(|(n, v)| secret_param(n) && !v.is_empty())
+                .map(|(_, v)| v)
+        }));
+    }
+    out
+}
+
+/// Whether the URL holds a password ([`passwords`]).
+pub fn has_password(text: &str) -> bool {
+    !passwords(text).is_empty()
 }
 
 /// The secrets a URL holds, as written and percent-decoded: its password

@@ -111,6 +111,7 @@ impl Tls {
 impl BrokerUrl {
     /// Parses an `amqp://` or `amqps://` URL.
     pub fn parse(url: &str) -> Result<Self> {
+        crate::secrets::register_url(url);
         let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
             url: redact(url),
             reason: redact_in(&e, url),

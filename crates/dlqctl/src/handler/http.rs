@@ -91,6 +91,7 @@ impl HttpHandler {
         timeout: Duration,
         client: Client,
     ) -> Result<Self, HttpHandlerError> {
+        crate::secrets::register_url(url.as_ref());
         let url =
             Url::parse(url.as_ref()).map_err(|e| HttpHandlerError::InvalidUrl(e.to_string()))?;
         if url.scheme() != "http" && url.scheme() != "https" {

@@ -12,6 +12,7 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Returns what it answered (`200 OK`, `503 Service Unavailable`, or the
 /// error).
 pub async fn probe(url: &str) -> (bool, String) {
+    crate::secrets::register_url(url);
     let client = match reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(HEALTH_TIMEOUT)
