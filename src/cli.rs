@@ -205,7 +205,7 @@ pub struct ServeArgs {
     pub window: u32,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -453,7 +453,7 @@ pub struct StatusArgs {
     pub metrics_url: Vec<String>,
     /// Management API for unacked counts and `messages_dlx` [default: the
     /// AMQP host, port 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -489,7 +489,7 @@ pub struct DoctorArgs {
     /// Management API for policies, statistics and permissions [default:
     /// the AMQP host, port 15672]. Repeatable, one per --url, in the same
     /// order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -516,7 +516,7 @@ pub struct DrillArgs {
     pub format: OutputFormat,
     /// Management API, to name the step that broke [default: the AMQP
     /// host, port 15672].
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -543,7 +543,7 @@ pub struct ProvisionArgs {
     pub json: bool,
     /// Management API for checking bindings [default: the AMQP host, port
     /// 15672]. Repeatable, one per --url, in the same order.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     /// Declarations in flight at once, each on its own channel.
     #[arg(long, default_value_t = dlqctl::ops::provision::DEFAULT_PARALLELISM as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -630,11 +630,17 @@ pub struct WorkArgs {
     /// Its leases are not shared with workers using the pipeline's store.
     #[arg(long, value_name = "URL", value_parser = parse_store)]
     pub idempotency_store: Option<dlqctl::core::idempotency::StoreSpec>,
+    /// Let the handler inherit this variable of dlqctl's after all
+    /// (repeatable). Handler processes do not get AMQP_URL,
+    /// DLQCTL_MANAGEMENT_URL, DLQCTL_AUTH_TOKEN or the variable a store's
+    /// `env:NAME` names: dlqctl's secrets are not the handler's.
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// Management API, to read the main queue's consumer timeout at start
     /// and every minute [default: the AMQP host, port 15672]. Repeatable,
     /// one per --url, in the same order. When it does not answer, the
     /// worker warns and starts.
-    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", value_delimiter = ',', help_heading = CONNECTION)]
+    #[arg(long, env = "DLQCTL_MANAGEMENT_URL", hide_env_values = true, value_delimiter = ',', help_heading = CONNECTION)]
     pub management_url: Vec<String>,
     #[command(flatten)]
     pub connection: Connection,
@@ -860,6 +866,33 @@ mod tests {
             assert_eq!(ca.contains("management"), has_api, "{path:?}: {ca}");
         }
         assert_eq!(connecting, 12, "commands with --url");
+    }
+
+    /// `--help` shows no environment variable's value that may hold a
+    /// secret: every variable but the TLS file paths is hidden.
+    #[test]
+    fn help_hides_the_values_of_secret_environment_variables() {
+        const SHOWN: [&str; 3] = ["DLQCTL_TLS_CA", "DLQCTL_TLS_CERT", "DLQCTL_TLS_KEY"];
+        let mut root = Cli::command();
+        root.build();
+        let mut commands = Vec::new();
+        all_commands(&root, Vec::new(), &mut commands);
+        let mut shown = Vec::new();
+        for (path, cmd) in &commands {
+            for a in cmd.get_arguments() {
+                let Some(env) = a.get_env().and_then(|e| e.to_str()) else {
+                    continue;
+                };
+                if !SHOWN.contains(&env) && !a.is_hide_env_values_set() {
+                    shown.push(format!("{path:?} --{}: {env}", a.get_id()));
+                }
+            }
+        }
+        assert!(
+            shown.is_empty(),
+            "values shown by --help:\n{}",
+            shown.join("\n")
+        );
     }
 
     fn format_of(args: &[&str]) -> Result<OutputFormat, String> {

@@ -4,7 +4,10 @@
 //! - Credentials never reach a log: lapin's records of the frames that
 //!   carry a SASL response (`connection.start-ok`, `connection.secure-ok`,
 //!   logged at `trace` with the user and password as a byte list) are
-//!   dropped before any layer formats them.
+//!   dropped before any layer formats them; and every line is written
+//!   through `secrets::ScrubbedStderr`, which hides each secret the
+//!   process knows (the URLs' passwords, the web token) in any written
+//!   form, in dlqctl's lines and in the dependencies' own alike.
 //! - A text log line is one line: every field value (a handler's error, a
 //!   message id, a broker's reply) is written with its control characters
 //!   escaped (`\n`, `\u001b`, ...), so a value cannot forge a log line or
@@ -71,7 +74,9 @@ pub fn init(format: cli::LogFormat, quiet_lapin_io: bool) {
         .unwrap_or_else(|| EnvFilter::new(default));
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        // Every line scrubbed of the known secrets (dlqctl::secrets):
+        // dlqctl's own and the dependencies' alike, at every level.
+        .with_writer(|| crate::secrets::ScrubbedStderr)
         // On a failed write (stderr a full disk or a closed pipe) the
         // subscriber would report it with eprintln!, which panics — in
         // whichever task was logging, the signal task included, leaving the

@@ -6,12 +6,19 @@ mod dispatch;
 mod exit;
 mod logging;
 mod output;
+mod secrets;
 mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The secrets of the arguments and of dlqctl's variables are known
+    // before anything is printed: everything standard error shows is
+    // scrubbed of them (dlqctl::secrets), a panic's message included.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    secrets::register(&argv, &|name| std::env::var(name).ok());
+    secrets::install_panic_hook();
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(e) => return usage_error(e),
@@ -20,6 +27,7 @@ fn main() -> ExitCode {
     // line; lapin's own I/O-loop errors would only add noise before it.
     let one_shot = !matches!(args.command, cli::Command::Work(_));
     logging::init(args.log_format, one_shot);
+    secrets::warn_command_line(&argv);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -50,10 +58,13 @@ fn main() -> ExitCode {
 }
 
 /// A command line clap refuses (or `--help`, `--version`): as clap prints
-/// it, except that under `--log-format json` a refusal is one JSON record
-/// like every other error (exit 2).
+/// it (its exit code, its stream, its colours on a terminal), scrubbed of
+/// the known secrets (clap repeats a refused value as given), except that
+/// under `--log-format json` a refusal is one JSON record like every
+/// other error (exit 2).
 fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
+    use std::io::IsTerminal as _;
     let json = log_format_is_json(std::env::args_os().skip(1));
     if !json
         || matches!(
@@ -63,7 +74,27 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         )
     {
-        e.exit()
+        let code = u8::try_from(e.exit_code()).unwrap_or(2);
+        let rendered = e.render();
+        let to_stderr = e.use_stderr();
+        let terminal = if to_stderr {
+            std::io::stderr().is_terminal()
+        } else {
+            std::io::stdout().is_terminal()
+        };
+        let text = if terminal {
+            rendered.ansi().to_string()
+        } else {
+            rendered.to_string()
+        };
+        let text = dlqctl::secrets::scrub(&text);
+        if to_stderr {
+            use std::io::Write as _;
+            let _ = secrets::ScrubbedStderr.write_all(text.as_bytes());
+        } else if output::stdout_bytes(text.as_bytes()).is_err() {
+            return exit::Outcome::Failure.into();
+        }
+        return ExitCode::from(code);
     }
     let text = e.render().to_string();
     let text = text.trim_end().trim_start_matches("error: ");

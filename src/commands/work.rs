@@ -27,6 +27,11 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
         ))
         .into());
     }
+    // The handler gets these of dlqctl's secret-bearing variables after
+    // all (dlqctl::secrets): the operator asked for them.
+    for name in &a.pass_env {
+        dlqctl::secrets::pass_var(name);
+    }
     let brokers = super::brokers(&a.connection)?;
     super::check_management_urls(&a.management_url)?;
     let mut cfg = WorkerConfig::new(pipeline, brokers);

@@ -44,7 +44,8 @@ pub fn stdout_line(text: &str) -> std::io::Result<()> {
 /// characters escaped as [`stdout`] does. A failed write to standard
 /// error cannot be reported anywhere: it is ignored, never a panic.
 pub fn stderr_line(text: &str) {
-    let text = dlqctl::core::values::text::escape_controls_keep_lines(text);
+    let text = dlqctl::secrets::scrub(text);
+    let text = dlqctl::core::values::text::escape_controls_keep_lines(&text);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(format!("{text}\n").as_bytes());
     let _ = err.flush();

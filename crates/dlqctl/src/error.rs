@@ -62,9 +62,10 @@ pub enum Error {
         message: String,
     },
     /// The management API answered with an error or could not be reached.
-    #[error("management API {url}: {message}")]
+    #[error("management API {}: {message}", crate::core::values::redact::url(.url))]
     Management {
-        /// The URL asked (no credentials).
+        /// The URL asked (no credentials; shown with a secret query value
+        /// hidden, as every URL is).
         url: String,
         /// What happened.
         message: String,

@@ -92,6 +92,8 @@ pub mod handler;
 pub mod idempotency;
 #[doc(hidden)]
 pub mod ops;
+#[doc(hidden)]
+pub mod secrets;
 mod topology_file;
 #[doc(hidden)]
 pub mod urls;

@@ -57,7 +57,29 @@ pub fn load_topology(path: impl AsRef<Path>) -> Result<Topology> {
         )));
     }
     let text = source::decode(&bytes).map_err(|why| Error::Usage(format!("{shown}: {why}")))?;
-    Ok(parse_topology(text, &shown)?)
+    let topology = parse_topology(text, &shown)?;
+    register_secrets(&topology);
+    Ok(topology)
+}
+
+/// The secrets a topology holds (a store's or a health probe's URL) join
+/// the process's known ones ([`crate::secrets`]).
+fn register_secrets(topology: &Topology) {
+    for p in &topology.pipelines {
+        if let Some(health) = p
+            .dead_letter
+            .redrive
+            .as_ref()
+            .and_then(|r| r.health.as_ref())
+        {
+            crate::secrets::register_url(health);
+        }
+        if let Some(crate::core::idempotency::StoreSpec::Redis(url)) =
+            p.idempotency.as_ref().map(|i| &i.store)
+        {
+            crate::secrets::register_url(url);
+        }
+    }
 }
 
 /// Parses and validates a topology file's text, as [`load_topology`]

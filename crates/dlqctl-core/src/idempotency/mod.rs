@@ -109,28 +109,16 @@ impl StoreSpec {
     /// `validate` warns about: it belongs in the environment.
     pub fn has_inline_password(&self) -> bool {
         match self {
-            StoreSpec::Redis(url) => url_password(url).is_some(),
+            StoreSpec::Redis(url) => crate::values::redact::has_password(url),
             _ => false,
         }
     }
 }
 
-/// The `password` of a `scheme://user:password@host…` URL, if any.
-pub fn url_password(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    let (_, password) = userinfo.split_once(':')?;
-    (!password.is_empty()).then_some(password)
-}
-
-/// `url` with its password, if any, replaced by `***`: what a log or an
-/// error may show.
+/// `url` as a log or an error may show it: the one redaction of
+/// [`crate::values::redact::url`].
 pub fn redact_url(url: &str) -> String {
-    match url_password(url) {
-        Some(p) => url.replacen(&format!(":{p}@"), ":***@", 1),
-        None => url.to_string(),
-    }
+    crate::values::redact::url(url)
 }
 
 /// Default `keep` without a DLQ retention, and the shortest default:

@@ -111,6 +111,7 @@ impl Tls {
 impl BrokerUrl {
     /// Parses an `amqp://` or `amqps://` URL.
     pub fn parse(url: &str) -> Result<Self> {
+        crate::secrets::register_url(url);
         let uri: AMQPUri = url.parse().map_err(|e: String| Error::Url {
             url: redact(url),
             reason: redact_in(&e, url),
@@ -383,56 +384,19 @@ fn start_hint() -> String {
         .to_string()
 }
 
-/// The URL with its password replaced by `***`.
-///
-/// Works on the text as given, so it also hides the password of a URL
-/// that does not parse: the user-info is everything between `://` and the
-/// last `@` (a password may hold `/`, `@`, `:`, `#` or `%` unencoded); the
-/// user name before its first `:` is kept, the rest becomes `***`. When in
-/// doubt it hides more, never less.
+/// The URL as errors and logs show it: the one redaction of the core
+/// ([`crate::core::values::redact::url`]), which also hides the secrets
+/// of a URL that does not parse.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return match url.rfind('@') {
-            // No scheme but an `@`: hide everything before it.
-            Some(at) => format!("***{}", &url[at..]),
-            None => url.to_string(),
-        };
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &rest[..at];
-    let user = match userinfo.find(':') {
-        Some(colon) => format!("{}:***", &userinfo[..colon]),
-        None => userinfo.to_string(),
-    };
-    format!("{}{user}{}", &url[..scheme_end + 3], &rest[at..])
+    crate::core::values::redact::url(url)
 }
 
-/// `text` with every occurrence of `secret` (and of the URL's password)
-/// replaced by `***`.
+/// `text` scrubbed of every secret `url` holds (or of `url` itself when
+/// it is a bare password), in every written form.
 pub(crate) fn redact_in(text: &str, secret_or_url: &str) -> String {
-    let mut out = text.to_string();
-    let mut secrets = vec![secret_or_url.to_string()];
-    if let Ok(u) = secret_or_url.parse::<AMQPUri>() {
-        secrets.push(u.authority.userinfo.password);
-    }
-    // The password as typed, also when the URL does not parse.
-    if let Some(scheme_end) = secret_or_url.find("://") {
-        let rest = &secret_or_url[scheme_end + 3..];
-        if let Some(at) = rest.rfind('@') {
-            if let Some(colon) = rest[..at].find(':') {
-                secrets.push(rest[colon + 1..at].to_string());
-            }
-        }
-    }
-    for s in secrets {
-        if s.len() >= 3 {
-            out = out.replace(&s, "***");
-        }
-    }
-    out
+    let mut secrets = crate::core::values::redact::secrets(secret_or_url);
+    secrets.push(secret_or_url.to_string());
+    crate::core::values::redact::scrub(text, &secrets)
 }
 
 /// The AMQP reply code and text of a broker error, if it is one.
@@ -538,6 +502,28 @@ mod tests {
             }
         }
         assert_eq!(redact("guest:pw@host"), "***@host");
+    }
+
+    #[test]
+    fn a_bad_url_of_any_shape_does_not_echo_its_secrets() {
+        for (url, secrets) in [
+            (
+                "amqp://u:%41bc%2Fdef@host:notaport/",
+                &["%41bc%2Fdef", "Abc/def"][..],
+            ),
+            ("amqp://qSecret9@host:notaport/", &["qSecret9"]),
+            ("amqp://u:se/cret@[::1:notaport/", &["se/cret"]),
+            (
+                "amqp://u:x@host/?password=qSecret9&frame_max=x",
+                &["qSecret9"],
+            ),
+            ("amqps://u:qSecret9@host:99999/", &["qSecret9"]),
+        ] {
+            let e = BrokerUrl::parse(url).map(|_| ()).unwrap_err().to_string();
+            for s in secrets {
+                assert!(!e.contains(s), "{url}: {e}");
+            }
+        }
     }
 
     #[test]

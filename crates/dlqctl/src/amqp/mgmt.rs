@@ -52,6 +52,8 @@ impl Management {
         password: &str,
         ca_pem: Option<&str>,
     ) -> Result<Self> {
+        crate::secrets::register_url(base);
+        crate::secrets::register(password);
         let mut url = crate::urls::http(base).map_err(|e| {
             Error::Usage(format!(
                 "invalid --management-url {}: {e}",

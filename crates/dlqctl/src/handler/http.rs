@@ -91,6 +91,7 @@ impl HttpHandler {
         timeout: Duration,
         client: Client,
     ) -> Result<Self, HttpHandlerError> {
+        crate::secrets::register_url(url.as_ref());
         if let Ok(u) = Url::parse(url.as_ref()) {
             if u.scheme() != "http" && u.scheme() != "https" {
                 return Err(HttpHandlerError::UnsupportedScheme(u.scheme().to_string()));
@@ -264,15 +265,11 @@ fn valid_prefix(bytes: &[u8], cut: bool) -> &[u8] {
     }
 }
 
-/// The URL without user info, query and fragment.
+/// The URL without user info, query and fragment: the core's
+/// [`crate::core::values::redact::endpoint`], the one redaction's rule
+/// for the HTTP URLs dlqctl calls.
 pub fn redacted(url: &Url) -> String {
-    let mut url = url.clone();
-    // Both only fail for URLs that cannot have user info (no host).
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    url.set_query(None);
-    url.set_fragment(None);
-    url.to_string()
+    crate::core::values::redact::endpoint(url.as_str())
 }
 
 /// An error and its sources, `: `-separated, skipping repeats.

@@ -92,15 +92,21 @@ pub(crate) fn resolve_at(
                 )),
             }
         }
-        StoreSpec::Redis(url) => Ok(StoreUrl::Redis(url.clone())),
+        StoreSpec::Redis(url) => {
+            crate::secrets::register_url(url);
+            Ok(StoreUrl::Redis(url.clone()))
+        }
         StoreSpec::Env(name) => {
             let store = format!("env:{name}");
+            // Its value is a secret: handler processes do not inherit it.
+            crate::secrets::withhold_var(name);
             let value = env(name).filter(|v| !v.is_empty()).ok_or_else(|| {
                 refused(
                     &store,
                     format!("the environment variable {name} is not set"),
                 )
             })?;
+            crate::secrets::register_url(&value);
             match StoreSpec::parse(&value) {
                 Ok(StoreSpec::Env(_)) | Err(_) => Err(refused(
                     &store,

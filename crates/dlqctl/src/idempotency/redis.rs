@@ -24,7 +24,8 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
 use super::store::{Begin, BodySha, Lease, Store, StoreError};
-use crate::core::idempotency::{redact_url, url_password};
+use crate::core::idempotency::redact_url;
+use crate::core::values::redact::Scrubber;
 use crate::core::wire::DOCTOR_KEY_PREFIX;
 
 /// The longest a call may take.
@@ -81,8 +82,8 @@ return 1
 /// The Redis store.
 pub(super) struct RedisStore {
     describe: String,
-    /// The password, to scrub from error texts (never printed).
-    password: Option<String>,
+    /// The URL's secrets, to scrub from error texts (never printed).
+    secrets: Scrubber,
     /// `dlqctl:` + scope.
     prefix: Vec<u8>,
     /// Replaced after a `READONLY` answer.
@@ -113,10 +114,10 @@ impl RedisStore {
         ca_pem: Option<&[u8]>,
     ) -> Result<RedisStore, StoreError> {
         let describe = redact_url(url);
-        let password = url_password(url).map(str::to_string);
+        let secrets = Scrubber::new(crate::core::values::redact::secrets(url));
         let refused = |e: RedisError| StoreError::Refused {
             store: describe.clone(),
-            detail: scrub(&e.to_string(), password.as_deref()),
+            detail: secrets.scrub(&e.to_string()).into_owned(),
         };
         // What the URL alone says (no host, a negative database) is
         // refused at once: an `env:` URL is only read now.
@@ -160,18 +161,18 @@ impl RedisStore {
                     detail: format!(
                         "the server has no database {db} (the number after the port; \
                          a default server has 0 to 15): {}",
-                        scrub(&e.to_string(), password.as_deref())
+                        secrets.scrub(&e.to_string())
                     ),
                 });
             }
-            Ok(Err(e)) => return Err(error(&describe, password.as_deref(), &e)),
+            Ok(Err(e)) => return Err(error(&describe, &secrets, &e)),
             Ok(Ok(conn)) => conn,
         };
         let mut prefix = b"dlqctl:".to_vec();
         prefix.extend_from_slice(scope);
         let store = RedisStore {
             describe,
-            password,
+            secrets,
             prefix,
             conn: RwLock::new(conn),
             client,
@@ -223,7 +224,7 @@ impl RedisStore {
                 if e.code() == Some("READONLY") {
                     self.reconnect();
                 }
-                Err(error(&self.describe, self.password.as_deref(), &e))
+                Err(error(&self.describe, &self.secrets, &e))
             }
             Ok(Ok(v)) => Ok(v),
         }
@@ -277,8 +278,8 @@ fn px(ms: u64) -> Vec<u8> {
 /// not trusted are refusals; the rest (refused connection, timeout,
 /// reset, a server loading its data) is unavailable. Its text scrubbed
 /// of the password.
-fn error(store: &str, password: Option<&str>, e: &RedisError) -> StoreError {
-    let detail = scrub(&e.to_string(), password);
+fn error(store: &str, secrets: &Scrubber, e: &RedisError) -> StoreError {
+    let detail = secrets.scrub(&e.to_string()).into_owned();
     let refused = matches!(
         e.kind(),
         ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig
@@ -307,44 +308,6 @@ fn untrusted_certificate(e: &RedisError) -> bool {
         source = s.source();
     }
     e.to_string().contains("invalid peer certificate")
-}
-
-/// `text` with the password, as written in the URL and percent-decoded,
-/// replaced by `***`.
-fn scrub(text: &str, password: Option<&str>) -> String {
-    let Some(password) = password.filter(|p| !p.is_empty()) else {
-        return text.to_string();
-    };
-    let mut out = text.replace(password, "***");
-    let decoded = percent_decode(password);
-    if !decoded.is_empty() {
-        out = out.replace(&decoded, "***");
-    }
-    out
-}
-
-/// `%XX` escapes decoded (lossily, for scrubbing only).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Store for RedisStore {
@@ -501,11 +464,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scrub_hides_the_password_as_written_and_decoded() {
+    fn errors_are_scrubbed_of_the_password_as_written_and_decoded() {
         let text = "failed for p%40ss and for p@ss";
-        assert_eq!(scrub(text, Some("p%40ss")), "failed for *** and for ***");
-        assert_eq!(scrub(text, None), text);
-        assert_eq!(scrub(text, Some("")), text);
+        let secrets = Scrubber::new(crate::core::values::redact::secrets("redis://:p%40ss@h"));
+        assert_eq!(secrets.scrub(text), "failed for *** and for ***");
+        assert_eq!(Scrubber::default().scrub(text), text);
     }
 
     #[test]

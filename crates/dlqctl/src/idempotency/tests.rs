@@ -83,3 +83,55 @@ fn the_default_file_is_the_installed_workers() {
         "{hint}"
     );
 }
+
+/// Store URLs of every shape a password hides in, each with the password
+/// as written and as decoded (none may appear anywhere).
+const SECRET_SHAPES: [(&str, &[&str]); 8] = [
+    ("redis://:se/cret@127.0.0.1:1/0", &["se/cret"]),
+    ("redis://127.0.0.1:1/0?password=qSecret9", &["qSecret9"]),
+    ("redis://qSecret9@127.0.0.1:1/0", &["qSecret9"]),
+    (
+        "redis://u:p%40ss%2Fw0rd@127.0.0.1:1/0",
+        &["p%40ss%2Fw0rd", "p@ss/w0rd"],
+    ),
+    ("redis://u:qSecret9@[::1]:1/0", &["qSecret9"]),
+    ("rediss://:qSecret9@127.0.0.1:1/0", &["qSecret9"]),
+    (
+        "redis+unix:///nonexistent/redis.sock?db=0&password=qSecret9",
+        &["qSecret9"],
+    ),
+    ("memcached://:qSecret9@host", &["qSecret9"]),
+];
+
+#[track_caller]
+fn assert_no_secret(what: &str, text: &str, secrets: &[&str]) {
+    for s in secrets {
+        assert!(!text.contains(s), "{what}: {s:?} shown in {text:?}");
+    }
+}
+
+#[tokio::test]
+async fn no_store_url_shape_shows_its_password() {
+    for (url, secrets) in SECRET_SHAPES {
+        let shown = format!("{:?}", StoreUrl::Redis(url.into()));
+        assert_no_secret("Debug", &shown, secrets);
+        // Named by an environment variable, refused or accepted.
+        let env = |_: &str| Some(url.to_string());
+        match resolve(&StoreSpec::Env("STORE".into()), "orders", &env) {
+            Err(e) => assert_no_secret("env: refused", &e.to_string(), secrets),
+            Ok(u) => assert_no_secret("env: resolved", &format!("{u:?}"), secrets),
+        }
+        if let Err(e) = crate::core::idempotency::StoreSpec::parse(url) {
+            assert_no_secret("parse", &e, secrets);
+        }
+        // Nothing listens on port 1, and the socket is not there.
+        if url.starts_with("redis") {
+            let e = open(&StoreUrl::Redis(url.into()), b"1:/:6:orders", Create::No)
+                .await
+                .err()
+                .map(|e| format!("{e} {e:?}"))
+                .unwrap_or_default();
+            assert_no_secret("open", &e, secrets);
+        }
+    }
+}

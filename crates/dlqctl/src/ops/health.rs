@@ -15,6 +15,7 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A URL no request can be built from (`crate::urls::http`) is not asked:
 /// the answer says it is a configuration error.
 pub async fn probe(url: &str) -> (bool, String) {
+    crate::secrets::register_url(url);
     if let Err(why) = crate::urls::http(url) {
         return (
             false,

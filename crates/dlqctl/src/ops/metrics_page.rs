@@ -11,9 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// A metrics page's URL as dlqctl prints it: neither the credentials nor
 /// the query (a token) are shown.
 pub fn shown(url: &str) -> String {
-    reqwest::Url::parse(url)
-        .map(|u| crate::handler::http::redacted(&u))
-        .unwrap_or_else(|_| crate::amqp::connection::redact(url))
+    crate::core::values::redact::endpoint(url)
 }
 
 /// GET a text page (5 s timeout); the error is a sentence.

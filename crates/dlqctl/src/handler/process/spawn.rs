@@ -1,7 +1,9 @@
 //! Starting a handler program per message at the cost of a `posix_spawn`,
 //! with the guarantees dlqctl gives on its handlers: a process group of its
 //! own, death with dlqctl (`PR_SET_PDEATHSIG`, even on a `kill -9` of
-//! dlqctl), default signal dispositions and an empty signal mask, stdin and
+//! dlqctl), default signal dispositions and an empty signal mask, dlqctl's
+//! environment without the variables that hold its secrets
+//! ([`crate::secrets::withheld_vars`]), stdin and
 //! stderr as pipes, stdout on `/dev/null` ([`spawn`], the per-message
 //! handler) or a pipe too ([`spawn_piped`], the `--jsonl` processes).
 //!
@@ -588,8 +590,14 @@ impl ExecImage {
 
         let mut envp = Vec::with_capacity(64);
         let mut path_var = None;
+        // dlqctl's secrets stay with dlqctl (crate::secrets): the broker
+        // and management URLs, the web token, a store's `env:NAME`,
+        // unless the operator passes them (`--pass-env`).
+        let withheld = crate::secrets::withheld_vars();
         for (name, value) in std::env::vars_os() {
-            if env.iter().any(|(n, _)| OsStr::new(n) == name) {
+            if env.iter().any(|(n, _)| OsStr::new(n) == name)
+                || withheld.iter().any(|w| OsStr::new(w) == name)
+            {
                 continue;
             }
             if name == "PATH" {

@@ -413,3 +413,21 @@ async fn kill_leftovers_reaches_the_group_after_the_leader_ended() {
     .await;
     assert!(dead, "pid {orphan} still runs");
 }
+
+/// dlqctl's secret-bearing variables (and a store's `env:NAME`) do not
+/// reach the program, unless passed on purpose (`--pass-env`).
+#[tokio::test]
+async fn secret_variables_are_withheld_unless_passed() {
+    std::env::set_var("AMQP_URL", "amqp://u:pw@h");
+    std::env::set_var("DLQCTL_MANAGEMENT_URL", "http://u:pw@h");
+    std::env::set_var("DLQCTL_AUTH_TOKEN", "tok");
+    std::env::set_var("DLQCTL_SPAWN_TEST_STORE", "redis://:pw@h");
+    std::env::set_var("DLQCTL_SPAWN_TEST_PASSED", "redis://:pw@h2");
+    crate::secrets::withhold_var("DLQCTL_SPAWN_TEST_STORE");
+    crate::secrets::withhold_var("DLQCTL_SPAWN_TEST_PASSED");
+    crate::secrets::pass_var("DLQCTL_SPAWN_TEST_PASSED");
+    let script = "echo \"${AMQP_URL-unset}|${DLQCTL_MANAGEMENT_URL-unset}|${DLQCTL_AUTH_TOKEN-unset}|${DLQCTL_SPAWN_TEST_STORE-unset}|${DLQCTL_SPAWN_TEST_PASSED-unset}\" >&2";
+    let (status, err) = sh(script, b"", &[]).await;
+    assert!(status.success());
+    assert_eq!(err, "unset|unset|unset|unset|redis://:pw@h2\n");
+}
