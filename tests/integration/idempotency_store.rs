@@ -595,3 +595,33 @@ async fn sqlite_child_begins_keys() {
         begin(i).await;
     }
 }
+
+/// `look` reads a key's state and changes nothing, on both stores: free,
+/// then leased (a begin), then handled (a mark); a lease taken is not
+/// lengthened or released by looking, and another begin still finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn look_says_free_leased_or_handled_and_changes_nothing() {
+    use dlqctl::idempotency::KeyState;
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let sqlite = open(
+        &StoreUrl::Sqlite(dir.path().join("orders.db")),
+        &scope(),
+        Create::Yes,
+    )
+    .await
+    .unwrap();
+    for s in [redis(&server.url()).await, sqlite] {
+        let name = s.describe().to_string();
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Free, "{name}");
+        // Looking took nothing: the key is still free to begin.
+        let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Leased, "{name}");
+        leased(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        s.mark(&lease, &BODY, 60_000).await.unwrap();
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Handled, "{name}");
+        // Any body: a mark is a mark.
+        assert_eq!(s.begin(b"k", &BODY, 30_000).await.unwrap(), Begin::Handled);
+        assert_eq!(s.look(b"other").await.unwrap(), KeyState::Free, "{name}");
+    }
+}
