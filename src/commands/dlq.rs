@@ -380,6 +380,11 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
         .dry_run
         .then(|| o.pipeline.idempotency.as_ref().map(|i| i.key.clone()))
         .flatten();
+    let o = if a.dry_run || a.from_file.is_some() {
+        o
+    } else {
+        guarded(a, o, opts.canary.is_some()).await?
+    };
     let mut bar = Reporter::new(
         if a.dry_run { "would move" } else { "moved" },
         a.json,
@@ -406,10 +411,38 @@ pub async fn replay(a: &ReplayArgs) -> Result<Outcome> {
     print_report(a.json, &r, output::text::replay_text)?;
     use dlqctl::ops::dlq::replay::{ReplayEnd, Stop};
     Ok(match &r.ended {
-        ReplayEnd::Stopped(Stop::CanaryFailed(_)) => Outcome::Difference,
+        ReplayEnd::Stopped(Stop::CanaryFailed(_) | Stop::NoCanary(_)) => Outcome::Difference,
         ReplayEnd::Stopped(Stop::Refused(_)) | ReplayEnd::Cancelled { .. } => Outcome::Failure,
         ReplayEnd::Completed if r.failed > 0 => Outcome::Failure,
         ReplayEnd::Completed => Outcome::Success,
+    })
+}
+
+/// A real replay of a pipeline with `idempotency`: its store, opened
+/// without creating anything, so that a canary is chosen and judged by its
+/// key and the messages already handled are counted. A store that cannot
+/// be opened is an error when a canary depends on it; otherwise the
+/// replay goes on without the count, saying why.
+async fn guarded(a: &ReplayArgs, o: Opened, canary: bool) -> Result<Opened> {
+    let brokers = super::brokers(&a.target.connection)?;
+    let opened =
+        dlqctl::ops::dlq::canary::StoreGuard::open(&o.pipeline, brokers.get(0).vhost(), None).await;
+    let guard = match opened {
+        Ok(guard) => guard,
+        Err(e) if !canary => {
+            output::stderr_line(&format!(
+                "warning: the messages already handled are not counted: {e}"
+            ));
+            None
+        }
+        Err(e) => {
+            o.close().await;
+            return Err(e.into());
+        }
+    };
+    Ok(Opened {
+        target: o.target.guarded(guard),
+        pipeline: o.pipeline,
     })
 }
 
@@ -465,6 +498,25 @@ pub async fn redrive(a: &RedriveArgs) -> Result<Outcome> {
     };
     let every = policy.every;
     let o = open(&a.target, "redrive").await?;
+    let brokers = super::brokers(&a.target.connection)?;
+    let vhost = brokers.get(0).vhost().to_string();
+    // A canary on a pipeline with `idempotency` is chosen and judged by
+    // its key: the run needs the store.
+    let guard = if policy.canary > 0 {
+        match dlqctl::ops::dlq::canary::StoreGuard::open(&o.pipeline, &vhost, None).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                o.close().await;
+                return Err(e.into());
+            }
+        }
+    } else {
+        None
+    };
+    let o = Opened {
+        target: o.target.guarded(guard),
+        pipeline: o.pipeline,
+    };
     let result = dlqctl::ops::dlq::redrive::redrive(&o.target, &o.pipeline, every).await;
     o.close().await;
     let r = result?;
@@ -472,7 +524,7 @@ pub async fn redrive(a: &RedriveArgs) -> Result<Outcome> {
     use dlqctl::core::dlq::redrive::RunResult;
     Ok(match r.result {
         RunResult::Moved | RunResult::NothingEligible => Outcome::Success,
-        RunResult::CanaryFailed | RunResult::Unhealthy => Outcome::Difference,
+        RunResult::CanaryFailed | RunResult::Unhealthy | RunResult::NoCanary => Outcome::Difference,
         RunResult::Busy | RunResult::Failed => Outcome::Failure,
     })
 }

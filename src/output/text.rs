@@ -567,9 +567,32 @@ pub fn export_text(r: &ExportReport, output: Option<&std::path::Path>) -> String
 
 /// The canary's line of a replay or redrive report; `failed` is the word
 /// for a canary that did not pass.
+/// The line saying how many of the messages moved (or that would move)
+/// were marked handled; it suggests `--rerun` only to a run without it.
+fn already_handled_line(n: u64, dry_run: bool, rerun: bool) -> String {
+    match (dry_run, rerun) {
+        (true, false) => format!(
+            "of them, {n} are marked handled in the idempotency store: a replay acks those without running them (add --rerun to run them again)\n"
+        ),
+        (true, true) => format!(
+            "of them, {n} are marked handled in the idempotency store: --rerun runs them again\n"
+        ),
+        (false, false) => format!(
+            "of them, {n} were already marked handled in the idempotency store: acked as duplicates, without running the handler (--rerun runs handled messages again)\n"
+        ),
+        (false, true) => format!(
+            "of them, {n} were already marked handled in the idempotency store: --rerun runs them again\n"
+        ),
+    }
+}
+
 fn canary_line(c: &CanaryReport, failed: &str) -> String {
+    let handled = c
+        .handled
+        .map(|h| format!(", {h} handled by a handler run"))
+        .unwrap_or_default();
     format!(
-        "canary: {} sent, {} came back: {}\n",
+        "canary: {} sent, {} came back{handled}: {}\n",
         c.sent,
         c.came_back,
         if c.passed { "passed" } else { failed }
@@ -596,6 +619,10 @@ pub fn redrive_text(r: &dlqctl::ops::dlq::redrive::RedriveReport) -> String {
         RunResult::Failed => format!(
             "redrive of {}: stopped on an error ({} moved, the rest stays in the DLQ)",
             r.dlq, r.moved
+        ),
+        RunResult::NoCanary => format!(
+            "redrive of {}: no eligible message could be the canary, nothing moved",
+            r.dlq
         ),
     };
     let mut out = format!("{head} in {:.1}s\n", r.elapsed_ms as f64 / 1000.0);
@@ -665,9 +692,7 @@ pub fn replay_text(r: &ReplayReport) -> String {
         )
     };
     if let Some(n) = r.already_handled {
-        out.push_str(&format!(
-            "of them, {n} are marked handled in the idempotency store: a replay acks those without running them (add --rerun to run them again)\n"
-        ));
+        out.push_str(&already_handled_line(n, r.dry_run, r.rerun));
     }
     if let Some(why) = &r.why_failed {
         out += &format!("failed: {why}\n");

@@ -123,18 +123,29 @@ async fn run(
                     .map(Duration::from_millis)
                     .unwrap_or_else(|| dlqctl::ops::dlq::replay::default_canary_wait(p)),
             });
-            dlqctl::ops::dlq::replay::replay(&t, &opts, &mut { progress })
-                .await
-                .map(|r| {
-                    // A failed canary is the run's stop.
-                    let (state, error) = match &r.ended {
-                        ReplayEnd::Cancelled { stop } => (State::Cancelled, stop.as_ref()),
-                        ReplayEnd::Stopped(stop) => (State::Failed, Some(stop)),
-                        ReplayEnd::Completed => (State::Done, None),
-                    };
-                    let error = error.map(|s| s.why().to_string());
-                    (state, serde_json::to_value(&r).ok(), error)
-                })
+            // On a pipeline with `idempotency`, a canary is chosen and
+            // judged by its key: it needs the store (the count of the
+            // messages already handled only wants it).
+            let vhost = app.opts.brokers.get(0).vhost().to_string();
+            let guard = dlqctl::ops::dlq::canary::StoreGuard::open(p, &vhost, None).await;
+            let guarded = match guard {
+                Err(e) if opts.canary.is_some() => Err(e),
+                guard => Ok(t.clone().guarded(guard.ok().flatten())),
+            };
+            let replayed = match guarded {
+                Ok(t) => dlqctl::ops::dlq::replay::replay(&t, &opts, &mut { progress }).await,
+                Err(e) => Err(e),
+            };
+            replayed.map(|r| {
+                // A failed canary is the run's stop.
+                let (state, error) = match &r.ended {
+                    ReplayEnd::Cancelled { stop } => (State::Cancelled, stop.as_ref()),
+                    ReplayEnd::Stopped(stop) => (State::Failed, Some(stop)),
+                    ReplayEnd::Completed => (State::Done, None),
+                };
+                let error = error.map(|s| s.why().to_string());
+                (state, serde_json::to_value(&r).ok(), error)
+            })
         }
         Action::Export => export(app, job, &t, selector, progress).await,
         Action::Purge { expected } => dlqctl::ops::dlq::purge::purge(

@@ -931,6 +931,7 @@ async fn target_for(
             ..Default::default()
         },
         tag: "dlqctl integration test".into(),
+        guard: None,
     }
 }
 

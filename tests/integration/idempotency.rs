@@ -1,8 +1,9 @@
 //! Idempotent handling (docs/worker.md, "Idempotent handling") against a
 //! real SQLite file and a real Redis of the test's own: every id is
-//! published twice and the handler takes about 300 ms, so that the two
-//! copies overlap; each id must run exactly once, the second copy being
-//! deferred while the first runs, then acked as a duplicate.
+//! published twice and the handler waits for a gate the test opens only
+//! once a copy was deferred, so that the two copies certainly overlap
+//! (however slow the machine); each id must run exactly once, the second
+//! copy being deferred while the first runs, then acked as a duplicate.
 
 use crate::support::redis::RedisServer;
 use crate::support::script::Script;
@@ -94,15 +95,37 @@ pub(crate) fn assert_once_each(script: &Script, prefix: &str, n: usize) {
     assert_eq!(r, want, "each id ran once");
 }
 
-/// Two worker processes of `f`'s pipeline, each with two handlers taking
-/// 300 ms, once both consume.
-async fn two_workers(f: &PipeFixture) -> (Script, WorkerProc, WorkerProc) {
+/// A handler that waits until the test creates `open` in its directory
+/// (`Script::dir`): its key stays leased until then.
+pub(crate) const GATED: &str = r#"while [ ! -e "$d/open" ]; do sleep 0.02; done"#;
+
+/// Two worker processes of `f`'s pipeline, each with two handlers
+/// running `behaviour`, once both consume.
+async fn two_workers(f: &PipeFixture, behaviour: &str) -> (Script, WorkerProc, WorkerProc) {
     let args = ["--concurrency", "2"];
-    let (file, script, mut w1) = f.start_worker("sleep 0.3", &args).await;
+    let (file, script, mut w1) = f.start_worker(behaviour, &args).await;
     let mut w2 = WorkerProc::with_script(&file, &f.pipe.name, &script, &args);
     w1.wait_consuming().await;
     w2.wait_consuming().await;
     (script, w1, w2)
+}
+
+/// Waits until one of the workers deferred a copy (its key leased by a
+/// gated handler), then opens the gate. The first copies of the first
+/// ids fill the workers' handlers and hold their keys until then, so
+/// the deferral comes whatever the timing: without it, this fails.
+pub(crate) async fn defer_then_open(script: &Script, workers: &[&WorkerProc]) {
+    let start = Instant::now();
+    while decided(workers, "deferred").is_empty() {
+        let out: Vec<String> = workers.iter().map(|w| w.output()).collect();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no deferral while the handlers held their keys:\n{}",
+            out.join("\n----\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(script.dir.join("open"), "").expect("open the gate");
 }
 
 async fn stop_both(mut w1: WorkerProc, mut w2: WorkerProc) {
@@ -117,17 +140,11 @@ async fn stop_both(mut w1: WorkerProc, mut w2: WorkerProc) {
 async fn two_processes_on_one_sqlite_file_run_each_id_once() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
-    let (script, w1, w2) = two_workers(&f).await;
+    let (script, w1, w2) = two_workers(&f, GATED).await;
     publish_twice(&f, "s-", 20).await;
+    defer_then_open(&script, &[&w1, &w2]).await;
     wait_settled(&[&w1, &w2], 20, 20, Duration::from_secs(60)).await;
     assert_once_each(&script, "s-", 20);
-    let deferred = decided(&[&w1, &w2], "deferred").len();
-    assert!(
-        deferred > 0,
-        "no deferral:\n{}\n{}",
-        w1.output(),
-        w2.output()
-    );
     for q in f.all_queues() {
         f.broker
             .wait_for_count(&q, 0, Duration::from_secs(10))
@@ -141,11 +158,11 @@ async fn two_processes_on_one_sqlite_file_run_each_id_once() {
 async fn two_workers_on_one_redis_run_each_id_once() {
     let redis = RedisServer::start();
     let f = fixture(Some(&format!("{{store: '{}'}}", redis.url()))).await;
-    let (script, w1, w2) = two_workers(&f).await;
+    let (script, w1, w2) = two_workers(&f, GATED).await;
     publish_twice(&f, "r-", 20).await;
+    defer_then_open(&script, &[&w1, &w2]).await;
     wait_settled(&[&w1, &w2], 20, 20, Duration::from_secs(60)).await;
     assert_once_each(&script, "r-", 20);
-    assert!(!decided(&[&w1, &w2], "deferred").is_empty(), "no deferral");
     for q in f.all_queues() {
         f.broker
             .wait_for_count(&q, 0, Duration::from_secs(10))
@@ -160,7 +177,7 @@ async fn two_workers_on_one_redis_run_each_id_once() {
 #[tokio::test]
 async fn without_the_guard_the_overlapping_copies_run_twice() {
     let f = fixture(None).await;
-    let (script, w1, w2) = two_workers(&f).await;
+    let (script, w1, w2) = two_workers(&f, "sleep 0.3").await;
     publish_twice(&f, "c-", 10).await;
     wait_settled(&[&w1, &w2], 20, 0, Duration::from_secs(60)).await;
     let r = runs(&script);

@@ -250,13 +250,13 @@ async fn a_killed_replay_then_a_second_replay_runs_no_id_twice_and_rerun_runs_on
     let r = runs(&script);
     assert!(r.values().all(|&k| k == 1), "an id ran twice: {r:?}");
     // A handled id back in the DLQ, with one never handled: the dry run
-    // counts the handled one (and --rerun none, its keys being new).
+    // counts the handled one, with --rerun too (the one it runs again).
     let back = vec![
         (b"x".to_vec(), dead("p-7", "exhausted", "e", "t")),
         (b"x".to_vec(), dead("new-1", "exhausted", "e", "t")),
     ];
     publish_many(&f.broker, &f.pipe.dlq(), back).await;
-    for (extra, want) in [(&[][..], 1), (&["--rerun"][..], 0)] {
+    for (extra, want) in [(&[][..], 1), (&["--rerun"][..], 1)] {
         let mut args = vec!["--dry-run", "--json"];
         args.extend(extra);
         let run = dlq("replay", &file, &f.pipe.name, &args).await;

@@ -4,7 +4,8 @@
 //! when the store cannot be used at start.
 
 use crate::idempotency::{
-    assert_once_each, decided, fixture, publish_twice, sqlite_block, wait_settled,
+    assert_once_each, decided, defer_then_open, fixture, publish_twice, sqlite_block, wait_settled,
+    GATED,
 };
 use crate::support::dependency::Dependency;
 use crate::support::redis::RedisServer;
@@ -188,12 +189,10 @@ async fn with_dead_letter_nack_deferrals_are_copies_and_each_id_runs_once() {
     let mut f = fixture(None).await;
     f.pipe.idempotency = Some(sqlite_block(&f));
     let (_file, script, mut w) = f
-        .consuming_worker(
-            "sleep 0.3",
-            &["--concurrency", "2", "--dead-letter", "nack"],
-        )
+        .consuming_worker(GATED, &["--concurrency", "2", "--dead-letter", "nack"])
         .await;
     publish_twice(&f, "n-", 10).await;
+    defer_then_open(&script, &[&w]).await;
     wait_settled(&[&w], 10, 10, Duration::from_secs(60)).await;
     assert_once_each(&script, "n-", 10);
     let deferred = decided(&[&w], "deferred");

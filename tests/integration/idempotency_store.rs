@@ -515,7 +515,24 @@ async fn sqlite_through_open_and_create_no() {
 
 /// Where [`sqlite_child_begins_keys`] works, when a test runs it.
 const SQLITE_CHILD_FILE: &str = "DLQCTL_TEST_SQLITE_CHILD_FILE";
+/// Which of the two children it is (0 or 1).
+const SQLITE_CHILD_INDEX: &str = "DLQCTL_TEST_SQLITE_CHILD_INDEX";
+/// How many keys both children begin.
+const SQLITE_KEYS: usize = 2_000;
 
+/// The file child `index` creates beside the store once it has begun
+/// its own first key.
+fn sqlite_child_started(store: &std::path::Path, index: usize) -> std::path::PathBuf {
+    store.with_extension(format!("started-{index}"))
+}
+
+/// Two processes begin the same keys on one SQLite file; no key is
+/// acquired by both. Their overlap is certain, not likely: child `i`
+/// first begins `key-i` alone (nobody else touches it before), then
+/// waits until the other child has begun its own first key before it
+/// begins the rest; so each acquires at least its own key and neither
+/// runs its loop before the other has started, however busy the
+/// machine (no sleep stands in for the barrier).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_two_processes_never_both_acquire_a_key() {
     let dir = Scratch::new();
@@ -527,23 +544,20 @@ async fn sqlite_two_processes_never_both_acquire_a_key() {
             .unwrap(),
     );
     let children: Vec<_> = (0..2)
-        .map(|_| {
+        .map(|index| {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args(["idempotency_store::sqlite_child_begins_keys", "--exact"])
                 .args(["--ignored", "--nocapture", "--test-threads=1"])
                 .env(SQLITE_CHILD_FILE, &path)
+                .env(SQLITE_CHILD_INDEX, index.to_string())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    // Both wait for this file, so that they begin at once.
-    std::thread::sleep(Duration::from_millis(300));
-    std::fs::write(path.with_extension("go"), "").unwrap();
     let mut won = Vec::new();
-    let mut per_child = Vec::new();
-    for child in children {
+    for (index, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
@@ -552,44 +566,95 @@ async fn sqlite_two_processes_never_both_acquire_a_key() {
             String::from_utf8_lossy(&out.stderr)
         );
         // libtest may print "test NAME ... " before the first line.
-        let lines = stdout
+        let mine: Vec<String> = stdout
             .lines()
-            .filter_map(|l| l.split_once("ACQUIRED ").map(|(_, k)| k));
-        let before = won.len();
-        won.extend(lines.map(str::to_string));
-        per_child.push(won.len() - before);
+            .filter_map(|l| l.split_once("ACQUIRED ").map(|(_, k)| k.to_string()))
+            .collect();
+        assert!(
+            mine.contains(&format!("key-{index}")),
+            "child {index} did not acquire its own first key: {mine:?}"
+        );
+        won.extend(mine);
     }
-    assert!(
-        per_child.iter().all(|&n| n > 0),
-        "the processes did not overlap: {per_child:?}"
-    );
     won.sort();
     let all = won.len();
     won.dedup();
     assert_eq!(all, won.len(), "a key acquired by both processes");
-    assert_eq!(won.len(), 2_000, "every key acquired once");
+    assert_eq!(won.len(), SQLITE_KEYS, "every key acquired once");
+}
+
+/// Waits until `file` exists; fails (never goes on) when it does not
+/// within a minute.
+async fn wait_for_file(file: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// Run by [`sqlite_two_processes_never_both_acquire_a_key`] in a process
-/// of its own: begins 2,000 keys on the file it is given, once the
-/// `.go` file beside it appears, and prints those it acquired.
+/// of its own: begins its own first key (`key-INDEX`), says so with a
+/// file, waits for the other child's file, then begins the other keys
+/// on the file it is given, and prints those it acquired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child of sqlite_two_processes_never_both_acquire_a_key"]
 async fn sqlite_child_begins_keys() {
     let Some(path) = std::env::var_os(SQLITE_CHILD_FILE) else {
         return;
     };
-    let url = StoreUrl::Sqlite(path.clone().into());
-    let s = open(&url, &scope(), Create::No).await.unwrap();
-    let go = std::path::Path::new(&path).with_extension("go");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !go.exists() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    for i in 0..2_000 {
-        let key = format!("key-{i}");
-        if let Begin::Acquired { .. } = s.begin(key.as_bytes(), &BODY, 60_000).await.unwrap() {
-            println!("ACQUIRED {key}");
+    let index: usize = std::env::var(SQLITE_CHILD_INDEX).unwrap().parse().unwrap();
+    let path = std::path::PathBuf::from(path);
+    let s = open(&StoreUrl::Sqlite(path.clone()), &scope(), Create::No)
+        .await
+        .unwrap();
+    let begin = |i: usize| {
+        let s = s.clone();
+        async move {
+            let key = format!("key-{i}");
+            if let Begin::Acquired { .. } = s.begin(key.as_bytes(), &BODY, 60_000).await.unwrap() {
+                println!("ACQUIRED {key}");
+            }
         }
+    };
+    begin(index).await;
+    std::fs::write(sqlite_child_started(&path, index), "").unwrap();
+    wait_for_file(&sqlite_child_started(&path, 1 - index)).await;
+    for i in (0..SQLITE_KEYS).filter(|&i| i != index) {
+        begin(i).await;
+    }
+}
+
+/// `look` reads a key's state and changes nothing, on both stores: free,
+/// then leased (a begin), then handled (a mark); a lease taken is not
+/// lengthened or released by looking, and another begin still finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn look_says_free_leased_or_handled_and_changes_nothing() {
+    use dlqctl::idempotency::KeyState;
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let sqlite = open(
+        &StoreUrl::Sqlite(dir.path().join("orders.db")),
+        &scope(),
+        Create::Yes,
+    )
+    .await
+    .unwrap();
+    for s in [redis(&server.url()).await, sqlite] {
+        let name = s.describe().to_string();
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Free, "{name}");
+        // Looking took nothing: the key is still free to begin.
+        let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Leased, "{name}");
+        leased(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        s.mark(&lease, &BODY, 60_000).await.unwrap();
+        assert_eq!(s.look(b"k").await.unwrap(), KeyState::Handled, "{name}");
+        // Any body: a mark is a mark.
+        assert_eq!(s.begin(b"k", &BODY, 30_000).await.unwrap(), Begin::Handled);
+        assert_eq!(s.look(b"other").await.unwrap(), KeyState::Free, "{name}");
     }
 }

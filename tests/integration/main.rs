@@ -11,6 +11,7 @@ mod alerts;
 mod bad_input;
 mod breaker;
 mod broker_versions;
+mod canary;
 mod ci_examples;
 mod cli_io;
 mod cluster;

@@ -134,17 +134,22 @@ pub enum RunResult {
     /// The run stopped on an error (the broker refused a copy, the
     /// connection was lost): what was not moved stays in the DLQ.
     Failed,
+    /// On a pipeline with idempotent handling, no eligible message could
+    /// be the canary (every key already marked handled, or leased): a
+    /// copy would run no handler and prove nothing. Nothing moved.
+    NoCanary,
 }
 
 impl RunResult {
     /// Every result, as labelled.
-    pub const ALL: [RunResult; 6] = [
+    pub const ALL: [RunResult; 7] = [
         RunResult::Moved,
         RunResult::CanaryFailed,
         RunResult::Unhealthy,
         RunResult::NothingEligible,
         RunResult::Busy,
         RunResult::Failed,
+        RunResult::NoCanary,
     ];
 
     /// The metric label.
@@ -156,6 +161,7 @@ impl RunResult {
             RunResult::NothingEligible => "nothing_eligible",
             RunResult::Busy => "busy",
             RunResult::Failed => "failed",
+            RunResult::NoCanary => "no_canary",
         }
     }
 
@@ -188,6 +194,9 @@ pub enum RunEnd {
     Busy(String),
     /// The run stopped on an error, a refused copy or a signal.
     Failed(String),
+    /// No eligible message could be the canary (see
+    /// [`RunResult::NoCanary`]).
+    NoCanary(String),
 }
 
 impl RunEnd {
@@ -200,6 +209,7 @@ impl RunEnd {
             RunEnd::Unhealthy(_) => RunResult::Unhealthy,
             RunEnd::Busy(_) => RunResult::Busy,
             RunEnd::Failed(_) => RunResult::Failed,
+            RunEnd::NoCanary(_) => RunResult::NoCanary,
         }
     }
 
@@ -210,7 +220,8 @@ impl RunEnd {
             RunEnd::CanaryFailed(why)
             | RunEnd::Unhealthy(why)
             | RunEnd::Busy(why)
-            | RunEnd::Failed(why) => Some(why),
+            | RunEnd::Failed(why)
+            | RunEnd::NoCanary(why) => Some(why),
         }
     }
 
@@ -223,6 +234,7 @@ impl RunEnd {
             ReplayEnd::Cancelled { .. } => RunEnd::Failed("stopped (SIGINT, SIGTERM)".into()),
             ReplayEnd::Stopped(Stop::CanaryFailed(why)) => RunEnd::CanaryFailed(why.clone()),
             ReplayEnd::Stopped(Stop::Refused(why)) => RunEnd::Failed(why.clone()),
+            ReplayEnd::Stopped(Stop::NoCanary(why)) => RunEnd::NoCanary(why.clone()),
             ReplayEnd::Completed => match RunResult::of(moved, canary) {
                 RunResult::NothingEligible => RunEnd::NothingEligible,
                 RunResult::CanaryFailed => {
@@ -613,6 +625,14 @@ mod tests {
                 ReplayEnd::Completed,
                 RunEnd::CanaryFailed("the canary failed: 3 of 3 came back".into()),
             ),
+            // No message could be the canary: a result of its own, with
+            // why, even though nothing moved (not "nothing eligible").
+            (
+                0,
+                Some((0, 0)),
+                ReplayEnd::Stopped(Stop::NoCanary("no message could be the canary".into())),
+                RunEnd::NoCanary("no message could be the canary".into()),
+            ),
         ];
         for (moved, canary, end, expected) in cases {
             let got = RunEnd::after_replay(moved, canary, &end);
@@ -627,11 +647,14 @@ mod tests {
             (RunEnd::NothingEligible, RunResult::NothingEligible),
             (RunEnd::Busy("c".into()), RunResult::Busy),
             (RunEnd::Failed("d".into()), RunResult::Failed),
+            (RunEnd::NoCanary("e".into()), RunResult::NoCanary),
         ];
         for (end, result) in ends {
             assert_eq!(end.result(), result);
         }
         assert_eq!(RunEnd::Busy("held".into()).why(), Some("held"));
+        assert_eq!(RunEnd::NoCanary("none".into()).why(), Some("none"));
+        assert_eq!(next_wait(1000, 8000, RunResult::NoCanary), 1000);
     }
 
     #[test]
@@ -652,7 +675,8 @@ mod tests {
                 "unhealthy",
                 "nothing_eligible",
                 "busy",
-                "failed"
+                "failed",
+                "no_canary"
             ]
         );
         for r in RunResult::ALL {

@@ -194,7 +194,10 @@ impl RedriveState {
         let look = waiting > 0
             || matches!(
                 last.result,
-                RunResult::CanaryFailed | RunResult::Unhealthy | RunResult::Failed
+                RunResult::CanaryFailed
+                    | RunResult::Unhealthy
+                    | RunResult::Failed
+                    | RunResult::NoCanary
             );
         Some((look, text))
     }

@@ -26,6 +26,20 @@ impl CanaryRule {
     }
 }
 
+/// How many of `sent` canaries did not prove the dependency: those that
+/// `came_back` to the DLQ and, on a pipeline with idempotent handling
+/// (`handled` given: the canaries whose key the store marks handled
+/// after the wait), those whose key is not marked either. A canary of a
+/// guarded pipeline proves the dependency only through a handler run
+/// that marked its key: one still deferred, in a retry tier, or acked as
+/// a duplicate proves nothing.
+pub fn unproven(sent: u64, came_back: u64, handled: Option<u64>) -> u64 {
+    match handled {
+        None => came_back,
+        Some(handled) => sent.saturating_sub(handled).max(came_back).min(sent),
+    }
+}
+
 /// Why a replay stopped before the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
@@ -34,13 +48,18 @@ pub enum Stop {
     Refused(String),
     /// The canary failed: the rest stayed where it was.
     CanaryFailed(String),
+    /// A canary was asked for on a pipeline with idempotent handling, and
+    /// no selected message could be one: every key was already marked
+    /// handled or leased (a copy would be acked as a duplicate or
+    /// deferred, running no handler). Nothing moved.
+    NoCanary(String),
 }
 
 impl Stop {
     /// The stop in words.
     pub fn why(&self) -> &str {
         match self {
-            Stop::Refused(why) | Stop::CanaryFailed(why) => why,
+            Stop::Refused(why) | Stop::CanaryFailed(why) | Stop::NoCanary(why) => why,
         }
     }
 }
@@ -135,6 +154,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_guarded_canary_proves_only_what_a_handler_marked() {
+        // Unguarded: only the ones that came back count against it.
+        assert_eq!(unproven(4, 1, None), 1);
+        assert_eq!(unproven(4, 0, None), 0);
+        // Guarded: none came back, but only 3 of 4 keys are marked (one
+        // still deferred or in a tier).
+        assert_eq!(unproven(4, 0, Some(3)), 1);
+        assert_eq!(unproven(4, 0, Some(4)), 0);
+        // Came back and not marked: counted once.
+        assert_eq!(unproven(4, 2, Some(2)), 2);
+        assert_eq!(unproven(4, 1, Some(1)), 3);
+        // Never more than were sent.
+        assert_eq!(unproven(2, 5, Some(0)), 2);
+        assert_eq!(unproven(0, 0, Some(0)), 0);
+        // Through the rules: a guarded canary none of whose keys was
+        // marked fails, though none came back.
+        assert!(!CanaryRule::Automatic.passed(3, unproven(3, 0, Some(0))));
+        assert!(!CanaryRule::Manual.passed(3, unproven(3, 0, Some(1))));
+        assert!(CanaryRule::Manual.passed(3, unproven(3, 0, Some(2))));
+        assert!(CanaryRule::Automatic.passed(3, unproven(3, 0, Some(3))));
+    }
+
+    #[test]
+    fn no_canary_is_a_stop_of_its_own() {
+        let mut e = ReplayEnd::default();
+        e.stop_at(Stop::NoCanary("no message could be a canary".into()));
+        assert_eq!(
+            e.stop().map(Stop::why),
+            Some("no message could be a canary")
+        );
+        assert!(!e.is_cancelled());
     }
 
     #[test]

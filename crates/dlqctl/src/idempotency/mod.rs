@@ -20,6 +20,7 @@ mod store;
 mod tests;
 
 use store::default_dirs;
+pub use store::KeyState;
 pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
 
 /// A store URL made concrete: `env:` read, the default SQLite path

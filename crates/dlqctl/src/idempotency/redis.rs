@@ -23,7 +23,7 @@ use ::redis::{Client, ErrorKind, FromRedisValue, RedisError, Script, TlsCertific
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
-use super::store::{Begin, BodySha, Lease, Store, StoreError};
+use super::store::{Begin, BodySha, KeyState, Lease, Store, StoreError};
 use crate::core::idempotency::redact_url;
 use crate::core::values::redact::Scrubber;
 use crate::core::wire::DOCTOR_KEY_PREFIX;
@@ -454,6 +454,28 @@ impl Store for RedisStore {
                 Some(_) => Ok(()),
                 None => Err(self.unexpected("(a key written was not read back)".into())),
             }
+        }
+        .boxed()
+    }
+
+    fn look<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        async move {
+            let (done, lease) = (self.redis_key("done", key), self.redis_key("lease", key));
+            let mut conn = self.conn();
+            let (handled, leased): (bool, bool) = self
+                .bounded(async move {
+                    ::redis::pipe()
+                        .exists(done)
+                        .exists(lease)
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            Ok(match (handled, leased) {
+                (true, _) => KeyState::Handled,
+                (false, true) => KeyState::Leased,
+                (false, false) => KeyState::Free,
+            })
         }
         .boxed()
     }

@@ -21,7 +21,7 @@ use futures_util::FutureExt;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use tokio::sync::oneshot;
 
-use super::store::{Begin, BodySha, Create, Lease, Store, StoreError};
+use super::store::{Begin, BodySha, Create, KeyState, Lease, Store, StoreError};
 use crate::core::wire::{DOCTOR_KEY_PREFIX, SQLITE_THREAD_NAME};
 
 /// How long a statement waits for another process's write lock.
@@ -358,6 +358,29 @@ impl Store for SqliteStore {
                 ))
             }
         }
+        .boxed()
+    }
+
+    fn look<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        let (scope, key) = (self.scope.clone(), key.to_vec());
+        self.call(move |c| {
+            let sql = concat!(
+                "SELECT coalesce(done_expires_ms, 0) > ",
+                now_ms!(),
+                ", coalesce(lease_expires_ms, 0) > ",
+                now_ms!(),
+                " FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
+            );
+            let row: Option<(bool, bool)> = c
+                .prepare_cached(sql)?
+                .query_row(params![scope, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            Ok(match row {
+                Some((true, _)) => KeyState::Handled,
+                Some((false, true)) => KeyState::Leased,
+                _ => KeyState::Free,
+            })
+        })
         .boxed()
     }
 }

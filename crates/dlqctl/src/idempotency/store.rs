@@ -111,6 +111,24 @@ pub trait Store: Send + Sync + 'static {
 
     /// `doctor`: writes, reads back and deletes a `dlqctl-doctor:` key.
     fn check(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// What the store holds for `key` now, read only: nothing is taken,
+    /// renewed or changed (a replay's canary choice and check, its count
+    /// of messages already handled).
+    fn look<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<KeyState, StoreError>>;
+}
+
+/// What [`Store::look`] found for a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// Marked handled (with any body): a copy would be acked as a
+    /// duplicate, or be a conflict.
+    Handled,
+    /// Not marked, but a lease is live (a handler runs, or its outcome
+    /// is in doubt): a copy would be deferred.
+    Leased,
+    /// Neither: a copy would run the handler.
+    Free,
 }
 
 /// How [`open`](super::open) treats a missing SQLite file.

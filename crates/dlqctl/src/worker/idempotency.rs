@@ -394,6 +394,12 @@ mod tests {
         fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
             self.answer(())
         }
+        fn look<'a>(
+            &'a self,
+            _: &'a [u8],
+        ) -> BoxFuture<'a, Result<crate::idempotency::KeyState, StoreError>> {
+            self.answer(crate::idempotency::KeyState::Free)
+        }
     }
 
     /// An idle worker (no message comes) whose store goes down turns not

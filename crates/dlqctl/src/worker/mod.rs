@@ -112,7 +112,9 @@ impl<H: Handler> Worker<H> {
         shutdown: CancellationToken,
         hurry: CancellationToken,
     ) -> Result<()> {
-        self.open_guard(&shutdown).await?;
+        // The redrive's canaries are chosen and judged by their keys in
+        // the same store.
+        let store = self.open_guard(&shutdown).await?;
         // The redrive timer runs beside the sessions, with connections of
         // its own, and stops with them.
         let stop_redrive = shutdown.child_token();
@@ -123,7 +125,7 @@ impl<H: Handler> Worker<H> {
                 tokio::spawn(redrive::run_loop(
                     self.cfg.clone(),
                     self.metrics.clone(),
-                    paused,
+                    (paused, store),
                     stop_redrive.clone(),
                 ))
             });
@@ -150,10 +152,14 @@ impl<H: Handler> Worker<H> {
     /// Opens the idempotency store of a pipeline with `idempotency`: a
     /// store that refuses is an error; one that does not answer is waited
     /// for as long as the broker would be (`wait_for_broker`).
-    async fn open_guard(&self, shutdown: &CancellationToken) -> Result<()> {
+    /// Returns the store, for the redrive's canaries.
+    async fn open_guard(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<crate::ops::dlq::canary::StoreGuard>> {
         let p = &self.cfg.pipeline;
         let Some(idem) = &p.idempotency else {
-            return Ok(());
+            return Ok(None);
         };
         let spec = self.cfg.idempotency_store.as_ref().unwrap_or(&idem.store);
         let url = crate::idempotency::resolve(spec, &p.name, &|k| std::env::var(k).ok())?;
@@ -168,7 +174,7 @@ impl<H: Handler> Worker<H> {
                 {
                     warn!(queue = %p.name, error = %e, "idempotency store not reachable yet; retrying (--wait-for-broker)");
                     tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = shutdown.cancelled() => return Ok(None),
                         _ = tokio::time::sleep(backoff.next_wait()) => {}
                     }
                 }
@@ -176,10 +182,11 @@ impl<H: Handler> Worker<H> {
             }
         };
         info!(queue = %p.name, store = store.describe(), key = %idem.key.text(), lease_ms = self.cfg.lease().as_millis() as u64, "idempotent handling on");
+        let canary = crate::ops::dlq::canary::StoreGuard::new(store.clone(), idem.key.clone(), p);
         let guard =
             idempotency::Guard::new(store, idem, self.cfg.lease(), &p.name, self.metrics.clone());
         let _ = self.shared.guard.set(Arc::new(guard));
-        Ok(())
+        Ok(Some(canary))
     }
 
     /// Connects, consumes, and reconnects with backoff until `shutdown`.

@@ -14,6 +14,7 @@
 
 use super::config::WorkerConfig;
 use crate::core::dlq::redrive::RunResult;
+use crate::ops::dlq::canary::StoreGuard;
 use crate::ops::dlq::redrive::{redrive_if_due, RedriveReport, Turn};
 use crate::ops::dlq::Target;
 use crate::worker::metrics::{Metrics, RedriveRun};
@@ -22,11 +23,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// Runs the policy every `every` (or the doubled wait) until `stop`.
+/// Runs the policy every `every` (or the doubled wait) until `stop`;
+/// `store_paused` says when the idempotency store does not answer, and
+/// `store` is that store (its canaries are chosen and judged by their
+/// keys).
 pub(crate) async fn run_loop(
     cfg: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
-    store_paused: impl Fn() -> bool + Send + 'static,
+    (store_paused, store): (impl Fn() -> bool + Send + 'static, Option<StoreGuard>),
     stop: CancellationToken,
 ) {
     let Some(policy) = cfg.pipeline.dead_letter.redrive.clone() else {
@@ -53,7 +57,7 @@ pub(crate) async fn run_loop(
             wait = policy.every;
             continue;
         }
-        let turn = once(&cfg, own_wait, &stop).await;
+        let turn = once(&cfg, own_wait, store.clone(), &stop).await;
         let finished = matches!(&turn, Ok(Turn::NotDue { .. }))
             || matches!(&turn, Ok(Turn::Ran(r)) if r.result != RunResult::Failed);
         if stop.is_cancelled() && !finished {
@@ -103,6 +107,7 @@ pub(crate) async fn run_loop(
 async fn once(
     cfg: &WorkerConfig,
     previous_wait_ms: u64,
+    store: Option<StoreGuard>,
     stop: &CancellationToken,
 ) -> crate::error::Result<Turn> {
     let p = &cfg.pipeline;
@@ -110,7 +115,8 @@ async fn once(
     let (conn, at) = cfg.brokers.connect(&name).await?;
     let conn = Arc::new(conn);
     let user = cfg.brokers.get(at).user();
-    let target = Target::for_pipeline(conn.clone(), p, user, name, stop.child_token());
+    let target =
+        Target::for_pipeline(conn.clone(), p, user, name, stop.child_token()).guarded(store);
     let r = redrive_if_due(&target, p, previous_wait_ms).await;
     crate::amqp::connection::close(&conn).await;
     r

@@ -18,6 +18,7 @@
 //!   confirmed copy to the tail, then the ack).
 //! - **Acks settle before the close**, `multiple` where possible.
 
+pub mod canary;
 pub mod export;
 pub mod purge;
 pub(crate) mod reader;
@@ -53,6 +54,11 @@ pub struct Target {
     /// The connection's name for this command, as the management UI shows
     /// it (`dlqctl dlq replay`).
     pub tag: String,
+    /// The pipeline's idempotency store, when it has one and the command
+    /// opened it: a replay or redrive to the main queue then chooses its
+    /// canaries by their keys and counts the messages already handled
+    /// ([`canary`]).
+    pub guard: Option<canary::StoreGuard>,
 }
 
 impl Target {
@@ -79,7 +85,14 @@ impl Target {
                 ..ReadOptions::default()
             },
             tag,
+            guard: None,
         }
+    }
+
+    /// Looks keys up in `guard`'s store ([`Target::guard`]).
+    pub fn guarded(mut self, guard: Option<canary::StoreGuard>) -> Target {
+        self.guard = guard;
+        self
     }
 
     /// Waits for the DLQ's lock instead of failing with "busy" when `wait`

@@ -4,16 +4,19 @@
 //! queue's name as routing key, `mandatory`, persistent and confirmed; the
 //! DLQ message is acked only after its copy is confirmed and not returned.
 
+use super::canary::{Probes, StoreGuard};
 use super::reader::{BATCH, CONFIRM_TIMEOUT, LANES};
 use super::{now_ms, selected, DlqReader, Message, Progress, Target};
 use crate::amqp::batch::{BatchPipeline, Settled};
 use crate::amqp::declare::passive_queue;
 use crate::core::dlq::rate::TokenBucket;
 use crate::core::dlq::replay::{replay_copy, replay_id_of};
+use crate::core::dlq::run::unproven;
 pub use crate::core::dlq::run::{CanaryRule, ReplayEnd, Stop};
 use crate::core::dlq::select::{GroupCheck, Selector};
 use crate::core::retry::fit::fit_retry_copy;
 use crate::error::{Error, Result};
+use crate::idempotency::KeyState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,11 +84,12 @@ fn with_rerun(
 }
 
 /// On a dry run with [`ReplayOptions::keys_of`]: the idempotency key
-/// the copy of `m` would have.
+/// of `m`, which the store may mark handled (with `--rerun` the copy's
+/// key also holds the replay's id, which no mark has: the count is of
+/// the messages `--rerun` runs again).
 fn dry_run_key(opts: &ReplayOptions, m: &super::Message) -> Option<Vec<u8>> {
     let source = opts.keys_of.as_ref()?;
-    let props = with_rerun(m.record.properties.clone(), opts.rerun, &opts.replay_id);
-    crate::core::idempotency::key_of(source, &props, &m.record.body)
+    crate::core::idempotency::key_of(source, &m.record.properties, &m.record.body)
 }
 
 /// The canary of a replay.
@@ -105,8 +109,16 @@ pub struct CanaryReport {
     pub sent: u64,
     /// Of them, found back in the DLQ after the wait.
     pub came_back: u64,
-    /// Whether at most half came back (the replay then went on).
+    /// Whether at most half came back (the replay then went on). On a
+    /// pipeline with idempotent handling, a canary that did not come back
+    /// counts only when its key is marked handled too ([`CanaryReport::handled`]).
     pub passed: bool,
+    /// On a pipeline with idempotent handling (its store opened): of the
+    /// canaries, those whose key the store marked handled by the end of
+    /// the wait (a handler ran them), and those without a key that did
+    /// not come back. Not in the JSON form when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handled: Option<u64>,
 }
 
 /// What a replay did. Its JSON form (`dlq replay --json`, the web page's
@@ -156,9 +168,14 @@ pub struct ReplayReport {
     /// of the messages that would move (the command counts the marked).
     /// Not in the JSON form.
     pub keys: Vec<Vec<u8>>,
-    /// Of the messages that would move, those whose key is marked handled
-    /// (a plain replay acks them without running; `--rerun` runs them).
+    /// Of the messages that would move (a dry run) or that moved, those
+    /// whose key was marked handled (a plain replay's copies of them are
+    /// acked without running; `--rerun` runs them again). `None` when
+    /// the pipeline has no idempotency store open.
     pub already_handled: Option<u64>,
+    /// The copies were made with `--rerun` ([`ReplayOptions::rerun`]).
+    /// Not in the JSON form.
+    pub rerun: bool,
 }
 
 /// The JSON form of a [`ReplayReport`], field by field as it always was.
@@ -295,11 +312,14 @@ pub async fn replay_with(
     let started = Instant::now();
     check_options(opts)?;
     check_destination(&t.conn, &opts.to).await?;
+    let guard = t.guard.as_ref().filter(|g| g.applies_to(&opts.to));
     let mut report = ReplayReport {
         from: t.dlq.clone(),
         to: opts.to.clone(),
         replay_id: opts.replay_id.clone(),
         dry_run: opts.dry_run,
+        rerun: opts.rerun,
+        already_handled: guard.filter(|_| !opts.dry_run).map(|_| 0),
         ..Default::default()
     };
     let mut p = Progress::default();
@@ -308,11 +328,12 @@ pub async fn replay_with(
     let mut at_most = None;
     if let Some(c) = canary {
         let first = limit.map_or(c.count, |l| l.min(c.count));
+        let mut probes = guard.map(|_| Probes::default());
         let snapshot = pass(
             &reading_at_most(t, None),
             opts,
             hooks,
-            Some(first),
+            (Some(first), probes.as_mut()),
             &mut p,
             progress,
             &mut report,
@@ -331,24 +352,22 @@ pub async fn replay_with(
             }
             if !report.ended.is_cancelled() {
                 cr.came_back = count_replay_id(t, &opts.replay_id, hooks).await?;
+                if let (Some(g), Some(probes)) = (guard, &probes) {
+                    cr.handled = Some(g.proven(probes).await?);
+                }
             }
         }
         let cancelled = report.ended.is_cancelled();
+        let failed = unproven(cr.sent, cr.came_back, cr.handled);
         // No canary sent: the canary's pass read the whole snapshot and
         // found nothing to move, so there is no rest to move either.
-        cr.passed =
-            !cancelled && (cr.sent == 0 || hooks.canary_rule().passed(cr.sent, cr.came_back));
+        cr.passed = !cancelled && (cr.sent == 0 || hooks.canary_rule().passed(cr.sent, failed));
         let go_on = cr.passed && report.ended == ReplayEnd::Completed && cr.sent > 0;
-        if !cr.passed && !cancelled {
-            // A canary waited for only when nothing stopped the pass:
-            // this is the run's stop.
-            report.ended = ReplayEnd::Stopped(Stop::CanaryFailed(format!(
-                "the canary failed: {} of {} replayed messages came back to {} within {}",
-                cr.came_back,
-                cr.sent,
-                t.dlq,
-                crate::core::values::duration::tier_name(c.wait.as_millis() as u64)
-            )));
+        if let Some(stop) = canary_stop(t, c, &cr, probes.as_ref(), &report.ended) {
+            // A canary waited for, or none found, only when nothing
+            // stopped the pass: this is the run's stop.
+            cr.passed = false;
+            report.ended = ReplayEnd::Stopped(stop);
         }
         report.canary = Some(cr);
         if !go_on || report.ended.is_cancelled() {
@@ -362,7 +381,7 @@ pub async fn replay_with(
         &reading_at_most(t, at_most),
         opts,
         hooks,
-        limit,
+        (limit, None),
         &mut p,
         progress,
         &mut report,
@@ -373,6 +392,48 @@ pub async fn replay_with(
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// How the canary stopped the run, if it did: no message could be a
+/// canary (on a pipeline with idempotent handling, every key was marked
+/// or leased), or too many did not prove the dependency. `None` when it
+/// passed, or when something else (a refusal, a signal) stopped the run.
+fn canary_stop(
+    t: &Target,
+    c: Canary,
+    cr: &CanaryReport,
+    probes: Option<&Probes>,
+    ended: &ReplayEnd,
+) -> Option<Stop> {
+    if *ended != ReplayEnd::Completed {
+        return None;
+    }
+    let store = t.guard.as_ref().map_or("", StoreGuard::describe);
+    if let Some(over) = probes
+        .map(|p| p.passed_over)
+        .filter(|&n| n > 0 && cr.sent == 0)
+    {
+        return Some(Stop::NoCanary(format!(
+            "no message could be the canary: the keys of all {over} selected message(s) are \
+             already marked handled or leased in the idempotency store {store} (their copies \
+             would be acked as duplicates or deferred, running no handler); nothing moved"
+        )));
+    }
+    if cr.passed || cr.sent == 0 {
+        return None;
+    }
+    let within = crate::core::values::duration::tier_name(c.wait.as_millis() as u64);
+    Some(Stop::CanaryFailed(match cr.handled {
+        None => format!(
+            "the canary failed: {} of {} replayed messages came back to {} within {within}",
+            cr.came_back, cr.sent, t.dlq
+        ),
+        Some(handled) => format!(
+            "the canary failed: {handled} of {} replayed messages were handled (marked in {store}) \
+             within {within}; {} came back to {}",
+            cr.sent, cr.came_back, t.dlq
+        ),
+    }))
 }
 
 /// The longest a canary waits: 24 h (the DLQ's lock is held meanwhile).
@@ -425,7 +486,7 @@ async fn pass(
     t: &Target,
     opts: &ReplayOptions,
     hooks: &mut dyn ReplayHooks,
-    limit: Option<u64>,
+    (limit, probes): (Option<u64>, Option<&mut Probes>),
     p: &mut Progress,
     progress: &mut (dyn FnMut(&Progress) + Send),
     report: &mut ReplayReport,
@@ -453,6 +514,8 @@ async fn pass(
         opts,
         hooks,
         limit,
+        guard: t.guard.as_ref().filter(|g| g.applies_to(&opts.to)),
+        probes,
         p,
         progress,
         report,
@@ -495,6 +558,10 @@ struct Pass<'a> {
     hooks: &'a mut dyn ReplayHooks,
     /// At most this many selected in this pass.
     limit: Option<u64>,
+    /// The pipeline's store, when the copies go to its main queue.
+    guard: Option<&'a StoreGuard>,
+    /// A canary's pass on a pipeline with a store: what it chose.
+    probes: Option<&'a mut Probes>,
     p: &'a mut Progress,
     progress: &'a mut (dyn FnMut(&Progress) + Send),
     report: &'a mut ReplayReport,
@@ -547,7 +614,7 @@ impl Pass<'_> {
         self.p.read += 1;
         self.report.read += 1;
         self.hooks.seen(&m, now);
-        if !self.wanted(&m, now) {
+        if !self.wanted(&m, now) || !self.may_probe(&m, now).await? {
             self.report.skipped += 1;
             r.keep(m, now).await?;
             self.show();
@@ -577,6 +644,7 @@ impl Pass<'_> {
             &self.opts.replay_id,
             now,
         );
+        self.count_handled(&props, &m).await;
         let props = with_rerun(props, self.opts.rerun, &self.opts.replay_id);
         let props = match fit_retry_copy(props, self.frame_max) {
             Ok((props, _)) => props,
@@ -602,6 +670,48 @@ impl Pass<'_> {
         let ours = replay_id_of(&m.record.properties).as_deref() == Some(&self.opts.replay_id);
         let within = self.limit.is_none_or(|l| self.taken < l);
         !ours && within && selected(&self.opts.selector, m, now) && self.hooks.select(m, now)
+    }
+
+    /// In a canary's pass on a pipeline with a store: whether `m`'s copy
+    /// can be a canary (its key free, and not a chosen canary's); it is
+    /// then recorded as one. Always true elsewhere.
+    async fn may_probe(&mut self, m: &Message, now: u64) -> Result<bool> {
+        let Some(guard) = self.guard.filter(|_| self.probes.is_some()) else {
+            return Ok(true);
+        };
+        let props = self.hooks.copy(
+            &m.record.properties,
+            &self.t.user,
+            &self.opts.replay_id,
+            now,
+        );
+        let props = with_rerun(props, self.opts.rerun, &self.opts.replay_id);
+        let key = guard.key(&props, &m.record.body);
+        let state = match &key {
+            Some(k) => guard.look(k).await?,
+            None => KeyState::Free,
+        };
+        Ok(self.probes.as_mut().is_some_and(|p| p.take(key, state)))
+    }
+
+    /// Counts `m` in [`ReplayReport::already_handled`] when its copy's key
+    /// (`props`, before `--rerun` joins it) is marked handled. A store
+    /// that does not answer ends the count (`None`), not the run.
+    async fn count_handled(&mut self, props: &lapin::BasicProperties, m: &Message) {
+        let (Some(guard), Some(n)) = (self.guard, self.report.already_handled) else {
+            return;
+        };
+        let Some(key) = guard.key(props, &m.record.body) else {
+            return;
+        };
+        match guard.look(&key).await {
+            Ok(KeyState::Handled) => self.report.already_handled = Some(n + 1),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count the messages already handled: the idempotency store does not answer");
+                self.report.already_handled = None;
+            }
+        }
     }
 
     /// Waits for the rate's next token, if the pass is paced and short of
@@ -969,6 +1079,7 @@ mod tests {
             elapsed_ms: 12,
             keys: vec![b"k".to_vec()],
             already_handled: None,
+            rerun: false,
         };
         let head = r#"{"from":"orders.dlq","to":"orders","replay_id":"r1","snapshot":5,"read":4,"moved":3,"skipped":0,"failed":1,"#;
         let tail =
@@ -1018,6 +1129,7 @@ mod tests {
             sent: 2,
             came_back: 0,
             passed: true,
+            handled: None,
         });
         r.already_handled = Some(7);
         let json = serde_json::to_string(&r).unwrap();
