@@ -858,7 +858,13 @@ fn the_one_error<'a>(run: &'a Run, password: &str) -> &'a str {
 async fn a_refused_port_fails_fast_with_one_clear_line_and_no_password() {
     let dir = Scratch::new();
     let file = dir.write("t.yaml", &topology(&unique_prefix()));
-    let run = provision(&file, &["--url", "amqp://guest:secretpw@127.0.0.1:1/%2f"]).await;
+    // In the environment, where a password belongs (on the command line
+    // it adds a warning line: tests/integration/secrets.rs).
+    let run = Dlqctl::new("provision")
+        .arg(&file)
+        .env("AMQP_URL", "amqp://guest:secretpw@127.0.0.1:1/%2f")
+        .run()
+        .await;
     let error = the_one_error(&run, "secretpw");
     assert!(error.contains("127.0.0.1:1"), "{error}");
     assert!(error.contains("refused"), "{error}");
@@ -878,7 +884,11 @@ async fn a_wrong_password_says_the_login_was_refused_and_hides_it() {
         parsed.endpoint(),
         "%2f"
     );
-    let run = provision(&file, &["--url", &bad]).await;
+    let run = Dlqctl::new("provision")
+        .arg(&file)
+        .env("AMQP_URL", &bad)
+        .run()
+        .await;
     let error = the_one_error(&run, "wrongpw123");
     assert!(error.contains("refused the login"), "{error}");
 }
