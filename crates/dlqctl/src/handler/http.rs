@@ -8,7 +8,8 @@
 //! | response | outcome |
 //! |---|---|
 //! | 2xx | success |
-//! | 408, 425, 429, 5xx; a timeout; a connection or protocol error | transient |
+//! | 408, 425, 429, 5xx; a connection or protocol error | transient |
+//! | no response within the timeout | timed out (decided like transient; its outcome is unknown) |
 //! | 429 or 503 with `Retry-After` | transient, with that delay as `retry_after` |
 //! | other 4xx | permanent |
 //! | 1xx, 3xx | permanent: redirects are not followed, so the URL is wrong for every message |
@@ -147,6 +148,7 @@ impl HttpHandler {
 
         let response = match request.send().await {
             Ok(response) => response,
+            Err(e) if e.is_timeout() => return Outcome::timed_out(self.describe_failure(e)),
             Err(e) => return Outcome::transient(self.describe_failure(e)),
         };
         let status = response.status();
@@ -604,7 +606,7 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(
             h.handle(&msg(b"")).await,
-            Outcome::transient(format!("POST {base}/hang: timed out after 300ms"))
+            Outcome::timed_out(format!("POST {base}/hang: timed out after 300ms"))
         );
         assert!(started.elapsed() < Duration::from_secs(5));
     }

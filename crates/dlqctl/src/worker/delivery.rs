@@ -191,17 +191,14 @@ impl<H: Handler> DeliveryTask<H> {
                 if let Some(msg) = prepared.msg.as_mut() {
                     msg.on_late_success = guard.late_mark(&lease, body);
                 }
-                let t0 = Instant::now();
                 let run = guard
                     .renew_while(&lease, self.run_handler(prepared, probe))
                     .await;
-                // A transient failure that took the whole handler timeout
-                // is the timeout: the handler may still be working.
-                let timed_out = self
-                    .cfg
-                    .handler_timeout
-                    .is_some_and(|t| t0.elapsed() + Duration::from_millis(50) >= t);
-                guard.finish(&lease, &body, &run, timed_out).await;
+                // A timeout, as the handler said it: unless the handler
+                // is cancel-safe, its work may still be going on.
+                let in_doubt = matches!(run.outcome(), Some(Outcome::TimedOut { .. }))
+                    && !self.handler.cancel_safe();
+                guard.finish(&lease, &body, &run, in_doubt).await;
                 run
             }
         }
@@ -314,7 +311,7 @@ impl<H: Handler> DeliveryTask<H> {
                 probe,
                 match outcome {
                     Outcome::Success => Call::Success,
-                    Outcome::Transient { .. } => Call::Transient,
+                    Outcome::Transient { .. } | Outcome::TimedOut { .. } => Call::Transient,
                     Outcome::Permanent { .. } => Call::Permanent,
                 },
             );
@@ -404,12 +401,9 @@ impl<H: Handler> DeliveryTask<H> {
         };
         record_settlement(&self.shared.counters, done);
         let p = &self.cfg.pipeline;
-        let error = match outcome {
-            Outcome::Success => None,
-            Outcome::Transient { error, .. } | Outcome::Permanent { error } => {
-                Some(tracing::field::display(log_error(error)))
-            }
-        };
+        let error = outcome
+            .error()
+            .map(|error| tracing::field::display(log_error(error)));
         // A field that does not apply (no tier on an ack, no error on a
         // success) is left out, not logged empty.
         info!(

@@ -170,9 +170,10 @@ impl Guard {
 
     /// After the handler: a success marks the key (a failed mark is
     /// warned and counted: the message is acked anyway); an answered
-    /// failure releases the lease; a timeout (`timed_out`) keeps it to its
-    /// expiry, as the handler may still be working.
-    pub(crate) async fn finish(&self, lease: &Lease, body: &BodySha, run: &Run, timed_out: bool) {
+    /// failure releases the lease; a timeout whose outcome is unknown
+    /// (`in_doubt`) keeps it to its expiry, as the handler may still be
+    /// working.
+    pub(crate) async fn finish(&self, lease: &Lease, body: &BodySha, run: &Run, in_doubt: bool) {
         match run.outcome() {
             Some(Outcome::Success) => {
                 if let Err(e) = self.mark(lease, body).await {
@@ -180,7 +181,7 @@ impl Guard {
                         "the handler succeeded but its key could not be marked handled: acked anyway; a redelivery of it would run again");
                 }
             }
-            Some(_) if timed_out => {}
+            Some(_) if in_doubt => {}
             Some(_) => {
                 if let Err(e) = self.store.release(lease).await {
                     warn!(queue = %self.queue, error = %e, "releasing a lease failed: it expires by itself");

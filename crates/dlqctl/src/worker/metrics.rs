@@ -546,7 +546,7 @@ impl Metrics {
 /// Decision labels the worker uses (see [`Settlement::label`]).
 pub(crate) const DECISIONS: [&str; 7] = Settlement::LABELS;
 /// Outcome labels.
-pub(crate) const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
+pub(crate) const OUTCOMES: [&str; 4] = ["success", "transient", "permanent", "timed_out"];
 
 /// The counters of one queue, looked up once instead of per message.
 #[derive(Clone)]

@@ -213,7 +213,7 @@ impl JsonlHandler {
                         ));
                         error.push_str("; the process is restarted");
                     }
-                    return Outcome::transient(error);
+                    return Outcome::timed_out(error);
                 }
             }
         }
