@@ -23,6 +23,7 @@ mod doctor;
 mod example;
 mod failover;
 mod idempotency;
+mod idempotency_contract;
 mod idempotency_faults;
 mod idempotency_paths;
 mod idempotency_store;

@@ -20,7 +20,7 @@ mod store;
 mod tests;
 
 use store::default_dirs;
-pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
+pub use store::{Begin, BodySha, Create, Lease, Store, StoreError, Token};
 
 /// A store URL made concrete: `env:` read, the default SQLite path
 /// chosen. Its `Debug` shows no password.

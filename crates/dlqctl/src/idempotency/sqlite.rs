@@ -21,7 +21,7 @@ use futures_util::FutureExt;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use tokio::sync::oneshot;
 
-use super::store::{Begin, BodySha, Create, Lease, Store, StoreError};
+use super::store::{Begin, BodySha, Create, Lease, Store, StoreError, Token};
 use crate::core::wire::{DOCTOR_KEY_PREFIX, SQLITE_THREAD_NAME};
 
 /// How long a statement waits for another process's write lock.
@@ -252,14 +252,18 @@ impl Store for SqliteStore {
         &self.describe
     }
 
+    fn call_bound(&self) -> Duration {
+        CALL_TIMEOUT
+    }
+
     fn begin<'a>(
         &'a self,
         key: &'a [u8],
         body: &'a BodySha,
+        token: &'a Token,
         lease_ms: u64,
     ) -> BoxFuture<'a, Result<Begin, StoreError>> {
-        let (scope, key, body) = (self.scope.clone(), key.to_vec(), *body);
-        let token: [u8; 16] = rand::random();
+        let (scope, key, body, token) = (self.scope.clone(), key.to_vec(), *body, *token);
         self.call(move |c| begin(c, &scope, &key, &body, token, ms(lease_ms)))
             .boxed()
     }
@@ -360,7 +364,7 @@ fn begin(
     scope: &[u8],
     key: &[u8],
     body: &BodySha,
-    token: [u8; 16],
+    token: Token,
     lease_ms: i64,
 ) -> rusqlite::Result<Begin> {
     let sql = concat!(
@@ -368,22 +372,27 @@ fn begin(
         now_ms!(),
         ", coalesce(lease_expires_ms, 0) - ",
         now_ms!(),
-        " FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
+        ", lease_token FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
     );
-    let row: Option<(Option<Vec<u8>>, i64, i64)> = c
+    type Row = (Option<Vec<u8>>, i64, i64, Option<Vec<u8>>);
+    let row: Option<Row> = c
         .prepare_cached(sql)?
         .query_row(params![scope, key], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .optional()?;
-    let (done, lease_left) = match row {
-        None => (None, 0),
-        Some((sha, done_left, lease_left)) => (sha.filter(|_| done_left > 0), lease_left),
+    let (done, lease_left, holder) = match row {
+        None => (None, 0, None),
+        Some((sha, done_left, lease_left, holder)) => {
+            (sha.filter(|_| done_left > 0), lease_left, holder)
+        }
     };
     if done.as_deref() == Some(&body[..]) {
         return Ok(Begin::Handled);
     }
-    if lease_left > 0 {
+    // Our own lease (a begin of this delivery that committed after the
+    // worker stopped waiting for it) is taken again below, extended.
+    if lease_left > 0 && holder.as_deref() != Some(&token[..]) {
         return Ok(Begin::Leased {
             remaining_ms: lease_left as u64,
         });

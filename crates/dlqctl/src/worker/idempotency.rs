@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lapin::message::Delivery;
@@ -19,7 +19,7 @@ use crate::core::handling::message::LateSuccess;
 use crate::core::handling::outcome::Outcome;
 use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
 use crate::core::retry::Run;
-use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError};
+use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError, Token};
 use crate::worker::metrics::{GuardEvent, Metrics};
 
 /// How often a paused worker asks the store whether it answers again.
@@ -39,7 +39,12 @@ pub(crate) struct Guard {
     /// Notified when the pause ends.
     pub(crate) resumed: Notify,
     unkeyed_warned: AtomicBool,
+    /// Leases a failed call may have left (see [`Guard::orphan`]).
+    orphans: Mutex<Vec<Lease>>,
 }
+
+/// The most orphaned leases kept for release.
+const MAX_ORPHANS: usize = 4_096;
 
 /// What the guard says before a handler runs.
 pub(crate) enum Entry {
@@ -80,6 +85,7 @@ impl Guard {
             paused: AtomicBool::new(false),
             resumed: Notify::new(),
             unkeyed_warned: AtomicBool::new(false),
+            orphans: Mutex::new(Vec::new()),
         }
     }
 
@@ -107,7 +113,11 @@ impl Guard {
             return Entry::Skip(Run::StoreUnavailable);
         }
         let body = body_sha256(&d.data);
-        match self.store.begin(&key, &body, self.lease_ms).await {
+        // The owner token of this delivery: a begin that fails below
+        // may still have committed; its lease is then released (as ours)
+        // once the store answers again.
+        let token: Token = rand::random();
+        match self.store.begin(&key, &body, &token, self.lease_ms).await {
             Ok(Begin::Acquired { lease, conflict }) => {
                 if conflict {
                     self.count(GuardEvent::KeyConflict);
@@ -125,8 +135,32 @@ impl Guard {
                 Entry::Skip(Run::Deferred { remaining_ms })
             }
             Err(e) => {
+                self.orphan(Lease { key, token });
                 self.pause(e);
                 Entry::Skip(Run::StoreUnavailable)
+            }
+        }
+    }
+
+    /// A lease a failed call may have taken or left: released once the
+    /// store answers again (by its token: harmless when it was never
+    /// taken, or when another delivery holds the key now). At most
+    /// [`MAX_ORPHANS`] wait; more expire by themselves.
+    fn orphan(&self, lease: Lease) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+        if orphans.len() < MAX_ORPHANS {
+            orphans.push(lease);
+        }
+    }
+
+    /// Releases the orphaned leases ([`Self::orphan`]); those the store
+    /// does not take yet wait for the next time.
+    async fn release_orphans(&self) {
+        let orphans =
+            std::mem::take(&mut *self.orphans.lock().unwrap_or_else(PoisonError::into_inner));
+        for lease in orphans {
+            if self.store.release(&lease).await.is_err() {
+                self.orphan(lease);
             }
         }
     }
@@ -228,6 +262,7 @@ impl Guard {
                     break;
                 }
             }
+            guard.release_orphans().await;
             guard.paused.store(false, Ordering::SeqCst);
             guard.metrics.store_up();
             guard.resumed.notify_waiters();
