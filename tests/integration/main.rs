@@ -25,6 +25,7 @@ mod failover;
 mod idempotency;
 mod idempotency_contract;
 mod idempotency_faults;
+mod idempotency_in_doubt;
 mod idempotency_paths;
 mod idempotency_store;
 mod jsonl;

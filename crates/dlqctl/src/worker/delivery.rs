@@ -188,17 +188,20 @@ impl<H: Handler> DeliveryTask<H> {
             Entry::Unguarded => self.run_handler(prepared, probe).await,
             Entry::Skip(run) => run,
             Entry::Leased { lease, body } => {
-                if let Some(msg) = prepared.msg.as_mut() {
-                    msg.on_late_success = guard.late_mark(&lease, body);
+                // A handler that is not cancel-safe may answer after its
+                // timeout: where that answer goes.
+                let mut late = guard.late_answer();
+                if let (Some(msg), Some((answer, _))) = (prepared.msg.as_mut(), &late) {
+                    msg.late = answer.clone();
                 }
                 let run = guard
                     .renew_while(&lease, self.run_handler(prepared, probe))
                     .await;
-                // A timeout, as the handler said it: unless the handler
-                // is cancel-safe, its work may still be going on.
-                let in_doubt = matches!(run.outcome(), Some(Outcome::TimedOut { .. }))
-                    && !self.handler.cancel_safe();
-                guard.finish(&lease, &body, &run, in_doubt).await;
+                // A timeout, as the handler said it, keeps the key in
+                // doubt unless the handler is cancel-safe.
+                let timed_out = matches!(run.outcome(), Some(Outcome::TimedOut { .. }));
+                let late = late.take().filter(|_| timed_out).map(|(_, rx)| rx);
+                guard.finish(&lease, &body, &run, late).await;
                 run
             }
         }
@@ -275,7 +278,7 @@ impl<H: Handler> DeliveryTask<H> {
                 exchange: exchange_bytes,
                 routing_key: routing_key_bytes,
             },
-            on_late_success: Default::default(),
+            late: Default::default(),
         }
     }
 
