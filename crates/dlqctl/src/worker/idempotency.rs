@@ -23,10 +23,15 @@ use tracing::{info, warn};
 
 use crate::core::handling::message::LateAnswer;
 use crate::core::handling::outcome::Outcome;
-use crate::core::idempotency::{body_sha256, key_of, Idempotency, KeySource};
+use crate::core::idempotency::{
+    body_sha256, key_of, lease_floor_ms, renew_every_ms, Idempotency, KeySource,
+};
 use crate::core::retry::Run;
 use crate::idempotency::{Begin, BodySha, Lease, Store, StoreError, Token};
 use crate::worker::metrics::{GuardEvent, Metrics};
+
+/// How soon a renewal that failed is tried again (at most).
+const RENEW_RETRY: Duration = Duration::from_millis(500);
 
 /// How often a paused worker asks the store whether it answers again.
 const PING_EVERY: Duration = Duration::from_secs(1);
@@ -37,11 +42,12 @@ pub(crate) struct Guard {
     store: Arc<dyn Store>,
     key: KeySource,
     keep_ms: u64,
-    /// The lease's length for a cancel-safe handler; the renewal period
-    /// follows from it.
-    lease_ms: u64,
-    /// What a lease is taken and renewed for: `lease_ms`, or the in-doubt
-    /// time when the handler is not cancel-safe.
+    /// How often a running handler's lease is renewed (follows from the
+    /// lease and the store's call bound).
+    renew_every: Duration,
+    /// What a lease is taken and renewed for: the lease (at least three
+    /// of the store's call bound), or the in-doubt time when the handler
+    /// is not cancel-safe.
     hold_ms: u64,
     /// How long a key stays in doubt after a timeout whose outcome is
     /// unknown; `None` when the handler is cancel-safe.
@@ -95,12 +101,15 @@ impl Guard {
         // Every counter starts at 0 (see Metrics::guard_started).
         metrics.guard_started(queue);
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let lease_ms = ms(lease).max(1_000);
+        // At least three of the store's call bound, so that one slow
+        // renewal cannot let it lapse.
+        let bound = ms(store.call_bound());
+        let lease_ms = ms(lease).max(lease_floor_ms(bound)).max(1_000);
         Guard {
             store,
             key: idem.key.clone(),
             keep_ms: idem.keep_ms,
-            lease_ms,
+            renew_every: Duration::from_millis(renew_every_ms(lease_ms, bound)),
             hold_ms: in_doubt.map_or(lease_ms, |d| ms(d).max(lease_ms)),
             in_doubt,
             queue: queue.to_string(),
@@ -188,14 +197,16 @@ impl Guard {
         }
     }
 
-    /// Runs `work` (the handler), renewing `lease` every third of its
-    /// length meanwhile, in the same task (no task spawned a message). A
-    /// renewal that fails is logged: the run goes on.
+    /// Runs `work` (the handler), renewing `lease` meanwhile (see
+    /// [`renew_every_ms`]), in the same task (no task spawned a message).
+    /// A renewal that fails is logged and tried again soon: the run goes
+    /// on.
     pub(crate) async fn renew_while<T>(&self, lease: &Lease, work: impl Future<Output = T>) -> T {
-        let every = Duration::from_millis((self.lease_ms / 3).max(100));
         let renewing = async {
+            let mut wait = self.renew_every;
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(wait).await;
+                wait = self.renew_every;
                 match self.store.renew(lease, self.hold_ms).await {
                     Ok(true) => {}
                     Ok(false) => {
@@ -203,7 +214,8 @@ impl Guard {
                         return std::future::pending::<()>().await;
                     }
                     Err(e) => {
-                        warn!(queue = %self.queue, error = %e, "renewing a lease failed; trying again")
+                        warn!(queue = %self.queue, error = %e, "renewing a lease failed; trying again");
+                        wait = wait.min(RENEW_RETRY);
                     }
                 }
             }
