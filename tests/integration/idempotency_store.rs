@@ -186,6 +186,31 @@ async fn a_lease_and_a_mark_expire_by_the_store_clock() {
     assert_eq!(s.count_marked(&[b"marked".to_vec()]).await.unwrap(), 0);
 }
 
+/// A user an ACL limits to the `dlqctl:` keys passes `doctor`'s check as
+/// it passes `work` (the probe key was outside the prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_dlqctl_keys_passes_the_check() {
+    let server = RedisServer::start();
+    let mut admin = raw(&server.url()).await;
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("limited")
+        .arg("on")
+        .arg(">limited-pw")
+        .arg("~dlqctl:*")
+        .arg("+@all")
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://limited:limited-pw@", 1);
+    let s = redis(&url).await;
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    s.check().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_writes_reads_and_deletes_a_doctor_key() {
     let server = RedisServer::start();

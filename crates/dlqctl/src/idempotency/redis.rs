@@ -452,7 +452,13 @@ impl Store for RedisStore {
 
     fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         async move {
-            let key = format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>());
+            // Under the store's own prefix (`dlqctl:SCOPE:`), like every
+            // key it writes: a user an ACL limits to `~dlqctl:*` passes.
+            let mut key = self.prefix.clone();
+            key.push(b':');
+            key.extend_from_slice(
+                format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>()).as_bytes(),
+            );
             let value = format!("{:032x}", rand::random::<u128>());
             let mut conn = self.conn();
             let read: Option<String> = self
