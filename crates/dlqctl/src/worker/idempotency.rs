@@ -310,10 +310,14 @@ impl Guard {
                     Err(e) => warn!(queue = %guard.queue, error = %e,
                         "a late success could not mark its key handled: a retry of it would run again"),
                 },
-                Ok(Ok(Some(Outcome::TimedOut { .. }))) | Ok(Err(_)) | Err(_) => {
+                Ok(Ok(Some(Outcome::TimedOut { .. }))) | Err(_) => {
                     warn!(queue = %guard.queue,
                         "a key stayed in doubt for the whole in-doubt time (its outcome is still unknown): its lease expires, and a retry of it may run again");
                 }
+                // The handler kept no way to answer late (an embedded
+                // handler that does not use HandlerMessage::late): the
+                // lease is left to expire after the in-doubt time.
+                Ok(Err(_)) => {}
                 Ok(Ok(Some(_) | None)) => {
                     info!(queue = %guard.queue, "a late failure released its key in doubt");
                     guard.release(&lease).await;
