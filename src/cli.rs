@@ -636,6 +636,14 @@ pub struct WorkArgs {
     /// `env:NAME` names: dlqctl's secrets are not the handler's.
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
+
+    /// With idempotency, --http or --jsonl: how long a message's key stays
+    /// leased "in doubt" after a timeout whose outcome is unknown (the
+    /// request or the process may still be working on it), waiting for the
+    /// late answer; no other run of the key starts meanwhile. Also how
+    /// long a key stays leased after this worker is killed mid-run.
+    #[arg(long, default_value = "10m", value_parser = dlqctl::core::values::duration::parse_cli_timeout)]
+    pub in_doubt: std::time::Duration,
     /// Management API, to read the main queue's consumer timeout at start
     /// and every minute [default: the AMQP host, port 15672]. Repeatable,
     /// one per --url, in the same order. When it does not answer, the

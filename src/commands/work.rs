@@ -43,6 +43,7 @@ pub async fn run(a: &WorkArgs) -> Result<Outcome> {
     cfg.dead_letter = a.dead_letter;
     cfg.redrive = !a.no_redrive;
     cfg.wait_for_broker = a.wait_for_broker;
+    cfg.in_doubt = a.in_doubt;
     if let Some(store) = &a.idempotency_store {
         if let dlqctl::core::idempotency::StoreSpec::Redis(url) = store {
             dlqctl::urls::redis(url).map_err(|why| {

@@ -33,7 +33,11 @@ async fn mark_handled(f: &PipeFixture, ids: &[&str]) {
     let store = open(&url, &scope, Create::Yes).await.expect("the store");
     let sha = dlqctl::core::idempotency::body_sha256(BODY);
     for id in ids {
-        match store.begin(id.as_bytes(), &sha, 60_000).await.unwrap() {
+        match store
+            .begin(id.as_bytes(), &sha, &rand::random(), 60_000)
+            .await
+            .unwrap()
+        {
             Begin::Acquired { lease, .. } => store.mark(&lease, &sha, 3_600_000).await.unwrap(),
             other => panic!("{id}: {other:?}"),
         }

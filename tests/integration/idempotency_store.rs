@@ -55,7 +55,10 @@ async fn two_workers_begin_one_key_and_exactly_one_acquires() {
         for store in [a.clone(), b.clone()] {
             let key = key.clone();
             tasks.push(tokio::spawn(async move {
-                let begin = store.begin(&key, &BODY, 30_000).await.unwrap();
+                let begin = store
+                    .begin(&key, &BODY, &rand::random(), 30_000)
+                    .await
+                    .unwrap();
                 (key, matches!(begin, Begin::Acquired { .. }))
             }));
         }
@@ -79,9 +82,9 @@ async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
     assert_eq!(s.describe(), server.url());
 
     let key = b"\xffid\x00-1"; // not UTF-8, with a NUL: kept as it is
-    let (lease, conflict) = acquired(s.begin(key, &BODY, 30_000).await.unwrap());
+    let (lease, conflict) = acquired(s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap());
     assert!(!conflict);
-    let left = leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    let left = leased(s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap());
     assert!((29_000..=30_000).contains(&left), "{left}");
 
     // The lease as Redis holds it: binary-safe key, Redis's own expiry.
@@ -104,9 +107,9 @@ async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
     };
     assert!(!s.renew(&thief, 90_000).await.unwrap());
     s.release(&thief).await.unwrap();
-    leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    leased(s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap());
     assert!(s.renew(&lease, 90_000).await.unwrap());
-    let left = leased(s.begin(key, &BODY, 30_000).await.unwrap());
+    let left = leased(s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap());
     assert!(left > 80_000, "renewed: {left}");
 
     s.mark(&lease, &BODY, 60_000).await.unwrap();
@@ -116,23 +119,32 @@ async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
         .await
         .unwrap();
     assert_eq!(exists, 0, "the mark gives the lease up");
-    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
+    assert_eq!(
+        s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap(),
+        Begin::Handled
+    );
     let keys = [key.to_vec(), b"other".to_vec()];
     assert_eq!(s.count_marked(&keys).await.unwrap(), 1);
 
     // Another body: a conflict that runs; the mark stays meanwhile.
-    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(s.begin(key, &OTHER, &rand::random(), 30_000).await.unwrap());
     assert!(conflict);
-    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
-    leased(s.begin(key, &OTHER, 30_000).await.unwrap());
+    assert_eq!(
+        s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap(),
+        Begin::Handled
+    );
+    leased(s.begin(key, &OTHER, &rand::random(), 30_000).await.unwrap());
     s.release(&other).await.unwrap();
-    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(s.begin(key, &OTHER, &rand::random(), 30_000).await.unwrap());
     assert!(conflict);
     // Its success never replaces the mark: an exact copy of the first
     // body stays a duplicate, the other body a conflict.
     s.mark(&other, &OTHER, 60_000).await.unwrap();
-    assert_eq!(s.begin(key, &BODY, 30_000).await.unwrap(), Begin::Handled);
-    let (other, conflict) = acquired(s.begin(key, &OTHER, 30_000).await.unwrap());
+    assert_eq!(
+        s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap(),
+        Begin::Handled
+    );
+    let (other, conflict) = acquired(s.begin(key, &OTHER, &rand::random(), 30_000).await.unwrap());
     assert!(conflict, "the mark keeps the body it was made for");
     s.release(&other).await.unwrap();
 
@@ -141,18 +153,28 @@ async fn a_lease_then_a_mark_then_a_duplicate_and_a_conflict() {
     let p = open(&StoreUrl::Redis(server.url()), &payments, Create::No)
         .await
         .unwrap();
-    acquired(p.begin(key, &BODY, 30_000).await.unwrap());
+    acquired(p.begin(key, &BODY, &rand::random(), 30_000).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_and_a_mark_expire_by_the_store_clock() {
     let server = RedisServer::start();
     let s = redis(&server.url()).await;
-    let (lease, _) = acquired(s.begin(b"short", &BODY, 300).await.unwrap());
-    let (marked, _) = acquired(s.begin(b"marked", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(
+        s.begin(b"short", &BODY, &rand::random(), 300)
+            .await
+            .unwrap(),
+    );
+    let (marked, _) = acquired(
+        s.begin(b"marked", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     s.mark(&marked, &BODY, 300).await.unwrap();
     assert_eq!(
-        s.begin(b"marked", &BODY, 300).await.unwrap(),
+        s.begin(b"marked", &BODY, &rand::random(), 300)
+            .await
+            .unwrap(),
         Begin::Handled
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -160,10 +182,43 @@ async fn a_lease_and_a_mark_expire_by_the_store_clock() {
         !s.renew(&lease, 30_000).await.unwrap(),
         "expired: no longer ours"
     );
-    acquired(s.begin(b"short", &BODY, 30_000).await.unwrap());
-    let (_, conflict) = acquired(s.begin(b"marked", &BODY, 30_000).await.unwrap());
+    acquired(
+        s.begin(b"short", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
+    let (_, conflict) = acquired(
+        s.begin(b"marked", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(!conflict);
     assert_eq!(s.count_marked(&[b"marked".to_vec()]).await.unwrap(), 0);
+}
+
+/// A user an ACL limits to the `dlqctl:` keys passes `doctor`'s check as
+/// it passes `work` (the probe key was outside the prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_dlqctl_keys_passes_the_check() {
+    let server = RedisServer::start();
+    let mut admin = raw(&server.url()).await;
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("limited")
+        .arg("on")
+        .arg(">limited-pw")
+        .arg("~dlqctl:*")
+        .arg("+@all")
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://limited:limited-pw@", 1);
+    let s = redis(&url).await;
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
+    s.mark(&lease, &BODY, 60_000).await.unwrap();
+    s.check().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,10 +329,16 @@ async fn rediss_works_with_the_servers_ca_and_refuses_an_untrusted_one() {
     let s = open_with(&url, &scope(), Create::Yes, &options)
         .await
         .unwrap();
-    let (lease, _) = acquired(s.begin(b"tls", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(
+        s.begin(b"tls", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     assert_eq!(
-        s.begin(b"tls", &BODY, 30_000).await.unwrap(),
+        s.begin(b"tls", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
     s.check().await.unwrap();
@@ -317,17 +378,26 @@ async fn until_ok<T>(
 async fn a_stopped_server_is_unavailable_then_back_empty() {
     let mut server = RedisServer::start();
     let s = redis(&server.url()).await;
-    let (lease, _) = acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(
+        s.begin(b"before", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     assert_eq!(
-        s.begin(b"before", &BODY, 30_000).await.unwrap(),
+        s.begin(b"before", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
 
     server.stop();
     for _ in 0..3 {
         let started = Instant::now();
-        let e = s.begin(b"during", &BODY, 30_000).await.unwrap_err();
+        let e = s
+            .begin(b"during", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap_err();
         assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
         assert!(
             started.elapsed() < Duration::from_secs(3),
@@ -342,9 +412,17 @@ async fn a_stopped_server_is_unavailable_then_back_empty() {
         .await
         .expect("the store answers again");
     // Empty: the mark made before the restart is lost (a duplicate window).
-    let (_, conflict) = acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    let (_, conflict) = acquired(
+        s.begin(b"before", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(!conflict);
-    acquired(s.begin(b"during", &BODY, 30_000).await.unwrap());
+    acquired(
+        s.begin(b"during", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
 }
 
 /// The ids of the connections `server` has, but `admin`'s own.
@@ -371,7 +449,11 @@ async fn a_primary_demoted_by_a_failover_is_left_for_a_new_connection() {
     let primary = RedisServer::start();
     let new_primary = RedisServer::start();
     let s = redis(&primary.url()).await;
-    acquired(s.begin(b"before", &BODY, 30_000).await.unwrap());
+    acquired(
+        s.begin(b"before", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     let mut admin = raw(&primary.url()).await;
     let before = other_clients(&mut admin).await;
     assert_eq!(before.len(), 1, "{before:?}");
@@ -384,7 +466,10 @@ async fn a_primary_demoted_by_a_failover_is_left_for_a_new_connection() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let e = s.begin(b"during", &BODY, 30_000).await.unwrap_err();
+    let e = s
+        .begin(b"during", &BODY, &rand::random(), 30_000)
+        .await
+        .unwrap_err();
     assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
     assert!(e.to_string().contains("read only replica"), "{e}");
 
@@ -398,7 +483,7 @@ async fn a_primary_demoted_by_a_failover_is_left_for_a_new_connection() {
         .await
         .unwrap();
     let begin = until_ok(Duration::from_secs(10), async || {
-        s.begin(b"after", &BODY, 30_000).await
+        s.begin(b"after", &BODY, &rand::random(), 30_000).await
     })
     .await
     .unwrap();
@@ -452,7 +537,7 @@ async fn the_password_is_not_in_trace_logs() {
     let password = "trace-pass-77aa";
     let mut server = RedisServer::with_password(password);
     let s = redis(&server.url()).await;
-    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     s.check().await.unwrap();
     let wrong = StoreUrl::Redis(server.url_with_password("trace-wrong-88bb"));
@@ -499,7 +584,7 @@ async fn sqlite_through_open_and_create_no() {
         s.describe(),
         format!("sqlite:{}", dir.path().join("orders.db").display())
     );
-    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     let reader = open(&url, &scope(), Create::No).await.unwrap();
     assert_eq!(reader.count_marked(&[b"k".to_vec()]).await.unwrap(), 1);
@@ -616,7 +701,11 @@ async fn sqlite_child_begins_keys() {
         let s = s.clone();
         async move {
             let key = format!("key-{i}");
-            if let Begin::Acquired { .. } = s.begin(key.as_bytes(), &BODY, 60_000).await.unwrap() {
+            if let Begin::Acquired { .. } = s
+                .begin(key.as_bytes(), &BODY, &rand::random(), 60_000)
+                .await
+                .unwrap()
+            {
                 println!("ACQUIRED {key}");
             }
         }
@@ -648,13 +737,16 @@ async fn look_says_free_leased_or_handled_and_changes_nothing() {
         let name = s.describe().to_string();
         assert_eq!(s.look(b"k").await.unwrap(), KeyState::Free, "{name}");
         // Looking took nothing: the key is still free to begin.
-        let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
         assert_eq!(s.look(b"k").await.unwrap(), KeyState::Leased, "{name}");
-        leased(s.begin(b"k", &BODY, 30_000).await.unwrap());
+        leased(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
         s.mark(&lease, &BODY, 60_000).await.unwrap();
         assert_eq!(s.look(b"k").await.unwrap(), KeyState::Handled, "{name}");
         // Any body: a mark is a mark.
-        assert_eq!(s.begin(b"k", &BODY, 30_000).await.unwrap(), Begin::Handled);
+        assert_eq!(
+            s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap(),
+            Begin::Handled
+        );
         assert_eq!(s.look(b"other").await.unwrap(), KeyState::Free, "{name}");
     }
 }

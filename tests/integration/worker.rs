@@ -663,7 +663,7 @@ async fn hung_handler_times_out_is_retried_and_leaves_no_process() {
         d.iter()
             .map(|e| (field(e, "outcome"), field(e, "decision")))
             .collect::<Vec<_>>(),
-        vec![("transient", "retry"), ("transient", "dead_letter")]
+        vec![("timed_out", "retry"), ("timed_out", "dead_letter")]
     );
     let error = header_str(&dlq, "dlqctl-last-error");
     assert!(error.starts_with("timed out after 300ms"), "{error}");

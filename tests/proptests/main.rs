@@ -122,6 +122,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         Just(Outcome::Success),
         "\\PC{0,8}".prop_map(Outcome::permanent),
         "\\PC{0,8}".prop_map(Outcome::transient),
+        "\\PC{0,8}".prop_map(Outcome::timed_out),
         (0u64..10_000_000_000).prop_map(|ms| Outcome::Transient {
             error: "later".into(),
             retry_after: Some(Duration::from_millis(ms)),
@@ -142,6 +143,8 @@ proptest! {
         match &o {
             Outcome::Success => prop_assert_eq!(d, Decision::Ack),
             Outcome::Permanent { .. } => prop_assert_eq!(d, Decision::DeadLetter { reason: DeadLetterReason::Permanent }),
+            // A timeout is decided like a transient failure without a hint.
+            Outcome::TimedOut { .. } => prop_assert_eq!(d, decide(&p, attempt, &Outcome::transient(""))),
             Outcome::Transient { retry_after, .. } => {
                 if attempt >= p.max_attempts {
                     prop_assert_eq!(d, Decision::DeadLetter { reason: DeadLetterReason::Exhausted });

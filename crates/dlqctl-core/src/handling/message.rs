@@ -2,6 +2,8 @@
 //! handler (the library's `Handler`), and what the JSON-lines protocol
 //! writes for it.
 
+use super::outcome::Outcome;
+
 /// One delivery as a handler sees it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HandlerMessage {
@@ -29,30 +31,51 @@ pub struct HandlerMessage {
     /// strings through as bytes): each is here as its bytes, and its field
     /// above is then `None` or empty.
     pub not_utf8: NotUtf8,
-    /// Called when the handler answers success after its message timed
-    /// out (a late `--jsonl` answer): the idempotency guard then marks the
-    /// key handled. Not part of the message's value (equal whatever it
-    /// holds).
-    pub on_late_success: LateSuccess,
+    /// Where a handler that timed out with its work possibly still going
+    /// on (an HTTP request, a `--jsonl` message in its process) gives the
+    /// late answer: the idempotency guard then marks the key (a success)
+    /// or releases it (a failure). Set only under the guard. Not part of
+    /// the message's value (equal whatever it holds).
+    pub late: LateAnswer,
 }
 
-/// What to do with a success that came after its message timed out (see
-/// [`HandlerMessage::on_late_success`]); by default nothing.
+/// Where the late answer of a timed-out run goes (see
+/// [`HandlerMessage::late`]); by default nowhere (nobody waits).
 #[derive(Clone, Default)]
-pub struct LateSuccess(Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
+pub struct LateAnswer(Option<std::sync::Arc<LateWaiter>>);
 
-impl LateSuccess {
-    /// Calls `f` on a late success.
-    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
-        LateSuccess(Some(std::sync::Arc::new(f)))
+struct LateWaiter {
+    wait: std::time::Duration,
+    answer: Box<dyn Fn(Option<Outcome>) + Send + Sync>,
+}
+
+impl LateAnswer {
+    /// A late answer waited for `wait` after the timeout, given to `f`.
+    pub fn new(
+        wait: std::time::Duration,
+        f: impl Fn(Option<Outcome>) + Send + Sync + 'static,
+    ) -> Self {
+        LateAnswer(Some(std::sync::Arc::new(LateWaiter {
+            wait,
+            answer: Box::new(f),
+        })))
     }
 
-    /// A late success came: calls what was set, if anything. Returns
-    /// whether something was.
-    pub fn call(&self) -> bool {
+    /// How long after its timeout a late answer is still waited for;
+    /// `None` when nobody waits (the handler may then cut its work at
+    /// the timeout).
+    pub fn wait(&self) -> Option<std::time::Duration> {
+        self.0.as_ref().map(|w| w.wait)
+    }
+
+    /// The late answer: `Some(outcome)` when the work answered after all
+    /// (a [`Outcome::TimedOut`] says it is still unknown), `None` when it
+    /// was stopped for good without an answer (its process ended).
+    /// Returns whether somebody waited.
+    pub fn answer(&self, outcome: Option<Outcome>) -> bool {
         match &self.0 {
-            Some(f) => {
-                f();
+            Some(w) => {
+                (w.answer)(outcome);
                 true
             }
             None => false,
@@ -60,17 +83,16 @@ impl LateSuccess {
     }
 }
 
-impl std::fmt::Debug for LateSuccess {
+impl std::fmt::Debug for LateAnswer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "LateSuccess(set)"
-        } else {
-            "LateSuccess(none)"
-        })
+        match self.wait() {
+            Some(wait) => write!(f, "LateAnswer(waited {wait:?})"),
+            None => f.write_str("LateAnswer(none)"),
+        }
     }
 }
 
-impl PartialEq for LateSuccess {
+impl PartialEq for LateAnswer {
     fn eq(&self, _: &Self) -> bool {
         true
     }
@@ -126,7 +148,7 @@ impl HandlerMessage {
             routing_key: "order.created".into(),
             headers: serde_json::json!({"tenant": "acme", "n": 3}),
             not_utf8: NotUtf8::default(),
-            on_late_success: Default::default(),
+            late: Default::default(),
         }
     }
 }

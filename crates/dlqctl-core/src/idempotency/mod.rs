@@ -303,6 +303,24 @@ pub fn lease_ms(handler_timeout_ms: u64) -> u64 {
         .max(MIN_LEASE_MS)
 }
 
+/// The shortest lease for a store whose one call may take
+/// `call_bound_ms` before it is counted as failed: three calls, so that
+/// a renewal that takes the whole bound and fails, then the next that
+/// takes it too, still end before the lease lapses.
+pub fn lease_floor_ms(call_bound_ms: u64) -> u64 {
+    call_bound_ms.saturating_mul(3)
+}
+
+/// How often a lease of `lease_ms` is renewed on a store whose call
+/// takes at most `call_bound_ms`: every third of the lease, and never so
+/// late that two slow renewals in a row (one failed, one that commits)
+/// could let it lapse (`lease − 2 × bound`); at least 100 ms.
+pub fn renew_every_ms(lease_ms: u64, call_bound_ms: u64) -> u64 {
+    (lease_ms / 3)
+        .min(lease_ms.saturating_sub(call_bound_ms.saturating_mul(2)))
+        .max(100)
+}
+
 /// What a lease outlasts the handler's timeout by.
 pub(crate) const LEASE_MARGIN_MS: u64 = 5_000;
 /// The shortest lease.

@@ -244,3 +244,25 @@ fn a_header_key_of_every_type() {
         Some(b"\0bool\0true".to_vec())
     );
 }
+
+/// A lease of the floor, renewed on its period, survives one renewal
+/// that takes the whole call bound and fails, then one that takes it
+/// and commits. (A 10 s lease renewed every third of it, on SQLite's
+/// 8 s bound, lapsed after one slow renewal.)
+#[test]
+fn a_lease_survives_two_slow_renewals() {
+    for bound in [1, 2_000, 8_000, 30_000] {
+        let floor = lease_floor_ms(bound);
+        assert_eq!(floor, 3 * bound);
+        for lease in [floor, floor + 1, 2 * floor, 35_000.max(floor), 600_000] {
+            let every = renew_every_ms(lease, bound);
+            assert!(
+                every + 2 * bound <= lease || every == 100,
+                "{lease} {bound}: {every}"
+            );
+            assert!(every <= lease / 3 || every == 100, "{lease}: {every}");
+        }
+    }
+    assert_eq!(renew_every_ms(24_000, 8_000), 8_000);
+    assert_eq!(renew_every_ms(600_000, 8_000), 200_000);
+}

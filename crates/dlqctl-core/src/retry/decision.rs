@@ -90,6 +90,8 @@ pub fn decide(policy: &RetryPolicy, attempt: u32, outcome: &Outcome) -> Decision
             }
         }
         Outcome::Transient { retry_after, .. } => retry_after,
+        // A timeout is decided like a transient failure without a hint.
+        Outcome::TimedOut { .. } => &None,
     };
     let exhausted = Decision::DeadLetter {
         reason: DeadLetterReason::Exhausted,

@@ -495,10 +495,7 @@ pub fn settle(rules: &Rules, d: &Delivered, run: &Run, now_unix_ms: u64, jitter_
             reason: DeadLetterReason::Exhausted,
         }
     };
-    let error = match outcome {
-        Outcome::Success => "",
-        Outcome::Transient { error, .. } | Outcome::Permanent { error } => error.as_str(),
-    };
+    let error = outcome.error().unwrap_or("");
     let ctx = CopyContext {
         // The runs made: this one, if it ran.
         attempt: if ran {

@@ -20,8 +20,11 @@
 //!
 //! - exit 0: [`Outcome::Success`];
 //! - exit 65 (`EX_DATAERR`): [`Outcome::Permanent`];
-//! - any other exit, death by a signal, the timeout, or a failure to start
-//!   the program: [`Outcome::Transient`].
+//! - the timeout: [`Outcome::TimedOut`] (the program is killed with its
+//!   process group, so nothing of its run can follow: the handler is
+//!   [cancel-safe](Handler::cancel_safe));
+//! - any other exit, death by a signal, or a failure to start the
+//!   program: [`Outcome::Transient`].
 //!
 //! The error text is the last 960 bytes of stderr, trimmed and decoded as lossy
 //! UTF-8 (prefixed with `…` when cut). When stderr is empty it is a
@@ -224,7 +227,7 @@ impl ExecHandler {
             }
         };
         if timed_out {
-            return Outcome::transient(with_tail(
+            return Outcome::timed_out(with_tail(
                 format!("timed out after {}", format_timeout(self.timeout)),
                 &tail,
             ));
@@ -364,6 +367,11 @@ async fn drain_stderr(
 impl Handler for ExecHandler {
     fn handle(&self, msg: &HandlerMessage) -> impl std::future::Future<Output = Outcome> + Send {
         self.run(msg)
+    }
+
+    /// A timed-out or dropped run kills the program's process group.
+    fn cancel_safe(&self) -> bool {
+        true
     }
 }
 
@@ -645,8 +653,8 @@ mod tests {
         // The shell normally wrote its line long before the timeout; on a
         // very loaded machine it may not have.
         assert!(
-            out == Outcome::transient("timed out after 1500ms: waiting")
-                || out == Outcome::transient("timed out after 1500ms"),
+            out == Outcome::timed_out("timed out after 1500ms: waiting")
+                || out == Outcome::timed_out("timed out after 1500ms"),
             "{out:?}"
         );
         let pid = read_pid(&file).await;
@@ -685,7 +693,7 @@ mod tests {
         let out = sh(&script, Duration::from_millis(700))
             .handle(&msg(b""))
             .await;
-        assert!(matches!(out, Outcome::Transient { .. }), "{out:?}");
+        assert!(matches!(out, Outcome::TimedOut { .. }), "{out:?}");
         let pid = read_pid(&file).await;
         std::fs::remove_file(&file).unwrap();
         assert!(wait_unlisted(pid).await, "timed-out {pid} left in /proc");

@@ -8,7 +8,8 @@
 //! | response | outcome |
 //! |---|---|
 //! | 2xx | success |
-//! | 408, 425, 429, 5xx; a timeout; a connection or protocol error | transient |
+//! | 408, 425, 429, 5xx; a connection or protocol error | transient |
+//! | no response within the timeout | timed out (decided like transient; its outcome is unknown) |
 //! | 429 or 503 with `Retry-After` | transient, with that delay as `retry_after` |
 //! | other 4xx | permanent |
 //! | 1xx, 3xx | permanent: redirects are not followed, so the URL is wrong for every message |
@@ -26,7 +27,11 @@
 //! or message headers.
 //!
 //! The timeout covers the whole exchange: connecting, sending, and reading
-//! the response. Proxies configured through the usual environment variables
+//! the response. Under the idempotency guard the request is not cut at
+//! the timeout (the endpoint may be working on it): the run answers
+//! "timed out" and the request goes on in the background, up to the
+//! in-doubt time, its answer given to [`HandlerMessage::late`] (a late
+//! success marks the key, a late failure releases it). Proxies configured through the usual environment variables
 //! (`HTTPS_PROXY`, `NO_PROXY`, ...) are used.
 
 use std::error::Error as _;
@@ -116,37 +121,73 @@ impl HttpHandler {
         self.timeout
     }
 
+    /// Sends `msg` and waits for the answer up to the timeout. When a
+    /// late answer is waited for ([`HandlerMessage::late`]: the
+    /// idempotency guard), the request is not cut at the timeout: it goes
+    /// on in a task of its own, up to that wait, and its answer is given
+    /// there; the run answers [`Outcome::TimedOut`] at the timeout.
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
+        let request = match self.request(msg) {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        };
+        let Some(wait) = msg.late.wait() else {
+            return self.exchange(request.timeout(self.timeout)).await;
+        };
+        let this = self.clone();
+        let request = request.timeout(self.timeout.saturating_add(wait));
+        let mut exchange = Box::pin(async move { this.exchange(request).await });
+        match tokio::time::timeout(self.timeout, &mut exchange).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let late = msg.late.clone();
+                tokio::spawn(async move { late.answer(Some(exchange.await)) });
+                Outcome::timed_out(format!(
+                    "POST {}: timed out after {}",
+                    self.shown_url,
+                    tier_name(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+                ))
+            }
+        }
+    }
+
+    /// The request for `msg`, or the permanent failure of a message whose
+    /// headers cannot be sent.
+    fn request(&self, msg: &HandlerMessage) -> Result<reqwest::RequestBuilder, Outcome> {
         // HTTP header values are bytes: a content type or message id that
         // is not UTF-8 is sent as its bytes, like any other.
         let content_type = msg
             .content_type_bytes()
             .unwrap_or(DEFAULT_CONTENT_TYPE.as_bytes());
         let Ok(content_type) = HeaderValue::from_bytes(content_type) else {
-            return Outcome::permanent(format!(
+            return Err(Outcome::permanent(format!(
                 "content type {:?} cannot be sent as an HTTP header",
                 String::from_utf8_lossy(content_type)
-            ));
+            )));
         };
         let mut request = self
             .client
             .post(self.url.clone())
-            .timeout(self.timeout)
             .header(CONTENT_TYPE, content_type)
             .header("X-Retry-Attempt", msg.attempt)
             .body(msg.body.clone());
         if let Some(id) = msg.message_id_bytes() {
             let Ok(id) = HeaderValue::from_bytes(id) else {
-                return Outcome::permanent(format!(
+                return Err(Outcome::permanent(format!(
                     "message id {:?} cannot be sent as an Idempotency-Key header",
                     String::from_utf8_lossy(id)
-                ));
+                )));
             };
             request = request.header("Idempotency-Key", id);
         }
+        Ok(request)
+    }
 
+    /// Sends `request` and reads its outcome from the response.
+    async fn exchange(&self, request: reqwest::RequestBuilder) -> Outcome {
         let response = match request.send().await {
             Ok(response) => response,
+            Err(e) if e.is_timeout() => return Outcome::timed_out(self.describe_failure(e)),
             Err(e) => return Outcome::transient(self.describe_failure(e)),
         };
         let status = response.status();
@@ -418,6 +459,14 @@ mod tests {
                 }),
             )
             .route(
+                "/slow",
+                post(|State(seen): State<Seen>, headers: HeaderMap| async move {
+                    seen.lock().unwrap().push((headers, Vec::new()));
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    "done"
+                }),
+            )
+            .route(
                 "/huge",
                 post(|| async {
                     // An endless body: reading it all would never finish.
@@ -600,9 +649,38 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(
             h.handle(&msg(b"")).await,
-            Outcome::transient(format!("POST {base}/hang: timed out after 300ms"))
+            Outcome::timed_out(format!("POST {base}/hang: timed out after 300ms"))
         );
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Under the guard (a late answer waited for), a request past the
+    /// timeout is not cut: the run answers "timed out", the one request
+    /// goes on, and its success comes as the late answer.
+    #[tokio::test]
+    async fn a_request_past_its_timeout_goes_on_and_answers_late() {
+        let seen = Seen::default();
+        let base = serve(seen.clone()).await;
+        let h = HttpHandler::new(format!("{base}/slow"), Duration::from_millis(200)).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let tx = Mutex::new(Some(tx));
+        let mut m = msg(b"");
+        m.late =
+            crate::core::handling::message::LateAnswer::new(Duration::from_secs(10), move |late| {
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send(late);
+                }
+            });
+        assert_eq!(
+            h.handle(&m).await,
+            Outcome::timed_out(format!("POST {base}/slow: timed out after 200ms"))
+        );
+        let late = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        assert_eq!(late.unwrap().unwrap(), Some(Outcome::Success));
+        assert_eq!(seen.lock().unwrap().len(), 1, "one request");
+        // Without the guard the request is cut at the timeout, as before.
+        let cut = h.handle(&msg(b"")).await;
+        assert!(matches!(cut, Outcome::TimedOut { .. }), "{cut:?}");
     }
 
     #[tokio::test]

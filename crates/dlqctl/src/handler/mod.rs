@@ -32,17 +32,39 @@ pub use crate::core::handling::message::{HandlerMessage, NotUtf8};
 ///
 /// Implementations must be safe to call concurrently (the worker may run
 /// several messages at once, up to its prefetch) and should not panic: a
-/// failure is reported as [`Outcome::Transient`] or [`Outcome::Permanent`].
+/// failure is reported as [`Outcome::Transient`], [`Outcome::Permanent`]
+/// or [`Outcome::TimedOut`].
 /// The worker may drop the returned future (at shutdown); the handler must
 /// then leave nothing running behind.
+///
+/// A handler that gives up on its own timeout answers
+/// [`Outcome::TimedOut`]. Whether its work may still be going on then
+/// is [`Handler::cancel_safe`]: when not, the idempotency guard keeps the
+/// message's key "in doubt" (no other run of it starts) until the late
+/// answer comes through [`HandlerMessage::late`], or the in-doubt time is
+/// over.
 pub trait Handler: Send + Sync + 'static {
     /// Handles one message.
     fn handle(&self, msg: &HandlerMessage) -> impl Future<Output = Outcome> + Send;
+
+    /// Whether a timeout (or a dropped future) stops this handler's work
+    /// for good, so that no effect of it can come after: a program killed
+    /// with its process group. `false` by default: an HTTP request, a
+    /// message in a `--jsonl` process or an embedded handler's own I/O may
+    /// still complete after the worker stopped waiting, and its key is
+    /// then kept in doubt.
+    fn cancel_safe(&self) -> bool {
+        false
+    }
 }
 
 impl<H: Handler> Handler for Arc<H> {
     fn handle(&self, msg: &HandlerMessage) -> impl Future<Output = Outcome> + Send {
         (**self).handle(msg)
+    }
+
+    fn cancel_safe(&self) -> bool {
+        (**self).cancel_safe()
     }
 }
 

@@ -21,7 +21,7 @@ mod tests;
 
 use store::default_dirs;
 pub use store::KeyState;
-pub use store::{Begin, BodySha, Create, Lease, Store, StoreError};
+pub use store::{Begin, BodySha, Create, Lease, Store, StoreError, Token};
 
 /// A store URL made concrete: `env:` read, the default SQLite path
 /// chosen. Its `Debug` shows no password.

@@ -23,7 +23,7 @@ use ::redis::{Client, ErrorKind, FromRedisValue, RedisError, Script, TlsCertific
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
-use super::store::{Begin, BodySha, KeyState, Lease, Store, StoreError};
+use super::store::{Begin, BodySha, KeyState, Lease, Store, StoreError, Token};
 use crate::core::idempotency::redact_url;
 use crate::core::values::redact::Scrubber;
 use crate::core::wire::DOCTOR_KEY_PREFIX;
@@ -36,13 +36,16 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 const EXISTS_BATCH: usize = 1_000;
 
 /// KEYS: done, lease. ARGV: sha, token, lease ms. `{1}` handled;
-/// `{0, conflict}` acquired; `{2, pttl}` leased.
+/// `{0, conflict}` acquired (or the token's own lease, extended);
+/// `{2, pttl}` leased by another token.
 const BEGIN_LUA: &str = r"
 local done = redis.call('GET', KEYS[1])
 if done and done == ARGV[1] then
   return {1}
 end
-if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
+local holder = redis.call('GET', KEYS[2])
+if (not holder) or holder == ARGV[2] then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   if done then return {0, 1} end
   return {0, 0}
 end
@@ -315,14 +318,19 @@ impl Store for RedisStore {
         &self.describe
     }
 
+    fn call_bound(&self) -> Duration {
+        CALL_TIMEOUT
+    }
+
     fn begin<'a>(
         &'a self,
         key: &'a [u8],
         body: &'a BodySha,
+        token: &'a Token,
         lease_ms: u64,
     ) -> BoxFuture<'a, Result<Begin, StoreError>> {
         async move {
-            let token: [u8; 16] = rand::random();
+            let token = *token;
             let (done, lease) = (self.redis_key("done", key), self.redis_key("lease", key));
             let answer: Vec<i64> = self
                 .run(
@@ -432,7 +440,13 @@ impl Store for RedisStore {
 
     fn check(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         async move {
-            let key = format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>());
+            // Under the store's own prefix (`dlqctl:SCOPE:`), like every
+            // key it writes: a user an ACL limits to `~dlqctl:*` passes.
+            let mut key = self.prefix.clone();
+            key.push(b':');
+            key.extend_from_slice(
+                format!("{DOCTOR_KEY_PREFIX}{:032x}", rand::random::<u128>()).as_bytes(),
+            );
             let value = format!("{:032x}", rand::random::<u128>());
             let mut conn = self.conn();
             let read: Option<String> = self

@@ -21,7 +21,7 @@ use futures_util::FutureExt;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
 use tokio::sync::oneshot;
 
-use super::store::{Begin, BodySha, Create, KeyState, Lease, Store, StoreError};
+use super::store::{Begin, BodySha, Create, KeyState, Lease, Store, StoreError, Token};
 use crate::core::wire::{DOCTOR_KEY_PREFIX, SQLITE_THREAD_NAME};
 
 /// How long a statement waits for another process's write lock.
@@ -35,6 +35,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: i64 = 1_000;
 /// The most calls one transaction takes.
 const MAX_BATCH: usize = 256;
+/// The most keys one call of `count_marked` looks up (the write lock is
+/// let go between two calls).
+const COUNT_CHUNK: usize = 200;
 
 /// Now by SQLite's clock, in ms since the epoch.
 macro_rules! now_ms {
@@ -170,11 +173,12 @@ impl SqliteStore {
             Ok(Err(join)) => return Err(unavailable(&describe, join.to_string())),
             Ok(Ok(conn)) => conn?,
         };
-        Ok(SqliteStore::start(describe, scope, conn))
+        SqliteStore::start(describe, scope, conn)
     }
 
-    /// The store over an open connection, its sweeper started.
-    fn start(describe: String, scope: &[u8], conn: Connection) -> SqliteStore {
+    /// The store over an open connection, its sweeper started; a thread
+    /// the system refuses is an outage (waited for at start).
+    fn start(describe: String, scope: &[u8], conn: Connection) -> Result<SqliteStore, StoreError> {
         let (calls, queue) = std::sync::mpsc::channel();
         let token = std::sync::Arc::new(());
         let alive = std::sync::Arc::downgrade(&token);
@@ -184,15 +188,15 @@ impl SqliteStore {
                 serve(conn, queue);
                 drop(token);
             })
-            .expect("a thread for the SQLite store");
+            .map_err(|e| unavailable(&describe, format!("cannot start its thread: {e}")))?;
         let sweeper = tokio::spawn(sweep_forever(describe.clone(), calls.clone())).abort_handle();
-        SqliteStore {
+        Ok(SqliteStore {
             describe,
             scope: scope.to_vec(),
             calls,
             sweeper,
             alive,
-        }
+        })
     }
 
     /// Runs `f` on the connection's thread, in the next transaction,
@@ -252,14 +256,18 @@ impl Store for SqliteStore {
         &self.describe
     }
 
+    fn call_bound(&self) -> Duration {
+        CALL_TIMEOUT
+    }
+
     fn begin<'a>(
         &'a self,
         key: &'a [u8],
         body: &'a BodySha,
+        token: &'a Token,
         lease_ms: u64,
     ) -> BoxFuture<'a, Result<Begin, StoreError>> {
-        let (scope, key, body) = (self.scope.clone(), key.to_vec(), *body);
-        let token: [u8; 16] = rand::random();
+        let (scope, key, body, token) = (self.scope.clone(), key.to_vec(), *body, *token);
         self.call(move |c| begin(c, &scope, &key, &body, token, ms(lease_ms)))
             .boxed()
     }
@@ -322,19 +330,17 @@ impl Store for SqliteStore {
     }
 
     fn count_marked<'a>(&'a self, keys: &'a [Vec<u8>]) -> BoxFuture<'a, Result<usize, StoreError>> {
-        let (scope, keys) = (self.scope.clone(), keys.to_vec());
-        self.call(move |c| {
-            let sql = concat!(
-                "SELECT count(*) FROM dlqctl_keys WHERE scope = ?1 AND key = ?2 AND done_expires_ms > ",
-                now_ms!()
-            );
-            let mut stmt = c.prepare_cached(sql)?;
+        // A call of its own per chunk: every call runs in the write
+        // transaction, and a dry run over a whole DLQ held it for its
+        // whole loop, stalling every worker's begin on the file.
+        async move {
             let mut n = 0;
-            for key in &keys {
-                n += stmt.query_row(params![scope, key], |r| r.get::<_, i64>(0))? as usize;
+            for chunk in keys.chunks(COUNT_CHUNK) {
+                let (scope, chunk) = (self.scope.clone(), chunk.to_vec());
+                n += self.call(move |c| count_marked(c, &scope, &chunk)).await?;
             }
             Ok(n)
-        })
+        }
         .boxed()
     }
 
@@ -391,7 +397,7 @@ fn begin(
     scope: &[u8],
     key: &[u8],
     body: &BodySha,
-    token: [u8; 16],
+    token: Token,
     lease_ms: i64,
 ) -> rusqlite::Result<Begin> {
     let sql = concat!(
@@ -399,22 +405,27 @@ fn begin(
         now_ms!(),
         ", coalesce(lease_expires_ms, 0) - ",
         now_ms!(),
-        " FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
+        ", lease_token FROM dlqctl_keys WHERE scope = ?1 AND key = ?2"
     );
-    let row: Option<(Option<Vec<u8>>, i64, i64)> = c
+    type Row = (Option<Vec<u8>>, i64, i64, Option<Vec<u8>>);
+    let row: Option<Row> = c
         .prepare_cached(sql)?
         .query_row(params![scope, key], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .optional()?;
-    let (done, lease_left) = match row {
-        None => (None, 0),
-        Some((sha, done_left, lease_left)) => (sha.filter(|_| done_left > 0), lease_left),
+    let (done, lease_left, holder) = match row {
+        None => (None, 0, None),
+        Some((sha, done_left, lease_left, holder)) => {
+            (sha.filter(|_| done_left > 0), lease_left, holder)
+        }
     };
     if done.as_deref() == Some(&body[..]) {
         return Ok(Begin::Handled);
     }
-    if lease_left > 0 {
+    // Our own lease (a begin of this delivery that committed after the
+    // worker stopped waiting for it) is taken again below, extended.
+    if lease_left > 0 && holder.as_deref() != Some(&token[..]) {
         return Ok(Begin::Leased {
             remaining_ms: lease_left as u64,
         });
@@ -439,6 +450,20 @@ fn begin(
         },
         conflict: done.is_some(),
     })
+}
+
+/// How many of `keys` are marked, by one statement per key.
+fn count_marked(c: &Connection, scope: &[u8], keys: &[Vec<u8>]) -> rusqlite::Result<usize> {
+    let sql = concat!(
+        "SELECT count(*) FROM dlqctl_keys WHERE scope = ?1 AND key = ?2 AND done_expires_ms > ",
+        now_ms!()
+    );
+    let mut stmt = c.prepare_cached(sql)?;
+    let mut n = 0;
+    for key in keys {
+        n += stmt.query_row(params![scope, key], |r| r.get::<_, i64>(0))? as usize;
+    }
+    Ok(n)
 }
 
 /// [`Store::release`]: the lease dropped if ours, the row with it when

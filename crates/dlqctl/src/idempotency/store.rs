@@ -8,14 +8,28 @@ use futures_util::future::BoxFuture;
 /// The SHA-256 of a body, kept with a mark.
 pub type BodySha = [u8; 32];
 
-/// A lease on one key, held by one handler run. Only its holder (the
-/// `token`) can renew, release or turn it into a mark.
+/// The owner token of a lease: random, one per delivery.
+pub type Token = [u8; 16];
+
+/// A lease on one key, held by one delivery. Only its holder (the
+/// `token`) can renew, release or turn it into a mark; the same token's
+/// [`Store::begin`] recognises it as its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The key (raw bytes, within the store's scope).
     pub key: Vec<u8>,
-    /// The holder's random token.
-    pub token: [u8; 16],
+    /// The holder's token, unique to the delivery.
+    pub token: Token,
+}
+
+impl Lease {
+    /// A lease on `key` for a new holder: a random token.
+    pub fn new(key: Vec<u8>) -> Lease {
+        Lease {
+            key,
+            token: rand::random(),
+        }
+    }
 }
 
 /// What [`Store::begin`] found.
@@ -64,25 +78,51 @@ pub enum StoreError {
 }
 
 /// One store of keys and leases, scoped to one vhost and pipeline (given
-/// when it is opened). Every call is bounded in time by the store.
+/// when it is opened). Every call is bounded in time by the store
+/// ([`Store::call_bound`]).
+///
+/// The lease contract, the same for every store (and tested so, by one
+/// suite run against each: tests/integration/idempotency_contract.rs):
+///
+/// - a lease is held by one owner token; its expiry is measured by the
+///   store's clock, never a worker's;
+/// - `begin` by another token finds it [`Begin::Leased`]; `begin` by the
+///   same token finds it its own ([`Begin::Acquired`], extended), so a
+///   call the worker gave up on but the store committed is harmless: the
+///   same delivery recognises or releases its lease;
+/// - only the holder renews, releases, or gives it up by marking;
+/// - a lease renewed to a longer time (a timeout whose outcome is
+///   unknown: "in doubt") is held that long, and another token's `begin`
+///   says so;
+/// - a lease that expired is anybody's: its old holder's renew answers
+///   `false`, and its release leaves the new holder's lease alone.
 pub trait Store: Send + Sync + 'static {
     /// The store as logs show it: kind and place, never a password
     /// (`sqlite:/var/lib/dlqctl/orders.db`, `redis://cache:6379/0`).
     fn describe(&self) -> &str;
 
+    /// The longest one call may take before it is counted as failed (it
+    /// may still commit after). A lease is at least three times this,
+    /// and renewed so that one slow renewal cannot let it lapse
+    /// ([`crate::core::idempotency::lease_floor_ms`]).
+    fn call_bound(&self) -> std::time::Duration;
+
     /// Before a handler runs: a key marked handled with the same body is
-    /// [`Begin::Handled`]; a key leased by another run is
-    /// [`Begin::Leased`]; else a lease of `lease_ms` is taken, atomically
-    /// (two workers never both acquire one key).
+    /// [`Begin::Handled`]; a key leased by another token is
+    /// [`Begin::Leased`]; else a lease of `lease_ms` is taken for `token`
+    /// (or, when `token` holds it already, extended to `lease_ms` from
+    /// now), atomically (two workers never both acquire one key).
     fn begin<'a>(
         &'a self,
         key: &'a [u8],
         body: &'a BodySha,
+        token: &'a Token,
         lease_ms: u64,
     ) -> BoxFuture<'a, Result<Begin, StoreError>>;
 
-    /// While the handler runs: extends the lease to `lease_ms` from now;
-    /// `false` when it is no longer ours (expired and taken).
+    /// While the handler runs, and to keep a key in doubt: extends the
+    /// lease to `lease_ms` from now; `false` when it is no longer ours
+    /// (expired, or released).
     fn renew<'a>(
         &'a self,
         lease: &'a Lease,

@@ -5,6 +5,9 @@ use crate::core::retry::DeadLetterMode;
 use crate::core::topology::Pipeline;
 use std::time::Duration;
 
+/// The default in-doubt time ([`WorkerConfig::in_doubt`]).
+pub const DEFAULT_IN_DOUBT: Duration = Duration::from_secs(600);
+
 /// Settings of a worker.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -64,6 +67,14 @@ pub struct WorkerConfig {
     /// 5 s, at least 10 s (30 s without a handler timeout). A handler
     /// that outlives its lease without renewing it could run twice.
     pub lease: Option<Duration>,
+    /// How long a key stays leased "in doubt" after a timeout whose
+    /// outcome is unknown (a handler that is not
+    /// [cancel-safe](crate::handler::Handler::cancel_safe): an HTTP
+    /// request, a `--jsonl` message, an embedded handler), waiting for the
+    /// late answer; also the lease such a handler's run takes, so that a
+    /// worker killed in the middle leaves its key in doubt. Default 10
+    /// minutes (`dlqctl work --in-doubt`).
+    pub in_doubt: Duration,
 }
 
 impl WorkerConfig {
@@ -100,6 +111,7 @@ impl WorkerConfig {
             management_urls: Vec::new(),
             idempotency_store: None,
             lease: None,
+            in_doubt: DEFAULT_IN_DOUBT,
         }
     }
 }

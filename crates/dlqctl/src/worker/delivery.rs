@@ -188,20 +188,20 @@ impl<H: Handler> DeliveryTask<H> {
             Entry::Unguarded => self.run_handler(prepared, probe).await,
             Entry::Skip(run) => run,
             Entry::Leased { lease, body } => {
-                if let Some(msg) = prepared.msg.as_mut() {
-                    msg.on_late_success = guard.late_mark(&lease, body);
+                // A handler that is not cancel-safe may answer after its
+                // timeout: where that answer goes.
+                let mut late = guard.late_answer();
+                if let (Some(msg), Some((answer, _))) = (prepared.msg.as_mut(), &late) {
+                    msg.late = answer.clone();
                 }
-                let t0 = Instant::now();
                 let run = guard
                     .renew_while(&lease, self.run_handler(prepared, probe))
                     .await;
-                // A transient failure that took the whole handler timeout
-                // is the timeout: the handler may still be working.
-                let timed_out = self
-                    .cfg
-                    .handler_timeout
-                    .is_some_and(|t| t0.elapsed() + Duration::from_millis(50) >= t);
-                guard.finish(&lease, &body, &run, timed_out).await;
+                // A timeout, as the handler said it, keeps the key in
+                // doubt unless the handler is cancel-safe.
+                let timed_out = matches!(run.outcome(), Some(Outcome::TimedOut { .. }));
+                let late = late.take().filter(|_| timed_out).map(|(_, rx)| rx);
+                guard.finish(&lease, &body, &run, late).await;
                 run
             }
         }
@@ -278,7 +278,7 @@ impl<H: Handler> DeliveryTask<H> {
                 exchange: exchange_bytes,
                 routing_key: routing_key_bytes,
             },
-            on_late_success: Default::default(),
+            late: Default::default(),
         }
     }
 
@@ -314,7 +314,7 @@ impl<H: Handler> DeliveryTask<H> {
                 probe,
                 match outcome {
                     Outcome::Success => Call::Success,
-                    Outcome::Transient { .. } => Call::Transient,
+                    Outcome::Transient { .. } | Outcome::TimedOut { .. } => Call::Transient,
                     Outcome::Permanent { .. } => Call::Permanent,
                 },
             );
@@ -409,12 +409,9 @@ impl<H: Handler> DeliveryTask<H> {
         };
         record_settlement(&self.shared.counters, done);
         let p = &self.cfg.pipeline;
-        let error = match outcome {
-            Outcome::Success => None,
-            Outcome::Transient { error, .. } | Outcome::Permanent { error } => {
-                Some(tracing::field::display(log_error(error)))
-            }
-        };
+        let error = outcome
+            .error()
+            .map(|error| tracing::field::display(log_error(error)));
         // A field that does not apply (no tier on an ack, no error on a
         // success) is left out, not logged empty.
         info!(

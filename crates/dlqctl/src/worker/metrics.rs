@@ -195,6 +195,7 @@ struct IdempotencyMetrics {
     store_pauses: Family<QueueLabels, Counter>,
     /// Marks that failed after a success (the message was acked anyway).
     mark_failures: Family<QueueLabels, Counter>,
+    in_doubt: Family<QueueLabels, Counter>,
 }
 
 /// A redrive run as the metrics count it (the worker makes it of its
@@ -235,17 +236,21 @@ pub enum GuardEvent {
     /// A mark that failed after a success; the message was acked anyway
     /// (`dlqctl_idempotency_mark_failures_total`).
     MarkFailure,
+    /// A timeout whose outcome is unknown: its key kept in doubt
+    /// (`dlqctl_idempotency_in_doubt_total`).
+    InDoubt,
 }
 
 impl GuardEvent {
     /// Every event, in the order their families are registered.
-    pub const ALL: [GuardEvent; 6] = [
+    pub const ALL: [GuardEvent; 7] = [
         GuardEvent::Duplicate,
         GuardEvent::Deferral,
         GuardEvent::KeyConflict,
         GuardEvent::Unkeyed,
         GuardEvent::StorePause,
         GuardEvent::MarkFailure,
+        GuardEvent::InDoubt,
     ];
 }
 
@@ -367,6 +372,7 @@ impl Metrics {
                 unkeyed: registered(r, "idempotency_unkeyed", "Deliveries without the configured idempotency key, run unguarded"),
                 store_pauses: registered(r, "idempotency_store_pauses", "Pauses of consumption because the idempotency store did not answer"),
                 mark_failures: registered(r, "idempotency_mark_failures", "Marks that failed after a success (the message was acked anyway)"),
+                in_doubt: registered(r, "idempotency_in_doubt", "Timeouts whose outcome was unknown: their key kept in doubt, waiting for the late answer"),
             },
             store_down_since: Mutex::new(None),
             probe_unusable: Mutex::default(),
@@ -564,6 +570,7 @@ impl Metrics {
             GuardEvent::Unkeyed => &m.unkeyed,
             GuardEvent::StorePause => &m.store_pauses,
             GuardEvent::MarkFailure => &m.mark_failures,
+            GuardEvent::InDoubt => &m.in_doubt,
         }
     }
 
@@ -581,7 +588,7 @@ impl Metrics {
 /// Decision labels the worker uses (see [`Settlement::label`]).
 pub(crate) const DECISIONS: [&str; 7] = Settlement::LABELS;
 /// Outcome labels.
-pub(crate) const OUTCOMES: [&str; 3] = ["success", "transient", "permanent"];
+pub(crate) const OUTCOMES: [&str; 4] = ["success", "transient", "permanent", "timed_out"];
 
 /// The counters of one queue, looked up once instead of per message.
 #[derive(Clone)]

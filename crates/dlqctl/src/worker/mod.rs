@@ -181,10 +181,21 @@ impl<H: Handler> Worker<H> {
                 Err(e) => return Err(e.into()),
             }
         };
-        info!(queue = %p.name, store = store.describe(), key = %idem.key.text(), lease_ms = self.cfg.lease().as_millis() as u64, "idempotent handling on");
+        // A handler whose timeout leaves its outcome unknown keeps the key
+        // in doubt that long.
+        let in_doubt = (!self.handler.cancel_safe()).then_some(self.cfg.in_doubt);
+        info!(queue = %p.name, store = store.describe(), key = %idem.key.text(),
+            lease_ms = self.cfg.lease().as_millis() as u64,
+            in_doubt_ms = in_doubt.map(|d| d.as_millis() as u64), "idempotent handling on");
         let canary = crate::ops::dlq::canary::StoreGuard::new(store.clone(), idem.key.clone(), p);
-        let guard =
-            idempotency::Guard::new(store, idem, self.cfg.lease(), &p.name, self.metrics.clone());
+        let guard = idempotency::Guard::new(
+            store,
+            idem,
+            self.cfg.lease(),
+            in_doubt,
+            &p.name,
+            self.metrics.clone(),
+        );
         let _ = self.shared.guard.set(Arc::new(guard));
         Ok(Some(canary))
     }

@@ -24,8 +24,10 @@
 //!   `timeouts_before_restart` timeouts in a row (no answer in between) the
 //!   process is killed and started again. The process may still be
 //!   working on it, so it still counts against `max_in_flight` until the
-//!   process answers it (a late answer: logged as a protocol error and
-//!   otherwise ignored) or ends; a process whose every place is held by
+//!   process answers it (a late answer: logged as a protocol error, and
+//!   given to [`HandlerMessage::late`]: under the idempotency guard a
+//!   late success marks the key, a late failure releases it) or ends
+//!   (the message's late answer is then "none": the key is released); a process whose every place is held by
 //!   timed-out messages is restarted. A process thus never has more than
 //!   `max_in_flight` messages it has not answered.
 //! - Malformed lines, answers over [`MAX_ANSWER_BYTES`](jsonl::MAX_ANSWER_BYTES), unknown ids and
@@ -128,7 +130,7 @@ impl JsonlHandler {
     async fn run(&self, msg: &HandlerMessage) -> Outcome {
         let pool = &self.pool;
         loop {
-            let Some((live, id, mut rx)) = pool.reserve(&msg.on_late_success).await else {
+            let Some((live, id, mut rx)) = pool.reserve(&msg.late).await else {
                 return Outcome::transient(
                     "the JSON-lines handler is stopped: no process takes messages",
                 );
@@ -213,7 +215,7 @@ impl JsonlHandler {
                         ));
                         error.push_str("; the process is restarted");
                     }
-                    return Outcome::transient(error);
+                    return Outcome::timed_out(error);
                 }
             }
         }

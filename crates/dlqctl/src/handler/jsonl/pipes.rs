@@ -149,17 +149,17 @@ impl Answers<'_> {
                 // Its place is free again.
                 self.recent.insert(answer.id);
                 self.pool.changed.notify_waiters();
-                let marked = answer.outcome == crate::core::handling::outcome::Outcome::Success
-                    && late.call();
+                let success = answer.outcome == crate::core::handling::outcome::Outcome::Success;
+                let label = answer.outcome.label();
+                let guarded = late.answer(Some(answer.outcome));
                 self.complain(format!(
-                    "a late answer for id {} ({}){}: the message had timed out and \
-                     was already failed as transient",
+                    "a late answer for id {} ({label}){}: the message had timed out and \
+                     was already failed as timed out",
                     answer.id,
-                    answer.outcome.label(),
-                    if marked {
-                        "; its idempotency key is marked handled, so a retry of it will not run again"
-                    } else {
-                        ", ignored"
+                    match (guarded, success) {
+                        (true, true) => "; its idempotency key is marked handled, so a retry of it will not run again",
+                        (true, false) => "; its idempotency key is released, so a retry of it runs",
+                        (false, _) => ", ignored",
                     }
                 ));
             }

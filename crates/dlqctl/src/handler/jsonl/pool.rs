@@ -35,9 +35,10 @@ pub(super) struct Entry {
     /// the process answers it (a late answer, logged) or ends.
     pub(super) reply: Option<oneshot::Sender<Reply>>,
     pub(super) sent: bool,
-    /// What a success answered after the timeout calls (the idempotency
-    /// guard's mark).
-    pub(super) late: crate::core::handling::message::LateSuccess,
+    /// Where the answer after the timeout goes (the idempotency guard:
+    /// a success marks the key, a failure releases it); told `None` when
+    /// the process ends without answering.
+    pub(super) late: crate::core::handling::message::LateAnswer,
 }
 
 #[derive(Default)]
@@ -130,7 +131,7 @@ impl Pool {
     /// flight, waiting for one when none is ready or all are full.
     pub(super) async fn reserve(
         &self,
-        late: &crate::core::handling::message::LateSuccess,
+        late: &crate::core::handling::message::LateAnswer,
     ) -> Option<(Arc<Live>, u64, oneshot::Receiver<Reply>)> {
         loop {
             if self.stopping.is_cancelled() {

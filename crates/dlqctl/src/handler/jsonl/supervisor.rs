@@ -324,7 +324,11 @@ impl Running {
             .map(|mut p| p.map.drain().map(|(_, e)| e).collect())
             .unwrap_or_default();
         let (mut failed, mut resent) = (0usize, 0usize);
-        // Entries without a reply had timed out: already failed.
+        // Entries without a reply had timed out: already failed; their
+        // late answer is now known never to come (the group is killed).
+        for e in entries.iter().filter(|e| e.reply.is_none()) {
+            e.late.answer(None);
+        }
         for (sent, reply) in entries.into_iter().filter_map(|e| Some((e.sent, e.reply?))) {
             if sent {
                 failed += 1;

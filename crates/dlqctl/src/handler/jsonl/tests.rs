@@ -305,7 +305,7 @@ async fn a_timed_out_message_still_counts_against_max_in_flight() {
     let h = holder(4, Duration::from_millis(1500));
     for o in hold_two(&h).await {
         assert!(
-            matches!(o, Outcome::Transient { ref error, .. } if error.contains("no answer")),
+            matches!(o, Outcome::TimedOut { ref error } if error.contains("no answer")),
             "{o:?}"
         );
     }
@@ -340,7 +340,7 @@ async fn a_process_whose_places_all_timed_out_is_restarted() {
     let h = holder(2, Duration::from_millis(1000));
     let before = held_and_pid(&h.handle(&msg("count")).await).1;
     let [a, b] = hold_two(&h).await;
-    assert!(matches!(a, Outcome::Transient { .. }) && matches!(b, Outcome::Transient { .. }));
+    assert!(matches!(a, Outcome::TimedOut { .. }) && matches!(b, Outcome::TimedOut { .. }));
     let after = tokio::time::timeout(Duration::from_secs(10), h.handle(&msg("count")))
         .await
         .expect("a new process takes the message");

@@ -53,10 +53,18 @@ async fn a_key_is_leased_then_handled_and_another_body_is_a_conflict() {
     let s = store(&path).await;
     assert_eq!(s.describe(), format!("sqlite:{}", path.display()));
 
-    let (lease, conflict) = acquired(s.begin(b"id-1", &BODY, 30_000).await.unwrap());
+    let (lease, conflict) = acquired(
+        s.begin(b"id-1", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(!conflict);
     assert_eq!(lease.key, b"id-1");
-    match s.begin(b"id-1", &BODY, 30_000).await.unwrap() {
+    match s
+        .begin(b"id-1", &BODY, &rand::random(), 30_000)
+        .await
+        .unwrap()
+    {
         Begin::Leased { remaining_ms } => {
             assert!((29_000..=30_000).contains(&remaining_ms), "{remaining_ms}")
         }
@@ -64,7 +72,9 @@ async fn a_key_is_leased_then_handled_and_another_body_is_a_conflict() {
     }
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     assert_eq!(
-        s.begin(b"id-1", &BODY, 30_000).await.unwrap(),
+        s.begin(b"id-1", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
     assert_eq!(
@@ -76,32 +86,52 @@ async fn a_key_is_leased_then_handled_and_another_body_is_a_conflict() {
 
     // Another body: not a duplicate. It runs, and the first mark stays
     // while it does (the first body is still a duplicate).
-    let (other, conflict) = acquired(s.begin(b"id-1", &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(
+        s.begin(b"id-1", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(conflict);
     assert_eq!(
-        s.begin(b"id-1", &BODY, 30_000).await.unwrap(),
+        s.begin(b"id-1", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
     assert!(matches!(
-        s.begin(b"id-1", &OTHER, 30_000).await.unwrap(),
+        s.begin(b"id-1", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Leased { .. }
     ));
     // Released after a failure: the old mark is still there.
     s.release(&other).await.unwrap();
     assert_eq!(
-        s.begin(b"id-1", &BODY, 30_000).await.unwrap(),
+        s.begin(b"id-1", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
-    let (other, conflict) = acquired(s.begin(b"id-1", &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(
+        s.begin(b"id-1", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(conflict);
     // A conflict that ran and succeeded never replaces the mark: an exact
     // copy of the first body stays a duplicate, the other body a conflict.
     s.mark(&other, &OTHER, 60_000).await.unwrap();
     assert_eq!(
-        s.begin(b"id-1", &BODY, 30_000).await.unwrap(),
+        s.begin(b"id-1", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
         Begin::Handled
     );
-    let (other, conflict) = acquired(s.begin(b"id-1", &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(
+        s.begin(b"id-1", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(conflict, "the mark keeps the body it was made for");
     s.release(&other).await.unwrap();
 }
@@ -112,17 +142,33 @@ async fn a_key_is_leased_then_handled_and_another_body_is_a_conflict() {
 async fn a_mark_is_replaced_only_once_expired() {
     let dir = TempDir::new();
     let s = store(&dir.0.join("orders.db")).await;
-    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     s.mark(&lease, &BODY, 300).await.unwrap();
-    let (other, conflict) = acquired(s.begin(b"k", &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(
+        s.begin(b"k", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(conflict);
     s.mark(&other, &OTHER, 60_000).await.unwrap();
-    assert_eq!(s.begin(b"k", &BODY, 30_000).await.unwrap(), Begin::Handled);
+    assert_eq!(
+        s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap(),
+        Begin::Handled
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (other, conflict) = acquired(s.begin(b"k", &OTHER, 30_000).await.unwrap());
+    let (other, conflict) = acquired(
+        s.begin(b"k", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     assert!(!conflict, "the first mark expired");
     s.mark(&other, &OTHER, 60_000).await.unwrap();
-    assert_eq!(s.begin(b"k", &OTHER, 30_000).await.unwrap(), Begin::Handled);
+    assert_eq!(
+        s.begin(b"k", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+        Begin::Handled
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,12 +179,26 @@ async fn keys_are_raw_bytes_within_their_scope() {
     let b = SqliteStore::open(&path, b"1:/:8:payments", Create::Yes)
         .await
         .unwrap();
-    let (lease, _) = acquired(a.begin(b"\xff\x00id", &BODY, 30_000).await.unwrap());
-    acquired(b.begin(b"\xff\x00id", &BODY, 30_000).await.unwrap());
-    acquired(a.begin(b"\xff\x01id", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(
+        a.begin(b"\xff\x00id", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
+    acquired(
+        b.begin(b"\xff\x00id", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
+    acquired(
+        a.begin(b"\xff\x01id", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     a.mark(&lease, &BODY, 60_000).await.unwrap();
     assert_eq!(
-        a.begin(b"\xff\x00id", &BODY, 1).await.unwrap(),
+        a.begin(b"\xff\x00id", &BODY, &rand::random(), 1)
+            .await
+            .unwrap(),
         Begin::Handled
     );
     assert_eq!(b.count_marked(&[b"\xff\x00id".to_vec()]).await.unwrap(), 0);
@@ -148,7 +208,7 @@ async fn keys_are_raw_bytes_within_their_scope() {
 async fn only_the_holder_renews_or_releases() {
     let dir = TempDir::new();
     let s = store(&dir.0.join("orders.db")).await;
-    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     let thief = Lease {
         key: lease.key.clone(),
         token: [9; 16],
@@ -156,25 +216,30 @@ async fn only_the_holder_renews_or_releases() {
     assert!(!s.renew(&thief, 60_000).await.unwrap());
     s.release(&thief).await.unwrap();
     assert!(matches!(
-        s.begin(b"k", &BODY, 30_000).await.unwrap(),
+        s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap(),
         Begin::Leased { .. }
     ));
     // A mark by a non-holder (its lease lost) marks, and leaves the
     // holder's lease alone.
     s.mark(&thief, &OTHER, 60_000).await.unwrap();
-    assert_eq!(s.begin(b"k", &OTHER, 30_000).await.unwrap(), Begin::Handled);
+    assert_eq!(
+        s.begin(b"k", &OTHER, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+        Begin::Handled
+    );
     assert!(matches!(
-        s.begin(b"k", &BODY, 30_000).await.unwrap(),
+        s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap(),
         Begin::Leased { .. }
     ));
 
     assert!(s.renew(&lease, 120_000).await.unwrap());
-    match s.begin(b"k", &BODY, 30_000).await.unwrap() {
+    match s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap() {
         Begin::Leased { remaining_ms } => assert!(remaining_ms > 100_000, "{remaining_ms}"),
         other => panic!("expected Leased, got {other:?}"),
     }
     s.release(&lease).await.unwrap();
-    let (_, conflict) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (_, conflict) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     assert!(conflict, "the mark of the other body stays");
 }
 
@@ -182,10 +247,22 @@ async fn only_the_holder_renews_or_releases() {
 async fn leases_and_marks_expire_by_the_store_clock_and_are_swept() {
     let dir = TempDir::new();
     let s = store(&dir.0.join("orders.db")).await;
-    let (lease, _) = acquired(s.begin(b"short", &BODY, 150).await.unwrap());
-    let (marked, _) = acquired(s.begin(b"marked", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(
+        s.begin(b"short", &BODY, &rand::random(), 150)
+            .await
+            .unwrap(),
+    );
+    let (marked, _) = acquired(
+        s.begin(b"marked", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     s.mark(&marked, &BODY, 150).await.unwrap();
-    let (kept, _) = acquired(s.begin(b"kept", &BODY, 30_000).await.unwrap());
+    let (kept, _) = acquired(
+        s.begin(b"kept", &BODY, &rand::random(), 30_000)
+            .await
+            .unwrap(),
+    );
     s.mark(&kept, &BODY, 60_000).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
@@ -193,7 +270,11 @@ async fn leases_and_marks_expire_by_the_store_clock_and_are_swept() {
         !s.renew(&lease, 30_000).await.unwrap(),
         "an expired lease is not ours"
     );
-    let (_, conflict) = acquired(s.begin(b"marked", &BODY, 150).await.unwrap());
+    let (_, conflict) = acquired(
+        s.begin(b"marked", &BODY, &rand::random(), 150)
+            .await
+            .unwrap(),
+    );
     assert!(!conflict, "an expired mark is absent");
     assert_eq!(s.count_marked(&[b"marked".to_vec()]).await.unwrap(), 0);
 
@@ -207,7 +288,10 @@ async fn leases_and_marks_expire_by_the_store_clock_and_are_swept() {
     // "short" and "marked" (leased again for 150 ms) have expired.
     assert_eq!(sweep(&s.describe, &s.calls).await.unwrap(), 2);
     assert_eq!(s.call(rows).await.unwrap(), 1);
-    assert_eq!(s.begin(b"kept", &BODY, 1).await.unwrap(), Begin::Handled);
+    assert_eq!(
+        s.begin(b"kept", &BODY, &rand::random(), 1).await.unwrap(),
+        Begin::Handled
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +307,9 @@ async fn two_connections_never_both_acquire_a_key() {
             tokio::spawn(async move {
                 let mut won = Vec::new();
                 for key in &keys {
-                    if let Begin::Acquired { .. } = s.begin(key, &BODY, 30_000).await.unwrap() {
+                    if let Begin::Acquired { .. } =
+                        s.begin(key, &BODY, &rand::random(), 30_000).await.unwrap()
+                    {
                         won.push(key.clone());
                     }
                 }
@@ -316,7 +402,7 @@ async fn a_held_write_lock_is_unavailable_not_refused() {
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .unwrap();
     let started = std::time::Instant::now();
-    match s.begin(b"k", &BODY, 30_000).await {
+    match s.begin(b"k", &BODY, &rand::random(), 30_000).await {
         Err(StoreError::Unavailable { detail, .. }) => {
             assert!(detail.contains("locked"), "{detail}")
         }
@@ -324,7 +410,7 @@ async fn a_held_write_lock_is_unavailable_not_refused() {
     }
     assert!(started.elapsed() < CALL_TIMEOUT + Duration::from_secs(1));
     drop(tx);
-    acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,7 +445,7 @@ async fn create_no_never_creates_anything() {
 
     // A file dlqctl work made opens, and keeps its marks.
     let s = store(&path).await;
-    let (lease, _) = acquired(s.begin(b"k", &BODY, 30_000).await.unwrap());
+    let (lease, _) = acquired(s.begin(b"k", &BODY, &rand::random(), 30_000).await.unwrap());
     s.mark(&lease, &BODY, 60_000).await.unwrap();
     drop(s);
     let s = SqliteStore::open(&path, SCOPE, Create::No).await.unwrap();
