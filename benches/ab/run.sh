@@ -23,6 +23,11 @@ mkdir -p "$ab/bin" "$out"
 
 build() { # build NAME DIR
     local name=$1 dir=$2 exe
+    # Cargo names the workspace's own crates alike in both trees (their
+    # hash is taken relative to the workspace) and would find the other
+    # tree's build fresh: forget it, so each tree's crates are compiled
+    # from its own sources (the registry's crates stay built).
+    rm -rf "$ab"/release/.fingerprint/dlqctl-*
     if ! exe=$(cd "$dir" && CARGO_TARGET_DIR=$ab cargo bench --bench worker --no-run \
         --message-format json |
         python3 -c 'import json,sys
