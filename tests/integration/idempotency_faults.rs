@@ -299,3 +299,62 @@ async fn a_killed_replay_then_a_second_replay_runs_no_id_twice_and_rerun_runs_on
     );
     w.stop().await;
 }
+
+/// A store pause drains the deliveries the worker holds unstarted; one
+/// without a key runs unguarded, under a permit of `--concurrency` like
+/// every delivery (before, each drained delivery was spawned without
+/// one: here three more handlers ran beside the one that held the only
+/// permit).
+#[tokio::test]
+async fn deliveries_drained_by_a_store_pause_run_within_the_concurrency() {
+    let mut redis = RedisServer::start();
+    let f = fixture(Some(&format!("{{store: '{}'}}", redis.url()))).await;
+    // Each run notes how many runs are under way with it, then waits for
+    // the gate, which the test opens once the pause has drained.
+    let behaviour = r#"mkdir -p "$d/running"
+touch "$d/running/$$"
+ls "$d/running" | wc -l >> "$d/at-once"
+while [ ! -e "$d/gate" ]; do sleep 0.05; done
+rm -f "$d/running/$$""#;
+    let (_file, script, mut w) = f
+        .consuming_worker(behaviour, &["--concurrency", "1", "--prefetch", "4"])
+        .await;
+    // No message id: no key, so no store call; the idle ping finds the
+    // store gone.
+    for _ in 0..4 {
+        publish(
+            &f.broker,
+            "",
+            &f.pipe.name,
+            b"x",
+            lapin::BasicProperties::default(),
+        )
+        .await;
+    }
+    script.wait_calls(1, Duration::from_secs(30)).await;
+    redis.stop();
+    w.wait_event(
+        "the idempotency store does not answer: consumption paused, deliveries not started are handed back; no handler runs unguarded",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    // What the drain started would start now: give it the time to.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = script.calls().len();
+    std::fs::write(script.dir.join("gate"), b"").unwrap();
+    redis.restart();
+    script.wait_calls(4, Duration::from_secs(60)).await;
+    let at_once = std::fs::read_to_string(script.dir.join("at-once")).unwrap();
+    let most = at_once
+        .lines()
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+        .max();
+    assert_eq!(
+        (started, most),
+        (1, Some(1)),
+        "runs at once: {at_once:?}\n{}",
+        w.output()
+    );
+    w.stop().await;
+}
