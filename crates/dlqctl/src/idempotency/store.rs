@@ -36,8 +36,8 @@ impl Lease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
     /// The lease is ours: run the handler. `conflict`: the key was marked
-    /// handled with another body (not a duplicate: it runs, and is
-    /// counted and warned about).
+    /// handled with another body (not a duplicate: counted and warned
+    /// about, then what the pipeline's `on_conflict` says).
     Acquired {
         /// The lease taken.
         lease: Lease,

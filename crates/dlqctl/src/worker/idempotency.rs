@@ -222,9 +222,9 @@ impl Guard {
             OnConflict::DeadLetter => true,
             OnConflict::Skip => false,
         };
-        if let Err(e) = self.store.release(&lease).await {
-            warn!(queue = %self.queue, error = %e, "releasing a lease failed: it expires by itself");
-        }
+        // Released as every lease is: a failure is tried again once the
+        // store answers (the lease may last the in-doubt time).
+        self.release(&lease).await;
         Entry::Skip(Run::KeyConflict { dead_letter })
     }
 
@@ -439,6 +439,10 @@ impl Guard {
             }
             guard.release_orphans().await;
             guard.paused.store(false, Ordering::SeqCst);
+            // A call that failed while the list above was released (its
+            // pause found the worker paused already) left its orphan
+            // after it: released now, not at the next pause.
+            guard.release_orphans().await;
             guard.metrics.store_up();
             guard.resumed.notify_waiters();
             info!(queue = %guard.queue, store = guard.store.describe(), "the idempotency store answers again: consuming");

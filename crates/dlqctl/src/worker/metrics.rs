@@ -140,6 +140,8 @@ pub struct Metrics {
     circuit_probe_unusable: Family<QueueLabels, Gauge>,
     /// The pipelines whose breaker's health URL cannot be used.
     probe_unusable: Mutex<std::collections::BTreeSet<String>>,
+    /// Whether `probe_unusable` holds any queue (read at every settle).
+    any_probe_unusable: std::sync::atomic::AtomicBool,
     /// 1 while the worker is connected and has its consumer on the main
     /// queue.
     consuming: Gauge,
@@ -376,6 +378,7 @@ impl Metrics {
             },
             store_down_since: Mutex::new(None),
             probe_unusable: Mutex::default(),
+            any_probe_unusable: std::sync::atomic::AtomicBool::new(false),
             settles: SettleState::default(),
             registry,
         }
@@ -495,6 +498,8 @@ impl Metrics {
             } else {
                 q.remove(&labels.queue);
             }
+            self.any_probe_unusable
+                .store(!q.is_empty(), std::sync::atomic::Ordering::Relaxed);
         }
         self.readiness();
     }
@@ -758,11 +763,10 @@ impl Metrics {
             Err(_) => Readiness::of(self.consuming.get() > 0, &SettleWatch::default(), now),
         };
         let down = self.store_down_since.lock().map(|d| *d).unwrap_or(None);
+        // An atomic, not the set's lock: readiness is taken at every settle.
         let unusable = self
-            .probe_unusable
-            .lock()
-            .map(|q| !q.is_empty())
-            .unwrap_or(false);
+            .any_probe_unusable
+            .load(std::sync::atomic::Ordering::Relaxed);
         let r = r.with_store(down, now).with_probe_unusable(unusable);
         self.ready.set(i64::from(r.is_ready()));
         let stalled = matches!(r, Readiness::SettlesFailing { .. });
